@@ -1,0 +1,81 @@
+// The service's internal description of one GEMM problem,
+//   D = alpha * op(A) * op(B) + beta * C,
+// with pointers to operand bytes that live elsewhere (a request message, a
+// staging buffer). Shared by the server, the client and the tests so that the
+// meaning of shapes, transposes and layouts is defined in exactly one place.
+#ifndef GEMM_COMMON_GEMM_PROBLEM_H_
+#define GEMM_COMMON_GEMM_PROBLEM_H_
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace gemm {
+
+enum class Layout { kRowMajor, kColMajor };
+
+// A dense matrix in memory: rows x cols, leading dimension implied by layout.
+struct MatrixRef {
+  const void* data = nullptr;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  Layout layout = Layout::kRowMajor;
+  DType dtype = DType::kFp32;
+
+  uint64_t ld() const { return layout == Layout::kRowMajor ? cols : rows; }
+  uint64_t elements() const { return rows * cols; }
+  uint64_t bytes() const { return elements() * SizeOf(dtype); }
+  // Byte offset of element (r, c).
+  uint64_t offset(uint64_t r, uint64_t c) const {
+    return (layout == Layout::kRowMajor ? r * cols + c : c * rows + r) * SizeOf(dtype);
+  }
+};
+
+struct GemmShape {
+  uint64_t m = 0;
+  uint64_t n = 0;
+  uint64_t k = 0;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  DType input_dtype = DType::kFp32;
+  DType output_dtype = DType::kFp32;
+  Layout layout_a = Layout::kRowMajor;
+  Layout layout_b = Layout::kRowMajor;
+  Layout layout_c = Layout::kRowMajor;
+  Layout layout_d = Layout::kRowMajor;
+  bool allow_tf32 = false;
+
+  // Stored shapes: A is M x K (K x M transposed), B is K x N (N x K transposed).
+  uint64_t a_rows() const { return transpose_a ? k : m; }
+  uint64_t a_cols() const { return transpose_a ? m : k; }
+  uint64_t b_rows() const { return transpose_b ? n : k; }
+  uint64_t b_cols() const { return transpose_b ? k : n; }
+  double flops() const { return 2.0 * static_cast<double>(m) * n * k; }
+};
+
+// One problem ready to run: operands in, a writable output of M x N elements
+// of shape.output_dtype in shape.layout_d.
+struct GemmProblemRef {
+  GemmShape shape;
+  double alpha = 1.0;
+  double beta = 0.0;
+  MatrixRef a;
+  MatrixRef b;
+  MatrixRef c;  // data == nullptr when beta == 0
+  void* d = nullptr;
+
+  // Bytes the problem must move at least once: A, B, C (if read) and D.
+  uint64_t algorithmic_bytes() const {
+    return a.bytes() + b.bytes() + (c.data ? c.bytes() : 0) +
+           shape.m * shape.n * SizeOf(shape.output_dtype);
+  }
+};
+
+// Builds the MatrixRef of A, B or C for `shape` (dtype and stored dims).
+MatrixRef MatrixA(const GemmShape& s, const void* data);
+MatrixRef MatrixB(const GemmShape& s, const void* data);
+MatrixRef MatrixC(const GemmShape& s, const void* data);
+
+}  // namespace gemm
+
+#endif  // GEMM_COMMON_GEMM_PROBLEM_H_
