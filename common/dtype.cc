@@ -19,7 +19,7 @@ float BitsFloat(uint32_t u) {
 
 }  // namespace
 
-std::string_view DTypeName(DType t) {
+const char* DTypeName(DType t) {
   switch (t) {
     case DType::kFp32:
       return "fp32";

@@ -15,7 +15,7 @@ namespace gemm {
 enum class DType { kFp32, kFp16, kBf16 };
 
 constexpr size_t SizeOf(DType t) { return t == DType::kFp32 ? 4 : 2; }
-std::string_view DTypeName(DType t);
+const char* DTypeName(DType t);
 
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);

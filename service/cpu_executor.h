@@ -1,0 +1,46 @@
+// The CPU backend: OpenBLAS sgemm. fp16 and bf16 operands are widened to fp32
+// and the result is rounded to the output type, so every dtype of the API is
+// served exactly as the GPU serves it (fp32 accumulation), only slower.
+#ifndef GEMM_SERVICE_CPU_EXECUTOR_H_
+#define GEMM_SERVICE_CPU_EXECUTOR_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "service/executor.h"
+
+namespace gemm {
+
+class CpuExecutor : public Executor {
+ public:
+  struct Options {
+    // Requests run at once, each on one worker thread.
+    int concurrent_requests = 2;
+    // OpenBLAS threads per sgemm; 0 means one per core.
+    int blas_threads = 0;
+    // Measure the sgemm rate and memory bandwidth at start-up (a few tens of
+    // milliseconds) for GetServerInfo and the roofline metrics.
+    bool calibrate = true;
+  };
+
+  static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const Options& options);
+
+  const BackendInfo& info() const override { return info_; }
+  int max_concurrent_batches() const override { return options_.concurrent_requests; }
+  void Execute(std::vector<std::shared_ptr<WorkItem>> batch) override;
+
+ private:
+  explicit CpuExecutor(const Options& options) : options_(options) {}
+  void Calibrate();
+
+  const Options options_;
+  BackendInfo info_;
+};
+
+// Runs one problem on the calling thread. Exposed for tests and benchmarks.
+// Returns the time spent converting dtypes and layouts (the CPU's "transfer").
+absl::Duration RunCpuGemm(const GemmProblemRef& p);
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_CPU_EXECUTOR_H_

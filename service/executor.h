@@ -1,0 +1,57 @@
+// The seam between the request path and the hardware. An executor runs
+// batches of admitted requests and completes each one; the CPU executor runs
+// them on OpenBLAS, a GPU executor on CUDA streams. The worker pool (and later
+// the dynamic batcher) decides what goes into a batch; the executor decides
+// how it runs.
+#ifndef GEMM_SERVICE_EXECUTOR_H_
+#define GEMM_SERVICE_EXECUTOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "service/work_item.h"
+
+namespace gemm {
+
+struct DeviceDescription {
+  std::string name;
+  std::string compute_capability;  // empty on the CPU
+  uint32_t multiprocessors = 0;    // SMs on a GPU
+  uint64_t memory_bytes = 0;
+  uint32_t threads = 0;  // CPU threads the backend uses
+};
+
+struct PeakRate {
+  std::string kind;  // "fp32", "tf32", "fp16", "bf16", or "memory" (bytes/s)
+  double per_second = 0;
+  std::string method;
+};
+
+struct BackendInfo {
+  std::string backend;  // "cpu", "cuda"
+  std::vector<DeviceDescription> devices;
+  std::vector<PeakRate> peak_rates;
+  std::vector<std::string> kernels;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual const BackendInfo& info() const = 0;
+
+  // How many batches this executor can usefully run at once; the worker pool
+  // keeps at most this many in flight.
+  virtual int max_concurrent_batches() const = 0;
+
+  // Runs every problem of every item in `batch` and completes each item
+  // (WorkItem::Complete) with its outcome, after filling item->report. An
+  // executor may complete items before returning (synchronous backends) or
+  // later from its own threads (asynchronous ones). Thread-safe.
+  virtual void Execute(std::vector<std::shared_ptr<WorkItem>> batch) = 0;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_EXECUTOR_H_

@@ -1,0 +1,304 @@
+#include "service/gemm_service.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "service/request_validation.h"
+#include "service/version.h"
+
+namespace gemm {
+namespace {
+
+constexpr char kPushbackKey[] = "grpc-retry-pushback-ms";
+
+absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
+  const auto d = context.deadline();
+  if (d >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365))
+    return absl::InfiniteFuture();
+  return absl::FromChrono(d);
+}
+
+uint64_t Nanos(absl::Duration d) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d)));
+}
+
+// One unary Gemm call. Owns nothing of the request (gRPC does); lives until
+// OnDone.
+class UnaryCall final : public grpc::ServerUnaryReactor {
+ public:
+  UnaryCall(GemmServiceImpl* service, grpc::CallbackServerContext* context,
+            const v1::GemmRequest* request, v1::GemmResponse* response)
+      : service_(service), context_(context) {
+    const absl::Time received = service->clock()->Now();
+    absl::Duration pushback;
+    absl::Status st = service->Admit(
+        *request, response, DeadlineOf(*context), received,
+        [this](const absl::Status& s) { Finish(ToGrpcStatus(s)); }, &item_, &pushback);
+    if (!st.ok()) {
+      if (st.code() == absl::StatusCode::kResourceExhausted && pushback > absl::ZeroDuration())
+        context_->AddTrailingMetadata(kPushbackKey,
+                                      std::to_string(absl::ToInt64Milliseconds(pushback)));
+      Finish(ToGrpcStatus(st));
+    }
+  }
+
+  void OnCancel() override {
+    if (item_ == nullptr) return;
+    item_->cancelled.store(true);
+    service_->queue()->Cancel(item_.get());
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  GemmServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  std::shared_ptr<WorkItem> item_;
+};
+
+// One GemmStream: reads requests, admits each, and writes responses in
+// completion order. Reading pauses while max_stream_inflight requests are
+// unanswered, so a slow reader holds back only its own stream.
+class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse> {
+ public:
+  StreamCall(GemmServiceImpl* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      {
+        absl::MutexLock lock(&mu_);
+        reads_done_ = true;
+      }
+      Advance();
+      return;
+    }
+    auto pending = std::make_unique<Pending>();
+    pending->request.Swap(&incoming_);
+    Pending* p = pending.get();
+    const uint64_t id = next_id_++;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_[id] = std::move(pending);
+    }
+    absl::Status st;
+    if (p->request.request_id().empty()) {
+      st = absl::InvalidArgumentError("request_id: required on GemmStream");
+    } else {
+      absl::Duration pushback;
+      st = service_->Admit(
+          p->request, &p->response, DeadlineOf(*context_), service_->clock()->Now(),
+          [this, id](const absl::Status& s) { OnRequestDone(id, s); }, &p->item, &pushback);
+    }
+    if (!st.ok()) OnRequestDone(id, st);
+    {
+      absl::MutexLock lock(&mu_);
+      read_wanted_ = true;
+    }
+    Advance();
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) broken_ = true;  // the client is gone: nothing more can be sent
+      if (!ready_.empty()) ready_.pop_front();
+    }
+    Advance();
+  }
+
+  void OnCancel() override {
+    std::vector<std::shared_ptr<WorkItem>> items;
+    {
+      absl::MutexLock lock(&mu_);
+      broken_ = true;
+      for (auto& [id, p] : pending_)
+        if (p->item) items.push_back(p->item);
+    }
+    for (auto& item : items) {
+      item->cancelled.store(true);
+      service_->queue()->Cancel(item.get());
+    }
+    Advance();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  struct Pending {
+    v1::GemmRequest request;
+    v1::GemmResponse response;
+    std::shared_ptr<WorkItem> item;
+  };
+
+  void OnRequestDone(uint64_t id, const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return;
+    std::unique_ptr<Pending> p = std::move(it->second);
+    pending_.erase(it);
+    if (broken_) return;
+    auto response = std::make_unique<v1::GemmResponse>();
+    if (status.ok()) {
+      response->Swap(&p->response);
+    } else {
+      response->set_request_id(p->request.request_id());
+      response->set_status_code(static_cast<int>(status.code()));
+      response->set_status_message(std::string(status.message()));
+    }
+    ready_.push_back(std::move(response));
+  }
+
+  // Decides the next gRPC operation under the lock and starts it outside.
+  void Advance() {
+    enum { kNone, kWrite, kRead, kFinish } action = kNone;
+    const v1::GemmResponse* to_write = nullptr;
+    grpc::Status finish_status;
+    bool also_read = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (broken_) ready_.clear();
+      if (!writing_ && !ready_.empty() && !broken_) {
+        writing_ = true;
+        to_write = ready_.front().get();
+        action = kWrite;
+      }
+      const size_t held = pending_.size() + ready_.size();
+      if (!reads_done_ && !broken_ && read_wanted_ &&
+          held < service_->limits().max_stream_inflight) {
+        read_wanted_ = false;
+        also_read = true;
+      }
+      const bool drained = pending_.empty() && ready_.empty() && !writing_;
+      if (drained && !finished_ && (reads_done_ || broken_)) {
+        finished_ = true;
+        finish_status = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
+                                : grpc::Status::OK;
+        if (action == kNone) action = kFinish;
+      }
+    }
+    if (action == kWrite) StartWrite(to_write);
+    if (also_read) StartRead(&incoming_);
+    if (action == kFinish) Finish(finish_status);
+  }
+
+  GemmServiceImpl* const service_;
+  grpc::CallbackServerContext* const context_;
+  v1::GemmRequest incoming_;  // the read in progress; touched only by reads
+  uint64_t next_id_ = 0;      // touched only in OnReadDone (reads are serial)
+
+  absl::Mutex mu_;
+  std::map<uint64_t, std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<v1::GemmResponse>> ready_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
+  // True when no read is outstanding and the next one should start as soon
+  // as the stream has room.
+  bool read_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response) {
+  v1::Timing* t = response->mutable_timing();
+  t->set_queue_ns(Nanos(report.queue_wait));
+  t->set_transfer_ns(Nanos(report.transfer));
+  t->set_compute_ns(Nanos(report.compute));
+  t->set_total_ns(Nanos(total));
+  response->set_backend(report.backend);
+  response->set_kernel(report.kernel);
+}
+
+GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue,
+                                 const Executor* executor, const Clock* clock)
+    : limits_(limits), queue_(queue), executor_(executor), clock_(clock) {}
+
+absl::Status GemmServiceImpl::Admit(const v1::GemmRequest& request, v1::GemmResponse* response,
+                                    absl::Time deadline, absl::Time received,
+                                    std::function<void(const absl::Status&)> on_done,
+                                    std::shared_ptr<WorkItem>* item_out,
+                                    absl::Duration* pushback) {
+  auto problems = ValidateRequest(request, limits_, response);
+  if (!problems.ok()) return problems.status();
+  auto item = std::make_shared<WorkItem>();
+  item->problems = std::move(*problems);
+  item->bytes = InflightBytes(item->problems);
+  item->priority = request.priority();
+  item->deadline = deadline;
+  item->received = received;
+  const Clock* clock = clock_;
+  item->done = [response, received, clock, on_done = std::move(on_done)](
+                   const absl::Status& s, const ExecutionReport& report) {
+    if (s.ok()) FillTiming(report, clock->Now() - received, response);
+    on_done(s);
+  };
+  *item_out = item;
+  absl::Status st = queue_->Push(item);
+  if (!st.ok()) {
+    item_out->reset();
+    if (st.code() == absl::StatusCode::kResourceExhausted) *pushback = queue_->RetryHint();
+  }
+  return st;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::Gemm(grpc::CallbackServerContext* context,
+                                                const v1::GemmRequest* request,
+                                                v1::GemmResponse* response) {
+  return new UnaryCall(this, context, request, response);
+}
+
+grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse>* GemmServiceImpl::GemmStream(
+    grpc::CallbackServerContext* context) {
+  return new StreamCall(this, context);
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
+                                                         const v1::GetServerInfoRequest*,
+                                                         v1::ServerInfo* out) {
+  const BackendInfo& info = executor_->info();
+  out->set_version(kVersion);
+  out->set_backend(info.backend);
+  for (const DeviceDescription& d : info.devices) {
+    v1::DeviceInfo* di = out->add_devices();
+    di->set_name(d.name);
+    di->set_compute_capability(d.compute_capability);
+    di->set_multiprocessors(d.multiprocessors);
+    di->set_memory_bytes(d.memory_bytes);
+    di->set_threads(d.threads);
+  }
+  for (const PeakRate& r : info.peak_rates) {
+    v1::PeakRate* pr = out->add_peak_rates();
+    pr->set_kind(r.kind);
+    pr->set_per_second(r.per_second);
+    pr->set_method(r.method);
+  }
+  v1::Limits* l = out->mutable_limits();
+  l->set_max_message_bytes(limits_.max_message_bytes);
+  l->set_max_dimension(limits_.max_dimension);
+  l->set_max_problem_bytes(limits_.max_matrix_bytes);
+  l->set_max_problems_per_request(limits_.max_problems_per_request);
+  l->set_max_queued_requests(limits_.max_queued_requests);
+  l->set_max_queued_bytes(limits_.max_inflight_bytes);
+  for (const std::string& k : info.kernels) out->add_kernels(k);
+  for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
+    out->add_input_dtypes(t);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace gemm

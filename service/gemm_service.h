@@ -1,0 +1,63 @@
+// The gemm.v1 GemmService on gRPC's callback API. Handlers never block on
+// compute: they validate, admit into the queue and return; the executor's
+// completion finishes the call.
+#ifndef GEMM_SERVICE_GEMM_SERVICE_H_
+#define GEMM_SERVICE_GEMM_SERVICE_H_
+
+#include <memory>
+
+#include "gemm/v1/gemm.grpc.pb.h"
+#include "service/clock.h"
+#include "service/executor.h"
+#include "service/limits.h"
+#include "service/request_queue.h"
+
+namespace gemm {
+
+class GemmServiceImpl final : public v1::GemmService::CallbackService {
+ public:
+  // `queue` and `executor` must outlive the service.
+  GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue, const Executor* executor,
+                  const Clock* clock);
+
+  grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
+                                 const v1::GemmRequest* request,
+                                 v1::GemmResponse* response) override;
+
+  grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse>* GemmStream(
+      grpc::CallbackServerContext* context) override;
+
+  grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
+                                          const v1::GetServerInfoRequest* request,
+                                          v1::ServerInfo* info) override;
+
+  // Implementation details follow.
+  struct Admission;
+  // Validates `request` and admits a work item whose completion calls
+  // `on_done`; on failure returns the status to answer with (and a retry
+  // pushback for RESOURCE_EXHAUSTED in *pushback).
+  absl::Status Admit(const v1::GemmRequest& request, v1::GemmResponse* response,
+                     absl::Time deadline, absl::Time received,
+                     std::function<void(const absl::Status&)> on_done,
+                     std::shared_ptr<WorkItem>* item, absl::Duration* pushback);
+
+  const ServiceLimits& limits() const { return limits_; }
+  RequestQueue* queue() const { return queue_; }
+  const Clock* clock() const { return clock_; }
+
+ private:
+  const ServiceLimits limits_;
+  RequestQueue* const queue_;
+  const Executor* const executor_;
+  const Clock* const clock_;
+};
+
+// Fills a response's timing and backend fields from an executor's report.
+void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response);
+
+// absl::Status -> grpc::Status (same code and message).
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_GEMM_SERVICE_H_

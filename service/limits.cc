@@ -1,0 +1,25 @@
+#include "service/limits.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gemm {
+
+absl::Status ServiceLimits::Validate() const {
+  // gRPC sizes are int: 2 GiB - 1 is the most it can express.
+  if (max_message_bytes == 0 || max_message_bytes > 0x7fffffffu)
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes must be in [1, 2^31-1], got ", max_message_bytes));
+  if (max_dimension == 0) return absl::InvalidArgumentError("max_dimension must be positive");
+  if (max_matrix_bytes == 0) return absl::InvalidArgumentError("max_matrix_bytes must be positive");
+  if (max_problems_per_request == 0)
+    return absl::InvalidArgumentError("max_problems_per_request must be positive");
+  if (max_queued_requests == 0)
+    return absl::InvalidArgumentError("max_queued_requests must be positive");
+  if (max_inflight_bytes == 0)
+    return absl::InvalidArgumentError("max_inflight_bytes must be positive");
+  if (max_stream_inflight == 0)
+    return absl::InvalidArgumentError("max_stream_inflight must be positive");
+  return absl::OkStatus();
+}
+
+}  // namespace gemm

@@ -1,0 +1,38 @@
+// The server's explicit limits. Every one is a flag of the server binary
+// (server_main.cc) and is reported to clients by GetServerInfo.
+#ifndef GEMM_SERVICE_LIMITS_H_
+#define GEMM_SERVICE_LIMITS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace gemm {
+
+struct ServiceLimits {
+  // Largest gRPC message, either direction. gRPC's own default is 4 MiB; one
+  // 8192^2 fp32 operand alone is 256 MiB.
+  uint64_t max_message_bytes = uint64_t{1} << 30;  // 1 GiB
+  // Largest M, N or K of one problem.
+  uint64_t max_dimension = uint64_t{1} << 20;
+  // Largest single operand or result, in bytes.
+  uint64_t max_matrix_bytes = uint64_t{1} << 30;  // 1 GiB
+  // Most problems in one request.
+  uint32_t max_problems_per_request = 4096;
+  // Requests waiting in the queue (not yet running); beyond this new requests
+  // are rejected with RESOURCE_EXHAUSTED at once.
+  uint32_t max_queued_requests = 1024;
+  // Bytes held by admitted requests (operands and results) from admission to
+  // completion, queued or running. Bounds the server's memory.
+  uint64_t max_inflight_bytes = uint64_t{4} << 30;  // 4 GiB
+  // Requests one GemmStream may have admitted and unanswered at once; the
+  // stream stops reading until some complete (flow control, not an error).
+  uint32_t max_stream_inflight = 64;
+
+  // InvalidArgument naming the first bad field, or OK.
+  absl::Status Validate() const;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_LIMITS_H_

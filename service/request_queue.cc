@@ -1,0 +1,159 @@
+#include "service/request_queue.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemm {
+namespace {
+
+using Dropped = std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>>;
+
+absl::Status DeadStatus(const WorkItem& item, absl::Time now) {
+  if (item.deadline <= now)
+    return absl::DeadlineExceededError("the deadline passed while the request was queued");
+  return absl::CancelledError("the call was cancelled while the request was queued");
+}
+
+void CompleteAll(Dropped& dropped) {
+  for (auto& [item, status] : dropped) item->Complete(status);
+}
+
+}  // namespace
+
+RequestQueue::RequestQueue(Options options, const Clock* clock)
+    : options_(options), clock_(clock), last_pop_(clock->Now()) {}
+
+RequestQueue::~RequestQueue() { Abandon(absl::UnavailableError("the server is shutting down")); }
+
+absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item) {
+  const absl::Time now = clock_->Now();
+  if (item->deadline <= now)
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  absl::MutexLock lock(&mu_);
+  if (closed_) return absl::UnavailableError("the server is shutting down");
+  if (entries_.size() >= options_.max_queued_requests)
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the queue is full (", options_.max_queued_requests, " requests); retry later"));
+  if (inflight_bytes_ + item->bytes > options_.max_inflight_bytes) {
+    if (item->bytes > options_.max_inflight_bytes)
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the request holds ", item->bytes,
+                       " bytes, more than the server's in-flight limit of ",
+                       options_.max_inflight_bytes));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds ", inflight_bytes_, " of its ",
+                     options_.max_inflight_bytes, " in-flight bytes; retry later"));
+  }
+  inflight_bytes_ += item->bytes;
+  const uint64_t bytes = item->bytes;
+  auto inner = std::move(item->done);
+  item->done = [this, bytes, inner = std::move(inner)](const absl::Status& s,
+                                                       const ExecutionReport& r) {
+    Release(bytes);
+    inner(s, r);
+  };
+  item->enqueued = now;
+  entries_.insert(Entry{item->priority, item->deadline, next_seq_++, std::move(item)});
+  ready_.Signal();
+  return absl::OkStatus();
+}
+
+void RequestQueue::DropDeadLocked(Dropped* dropped) {
+  const absl::Time now = clock_->Now();
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    WorkItem& item = *it->item;
+    if (item.cancelled.load() || item.deadline <= now) {
+      dropped->emplace_back(it->item, DeadStatus(item, now));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+std::vector<std::shared_ptr<WorkItem>> RequestQueue::Pop(size_t max_items, absl::Duration wait) {
+  std::vector<std::shared_ptr<WorkItem>> out;
+  Dropped dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = absl::Now() + wait;
+    while (true) {
+      DropDeadLocked(&dropped);
+      if (!entries_.empty() || closed_) break;
+      if (ready_.WaitWithDeadline(&mu_, give_up)) break;
+    }
+    DropDeadLocked(&dropped);
+    const absl::Time now = clock_->Now();
+    while (!entries_.empty() && out.size() < max_items) {
+      auto it = entries_.begin();
+      it->item->report.queue_wait = now - it->item->enqueued;
+      out.push_back(it->item);
+      entries_.erase(it);
+    }
+    if (!out.empty()) {
+      const double interval = absl::ToDoubleSeconds(now - last_pop_) / out.size();
+      pop_interval_s_ = 0.9 * pop_interval_s_ + 0.1 * interval;
+      last_pop_ = now;
+    }
+  }
+  CompleteAll(dropped);
+  return out;
+}
+
+void RequestQueue::Cancel(WorkItem* item) {
+  Dropped dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->item.get() == item) {
+        dropped.emplace_back(it->item, DeadStatus(*item, clock_->Now()));
+        entries_.erase(it);
+        break;
+      }
+    }
+  }
+  CompleteAll(dropped);
+}
+
+void RequestQueue::Release(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+}
+
+void RequestQueue::Close() {
+  absl::MutexLock lock(&mu_);
+  closed_ = true;
+  ready_.SignalAll();
+}
+
+void RequestQueue::Abandon(const absl::Status& status) {
+  Dropped dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const Entry& e : entries_) dropped.emplace_back(e.item, status);
+    entries_.clear();
+    ready_.SignalAll();
+  }
+  CompleteAll(dropped);
+}
+
+size_t RequestQueue::queued() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+uint64_t RequestQueue::inflight_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_bytes_;
+}
+
+absl::Duration RequestQueue::RetryHint() const {
+  absl::MutexLock lock(&mu_);
+  // Time for a tenth of the queue to drain at the recent rate, within bounds.
+  const double s = pop_interval_s_ * std::max<size_t>(1, entries_.size() / 10);
+  return std::clamp(absl::Seconds(s), absl::Milliseconds(1), absl::Seconds(5));
+}
+
+}  // namespace gemm

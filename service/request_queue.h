@@ -1,0 +1,95 @@
+// The bounded queue between the RPC handlers and the executors.
+//
+// Admission is decided at Push, at once: a full queue (in requests) or a full
+// in-flight byte budget rejects with RESOURCE_EXHAUSTED rather than making the
+// caller wait. Items leave in priority order (higher first), earliest deadline
+// first within a priority, then first come first served. Cancelled and expired
+// items are completed (CANCELLED / DEADLINE_EXCEEDED) and never handed out.
+#ifndef GEMM_SERVICE_REQUEST_QUEUE_H_
+#define GEMM_SERVICE_REQUEST_QUEUE_H_
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "service/clock.h"
+#include "service/work_item.h"
+
+namespace gemm {
+
+class RequestQueue {
+ public:
+  struct Options {
+    uint32_t max_queued_requests = 1024;
+    uint64_t max_inflight_bytes = uint64_t{4} << 30;
+  };
+
+  RequestQueue(Options options, const Clock* clock);
+  ~RequestQueue();
+
+  // Admits `item` (stamping item->enqueued; its bytes count against the budget
+  // until it completes, by whatever path) or rejects it: RESOURCE_EXHAUSTED
+  // when full, UNAVAILABLE after Close(), DEADLINE_EXCEEDED when its deadline
+  // has already passed. A rejected item is not completed: the caller answers.
+  absl::Status Push(std::shared_ptr<WorkItem> item);
+
+  // Waits up to `wait` for live items and returns up to `max_items` of them in
+  // queue order (possibly none). Returns at once with none after Close() once
+  // the queue is empty.
+  std::vector<std::shared_ptr<WorkItem>> Pop(size_t max_items, absl::Duration wait);
+
+  // Removes `item` if still queued and completes it (CANCELLED, or
+  // DEADLINE_EXCEEDED if its deadline has passed). Safe to call at any time.
+  void Cancel(WorkItem* item);
+
+  // Refuses new items from now on; queued ones can still be popped.
+  void Close();
+  // Completes every queued item with `status` and empties the queue.
+  void Abandon(const absl::Status& status);
+
+  size_t queued() const;
+  uint64_t inflight_bytes() const;
+  // A hint for clients told RESOURCE_EXHAUSTED: about how long until the
+  // queue has room, from the recent service rate.
+  absl::Duration RetryHint() const;
+
+ private:
+  struct Entry {
+    int priority;
+    absl::Time deadline;
+    uint64_t seq;
+    std::shared_ptr<WorkItem> item;
+    bool operator<(const Entry& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      if (deadline != o.deadline) return deadline < o.deadline;
+      return seq < o.seq;
+    }
+  };
+
+  // Admitted bytes return to the budget when the item completes, by any path
+  // (Push wraps the item's `done` to call this).
+  void Release(uint64_t bytes);
+  // Completes and removes dead (cancelled or expired) entries.
+  void DropDeadLocked(std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const Clock* clock_;
+  mutable absl::Mutex mu_;
+  absl::CondVar ready_;
+  std::set<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  // Exponentially smoothed time between pops, for RetryHint.
+  absl::Time last_pop_ ABSL_GUARDED_BY(mu_);
+  double pop_interval_s_ ABSL_GUARDED_BY(mu_) = 1e-3;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_REQUEST_QUEUE_H_

@@ -1,0 +1,218 @@
+#include "service/request_validation.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemm {
+namespace {
+
+std::string Field(int index, absl::string_view name) {
+  return absl::StrCat("problems[", index, "].", name);
+}
+
+absl::Status BadField(int index, absl::string_view name, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(Field(index, name), ": ", why));
+}
+
+absl::StatusOr<DType> ParseDType(v1::DataType t, int index, absl::string_view name) {
+  switch (t) {
+    case v1::DATA_TYPE_FP32:
+      return DType::kFp32;
+    case v1::DATA_TYPE_FP16:
+      return DType::kFp16;
+    case v1::DATA_TYPE_BF16:
+      return DType::kBf16;
+    case v1::DATA_TYPE_UNSPECIFIED:
+      return BadField(index, name, "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
+    default:
+      return BadField(index, name, absl::StrCat("unknown data type ", static_cast<int>(t)));
+  }
+}
+
+absl::StatusOr<Layout> ParseLayout(v1::Layout l, int index, absl::string_view name) {
+  switch (l) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::LAYOUT_ROW_MAJOR:
+      return Layout::kRowMajor;
+    case v1::LAYOUT_COL_MAJOR:
+      return Layout::kColMajor;
+    default:
+      return BadField(index, name, absl::StrCat("unknown layout ", static_cast<int>(l)));
+  }
+}
+
+absl::Status CheckDimension(uint64_t v, int index, absl::string_view name,
+                            const ServiceLimits& limits) {
+  if (v == 0) return BadField(index, name, "must be at least 1");
+  if (v > limits.max_dimension)
+    return BadField(index, name,
+                    absl::StrCat(v, " exceeds the limit of ", limits.max_dimension));
+  return absl::OkStatus();
+}
+
+// rows * cols * elem_size, or an error if it overflows or passes the limit.
+absl::StatusOr<uint64_t> MatrixBytes(uint64_t rows, uint64_t cols, DType t, int index,
+                                     absl::string_view name, const ServiceLimits& limits) {
+  const uint64_t max = std::numeric_limits<uint64_t>::max();
+  if (cols != 0 && rows > max / cols) return BadField(index, name, "rows * cols overflows");
+  const uint64_t elems = rows * cols;
+  if (elems > max / SizeOf(t)) return BadField(index, name, "byte size overflows");
+  const uint64_t bytes = elems * SizeOf(t);
+  if (bytes > limits.max_matrix_bytes)
+    return absl::ResourceExhaustedError(
+        absl::StrCat(Field(index, name), ": ", rows, " x ", cols, " ", DTypeName(t), " is ",
+                     bytes, " bytes, over the limit of ", limits.max_matrix_bytes));
+  return bytes;
+}
+
+absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DType t, int index,
+                          absl::string_view name, const ServiceLimits& limits, MatrixRef* out) {
+  auto bytes = MatrixBytes(rows, cols, t, index, absl::StrCat(name, ".data"), limits);
+  if (!bytes.ok()) return bytes.status();
+  auto layout = ParseLayout(m.layout(), index, absl::StrCat(name, ".layout"));
+  if (!layout.ok()) return layout.status();
+  if (m.data().size() != *bytes)
+    return BadField(index, absl::StrCat(name, ".data"),
+                    absl::StrCat("expected ", *bytes, " bytes (", rows, " x ", cols, " ",
+                                 DTypeName(t), "), got ", m.data().size()));
+  *out = MatrixRef{m.data().data(), rows, cols, *layout, t};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+DType FromProto(v1::DataType t) {
+  return t == v1::DATA_TYPE_FP16 ? DType::kFp16
+         : t == v1::DATA_TYPE_BF16 ? DType::kBf16
+                                   : DType::kFp32;
+}
+
+v1::DataType ToProto(DType t) {
+  switch (t) {
+    case DType::kFp16:
+      return v1::DATA_TYPE_FP16;
+    case DType::kBf16:
+      return v1::DATA_TYPE_BF16;
+    case DType::kFp32:
+      break;
+  }
+  return v1::DATA_TYPE_FP32;
+}
+
+v1::Layout ToProto(Layout l) {
+  return l == Layout::kColMajor ? v1::LAYOUT_COL_MAJOR : v1::LAYOUT_ROW_MAJOR;
+}
+
+absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
+                                               const ServiceLimits& limits) {
+  GemmProblemRef out;
+  GemmShape& s = out.shape;
+  for (auto [v, name] : {std::pair{p.m(), "m"}, std::pair{p.n(), "n"}, std::pair{p.k(), "k"}}) {
+    if (absl::Status st = CheckDimension(v, index, name, limits); !st.ok()) return st;
+  }
+  s.m = p.m();
+  s.n = p.n();
+  s.k = p.k();
+  auto in = ParseDType(p.input_dtype(), index, "input_dtype");
+  if (!in.ok()) return in.status();
+  s.input_dtype = *in;
+  if (p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
+    s.output_dtype = s.input_dtype;
+  } else {
+    auto o = ParseDType(p.output_dtype(), index, "output_dtype");
+    if (!o.ok()) return o.status();
+    s.output_dtype = *o;
+  }
+  s.transpose_a = p.transpose_a();
+  s.transpose_b = p.transpose_b();
+  s.allow_tf32 = p.allow_tf32();
+  auto ld = ParseLayout(p.output_layout(), index, "output_layout");
+  if (!ld.ok()) return ld.status();
+  s.layout_d = *ld;
+
+  out.alpha = p.has_alpha() ? p.alpha() : 1.0;
+  out.beta = p.has_beta() ? p.beta() : 0.0;
+  if (!std::isfinite(out.alpha)) return BadField(index, "alpha", "must be finite");
+  if (!std::isfinite(out.beta)) return BadField(index, "beta", "must be finite");
+
+  if (absl::Status st = CheckOperand(p.a(), s.a_rows(), s.a_cols(), s.input_dtype, index, "a",
+                                     limits, &out.a);
+      !st.ok())
+    return st;
+  s.layout_a = out.a.layout;
+  if (absl::Status st = CheckOperand(p.b(), s.b_rows(), s.b_cols(), s.input_dtype, index, "b",
+                                     limits, &out.b);
+      !st.ok())
+    return st;
+  s.layout_b = out.b.layout;
+
+  // The result's size must pass the limit even when C is absent.
+  auto d_bytes = MatrixBytes(s.m, s.n, s.output_dtype, index, "output", limits);
+  if (!d_bytes.ok()) return d_bytes.status();
+
+  if (out.beta != 0.0) {
+    if (!p.has_c() || p.c().data().empty())
+      return BadField(index, "c", "beta is non-zero but C is missing");
+    if (absl::Status st = CheckOperand(p.c(), s.m, s.n, s.output_dtype, index, "c", limits,
+                                       &out.c);
+        !st.ok())
+      return st;
+    s.layout_c = out.c.layout;
+  } else if (p.has_c() && !p.c().data().empty()) {
+    // C is ignored when beta == 0, but a malformed one is still an error.
+    MatrixRef unused;
+    if (absl::Status st = CheckOperand(p.c(), s.m, s.n, s.output_dtype, index, "c", limits,
+                                       &unused);
+        !st.ok())
+      return st;
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
+                                                            const ServiceLimits& limits,
+                                                            v1::GemmResponse* response) {
+  if (request.problems_size() == 0)
+    return absl::InvalidArgumentError("problems: the request holds no problem");
+  if (static_cast<uint64_t>(request.problems_size()) > limits.max_problems_per_request)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("problems: ", request.problems_size(), " problems exceed the limit of ",
+                     limits.max_problems_per_request, " per request"));
+  std::vector<GemmProblemRef> problems;
+  problems.reserve(request.problems_size());
+  uint64_t result_bytes = 0;
+  for (int i = 0; i < request.problems_size(); ++i) {
+    auto p = ValidateProblem(request.problems(i), i, limits);
+    if (!p.ok()) return p.status();
+    result_bytes += p->shape.m * p->shape.n * SizeOf(p->shape.output_dtype);
+    problems.push_back(*p);
+  }
+  // The response must fit in one message (a little room for framing).
+  if (result_bytes + 1024 * problems.size() > limits.max_message_bytes)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("problems: the results need ", result_bytes,
+                     " bytes, over the max message size of ", limits.max_message_bytes));
+  response->set_request_id(request.request_id());
+  response->clear_results();
+  for (GemmProblemRef& p : problems) {
+    v1::GemmResult* r = response->add_results();
+    r->set_dtype(ToProto(p.shape.output_dtype));
+    r->set_layout(ToProto(p.shape.layout_d));
+    r->set_rows(p.shape.m);
+    r->set_cols(p.shape.n);
+    std::string* d = r->mutable_data();
+    d->resize(p.shape.m * p.shape.n * SizeOf(p.shape.output_dtype));
+    p.d = d->data();
+  }
+  return problems;
+}
+
+uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems) {
+  uint64_t total = 0;
+  for (const GemmProblemRef& p : problems) total += p.algorithmic_bytes();
+  return total;
+}
+
+}  // namespace gemm

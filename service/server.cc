@@ -1,0 +1,95 @@
+#include "service/server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "service/clock.h"
+#include "service/gemm_service.h"
+#include "service/request_queue.h"
+#include "service/worker_pool.h"
+
+namespace gemm {
+
+absl::Status ServerOptions::Validate() const {
+  if (listen_address.empty()) return absl::InvalidArgumentError("listen_address is empty");
+  if (backend != "auto" && backend != "cpu")
+    return absl::InvalidArgumentError(
+        absl::StrCat("backend must be \"auto\" or \"cpu\", got \"", backend, "\""));
+  if (workers < 0) return absl::InvalidArgumentError("workers must be >= 0");
+  return limits.Validate();
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& options) {
+  // The CUDA executor joins here with the GPU serving work; until then every
+  // backend choice resolves to the CPU.
+  GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> cpu, CpuExecutor::Create(options.cpu));
+  return std::unique_ptr<Executor>(std::move(cpu));
+}
+
+absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOptions& options) {
+  GEMM_RETURN_IF_ERROR(options.Validate());
+  GEMM_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, CreateExecutor(options));
+  return Start(options, std::move(executor));
+}
+
+absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
+    const ServerOptions& options, std::unique_ptr<Executor> executor) {
+  GEMM_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<GemmServer> s(new GemmServer);
+  s->options_ = options;
+  s->executor_ = std::move(executor);
+  s->queue_ = std::make_unique<RequestQueue>(
+      RequestQueue::Options{options.limits.max_queued_requests, options.limits.max_inflight_bytes},
+      Clock::Real());
+  s->service_ = std::make_unique<GemmServiceImpl>(options.limits, s->queue_.get(),
+                                                  s->executor_.get(), Clock::Real());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(s->service_.get());
+  const int max_message = static_cast<int>(options.limits.max_message_bytes);
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0)
+    return absl::UnavailableError(
+        absl::StrCat("could not listen on ", options.listen_address));
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+
+  const int workers =
+      options.workers > 0 ? options.workers : s->executor_->max_concurrent_batches();
+  s->workers_ = std::make_unique<WorkerPool>(s->queue_.get(), s->executor_.get(), workers);
+  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} workers", options.listen_address,
+               s->port_, s->executor_->info().backend, workers);
+  return s;
+}
+
+const BackendInfo& GemmServer::backend() const { return executor_->info(); }
+
+void GemmServer::Shutdown(absl::Duration drain) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  // New calls are refused from here on; admitted ones keep running.
+  queue_->Close();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+  // gRPC cancelled whatever outlived the drain; anything still queued gets
+  // UNAVAILABLE so that no call is left without an answer.
+  queue_->Abandon(absl::UnavailableError("the server shut down before the request ran"));
+  workers_->Stop();
+  server_->Wait();
+  spdlog::info("shutdown complete");
+}
+
+GemmServer::~GemmServer() {
+  if (!shut_down_ && server_ != nullptr) Shutdown(absl::ZeroDuration());
+}
+
+}  // namespace gemm

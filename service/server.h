@@ -1,0 +1,74 @@
+// GemmServer: the whole service in one object — queue, executor, workers and
+// the gRPC server with health checking and reflection. The server binary and
+// the integration tests both start it this way.
+#ifndef GEMM_SERVICE_SERVER_H_
+#define GEMM_SERVICE_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "service/cpu_executor.h"
+#include "service/executor.h"
+#include "service/limits.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace gemm {
+
+class GemmServiceImpl;
+class RequestQueue;
+class WorkerPool;
+
+struct ServerOptions {
+  // host:port to listen on; port 0 picks a free port (see GemmServer::port).
+  std::string listen_address = "0.0.0.0:50051";
+  // "auto" (the best backend present) or "cpu".
+  std::string backend = "auto";
+  ServiceLimits limits;
+  CpuExecutor::Options cpu;
+  // Worker threads feeding the executor; 0 means the executor's own
+  // max_concurrent_batches().
+  int workers = 0;
+
+  absl::Status Validate() const;
+};
+
+class GemmServer {
+ public:
+  // Builds the executor named by options.backend and starts serving.
+  static absl::StatusOr<std::unique_ptr<GemmServer>> Start(const ServerOptions& options);
+  // Starts serving on a given executor (tests inject fakes this way).
+  static absl::StatusOr<std::unique_ptr<GemmServer>> Start(const ServerOptions& options,
+                                                           std::unique_ptr<Executor> executor);
+  ~GemmServer();
+
+  int port() const { return port_; }
+  const BackendInfo& backend() const;
+
+  // Graceful shutdown: health turns NOT_SERVING, new calls are refused, calls
+  // in flight get up to `drain` to finish, then are cancelled. Idempotent.
+  void Shutdown(absl::Duration drain);
+
+ private:
+  GemmServer() = default;
+
+  ServerOptions options_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<RequestQueue> queue_;
+  std::unique_ptr<GemmServiceImpl> service_;
+  std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+// Creates the executor for `options.backend`.
+absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& options);
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_SERVER_H_

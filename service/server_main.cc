@@ -1,0 +1,91 @@
+// gemm_server: the gemm.v1 gRPC service. Flags are listed by --help; the
+// README explains each one.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/time/time.h"
+#include "service/server.h"
+
+namespace {
+const gemm::ServerOptions kDefaults;
+const gemm::ServiceLimits kLimits;
+}  // namespace
+
+ABSL_FLAG(std::string, listen, kDefaults.listen_address,
+          "host:port for the gRPC service; port 0 picks a free one (see --port_file)");
+ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
+ABSL_FLAG(std::string, backend, kDefaults.backend,
+          "\"auto\" (the best backend present) or \"cpu\"");
+ABSL_FLAG(int, workers, kDefaults.workers,
+          "threads feeding the executor; 0 = the backend's own concurrency");
+ABSL_FLAG(int, cpu_concurrency, kDefaults.cpu.concurrent_requests,
+          "CPU backend: requests computed at once");
+ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
+          "CPU backend: OpenBLAS threads per GEMM; 0 = one per core");
+ABSL_FLAG(uint64_t, max_message_bytes, kLimits.max_message_bytes,
+          "largest gRPC message in either direction (at most 2^31-1)");
+ABSL_FLAG(uint64_t, max_dimension, kLimits.max_dimension, "largest M, N or K");
+ABSL_FLAG(uint64_t, max_matrix_bytes, kLimits.max_matrix_bytes,
+          "largest single operand or result, in bytes");
+ABSL_FLAG(uint32_t, max_problems_per_request, kLimits.max_problems_per_request,
+          "most problems in one request");
+ABSL_FLAG(uint32_t, max_queued_requests, kLimits.max_queued_requests,
+          "requests waiting to run before new ones get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_inflight_bytes, kLimits.max_inflight_bytes,
+          "operand and result bytes held by admitted requests before new ones get "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint32_t, max_stream_inflight, kLimits.max_stream_inflight,
+          "unanswered requests one GemmStream may hold before the server stops reading it");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
+          "on SIGTERM/SIGINT, how long calls in flight may take to finish");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("gemm_server: batched GEMM offload over gRPC (gemm.v1)");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+
+  // Block the shutdown signals in every thread; main waits for them below.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  gemm::ServerOptions options;
+  options.listen_address = absl::GetFlag(FLAGS_listen);
+  options.backend = absl::GetFlag(FLAGS_backend);
+  options.workers = absl::GetFlag(FLAGS_workers);
+  options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
+  options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  gemm::ServiceLimits& l = options.limits;
+  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  l.max_dimension = absl::GetFlag(FLAGS_max_dimension);
+  l.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
+  l.max_problems_per_request = absl::GetFlag(FLAGS_max_problems_per_request);
+  l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
+
+  auto server = gemm::GemmServer::Start(options);
+  if (!server.ok()) {
+    spdlog::critical("cannot start: {}", server.status().ToString());
+    return 2;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    std::ofstream(path) << (*server)->port() << "\n";
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown(absl::GetFlag(FLAGS_drain_timeout));
+  return 0;
+}

@@ -1,0 +1,60 @@
+// One admitted request on its way through the queue and an executor.
+#ifndef GEMM_SERVICE_WORK_ITEM_H_
+#define GEMM_SERVICE_WORK_ITEM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/gemm_problem.h"
+
+namespace gemm {
+
+// What an executor reports about how it ran a request.
+struct ExecutionReport {
+  absl::Duration queue_wait;
+  absl::Duration transfer;  // staging: host<->device copies, dtype conversion
+  absl::Duration compute;
+  std::string backend;
+  std::string kernel;
+};
+
+struct WorkItem {
+  // Problems point into the request and response that the RPC layer owns;
+  // they stay valid until `done` has been called.
+  std::vector<GemmProblemRef> problems;
+  int priority = 0;
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Time received;
+  absl::Time enqueued;
+  uint64_t bytes = 0;  // operands + results, counted against in-flight limits
+  std::atomic<bool> cancelled{false};
+  ExecutionReport report;
+
+  // Called exactly once, by whoever finishes the item (queue or executor).
+  std::function<void(const absl::Status&, const ExecutionReport&)> done;
+
+  // Runs `done` the first time only; later calls are ignored.
+  void Complete(const absl::Status& status) {
+    if (completed_.exchange(true)) return;
+    done(status, report);
+  }
+  bool completed() const { return completed_.load(); }
+
+  double flops() const {
+    double f = 0;
+    for (const GemmProblemRef& p : problems) f += p.shape.flops();
+    return f;
+  }
+
+ private:
+  std::atomic<bool> completed_{false};
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_WORK_ITEM_H_
