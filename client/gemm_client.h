@@ -1,0 +1,194 @@
+// gemm::Client: a thin C++ client of gemm.v1.GemmService.
+//
+//   gemm::ClientOptions options;
+//   options.target = "localhost:50051";
+//   GEMM_ASSIGN_OR_RETURN(std::unique_ptr<gemm::Client> client, gemm::Client::Create(options));
+//   gemm::v1::GemmRequest request;
+//   GEMM_RETURN_IF_ERROR(gemm::AddProblem(&request, a_view, b_view));
+//   GEMM_ASSIGN_OR_RETURN(gemm::v1::GemmResponse response, client->Gemm(request));
+//   GEMM_ASSIGN_OR_RETURN(std::vector<float> d, gemm::ReadResult(response.results(0)));
+//
+// Every call has a deadline (CallOptions, else ClientOptions::default_timeout)
+// and is retried on UNAVAILABLE and RESOURCE_EXHAUSTED with exponential backoff
+// and jitter, waiting instead as long as the server's pushback asks
+// (retry_policy.h). A retry never starts past the deadline; the deadline
+// covers all attempts together. Statuses are absl::Status with gRPC's codes.
+#ifndef GEMM_CLIENT_GEMM_CLIENT_H_
+#define GEMM_CLIENT_GEMM_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "client/retry_policy.h"
+#include "gemm/v1/gemm.grpc.pb.h"
+#include "gemm/v1/gemm.pb.h"
+
+namespace gemm {
+
+struct ClientOptions {
+  // Required. "host:port" for one server, or "dns:///name:port" to spread calls
+  // round-robin over every address the name resolves to (the channel's load
+  // balancing policy is round_robin in both cases).
+  std::string target;
+  // Deadline of a call whose CallOptions set none.
+  absl::Duration default_timeout = absl::Seconds(30);
+  // Largest message sent or received, in bytes. The default matches the
+  // server's default limit of 1 GiB plus room for the message framing.
+  int max_message_bytes = (1 << 30) + (16 << 20);
+  RetryPolicy retry;
+  // Channel credentials; null means insecure (plaintext). Set
+  // grpc::SslCredentials(...) here for TLS.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
+// Per-call settings.
+struct CallOptions {
+  // Absolute deadline; takes precedence over `timeout`.
+  std::optional<absl::Time> deadline;
+  // Deadline relative to the call's start; unset means
+  // ClientOptions::default_timeout.
+  std::optional<absl::Duration> timeout;
+  // Retry per ClientOptions::retry; false makes exactly one attempt.
+  bool retry = true;
+  // Queue the call while the channel connects instead of failing fast with
+  // UNAVAILABLE (gRPC's wait_for_ready).
+  bool wait_for_ready = false;
+};
+
+using GemmResult = absl::StatusOr<v1::GemmResponse>;
+using GemmCallback = std::function<void(GemmResult)>;
+
+class GemmStreamSession;
+
+class Client {
+ public:
+  // Validates `options` (InvalidArgument naming the field) and creates the
+  // channel. Connecting is lazy: an unreachable server shows up as
+  // UNAVAILABLE on the first call, not here.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
+  // The same over an existing channel (e.g. an in-process one); `options.target`
+  // is then informational and may be empty.
+  static absl::StatusOr<std::unique_ptr<Client>> CreateWithChannel(
+      std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  // Cancels asynchronous calls still running (their callbacks get CANCELLED)
+  // and waits for their callbacks to return. Stream sessions must be
+  // destroyed before their client.
+  ~Client();
+
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Blocking unary Gemm, retries included.
+  GemmResult Gemm(const v1::GemmRequest& request, const CallOptions& options = {});
+
+  // Non-blocking Gemm. `done` runs exactly once, on a gRPC or retry thread, so
+  // it must not block for long. The request is shared, not copied: the same
+  // request may be sent many times concurrently.
+  void GemmAsync(std::shared_ptr<const v1::GemmRequest> request, const CallOptions& options,
+                 GemmCallback done);
+  void GemmAsync(v1::GemmRequest request, const CallOptions& options, GemmCallback done);
+  std::future<GemmResult> GemmFuture(std::shared_ptr<const v1::GemmRequest> request,
+                                     const CallOptions& options = {});
+  std::future<GemmResult> GemmFuture(v1::GemmRequest request, const CallOptions& options = {});
+
+  absl::StatusOr<v1::ServerInfo> GetServerInfo(const CallOptions& options = {});
+
+  // Opens a GemmStream: see GemmStreamSession. The stream's deadline (from
+  // `options`) bounds the whole stream; streams are not retried.
+  std::unique_ptr<GemmStreamSession> OpenStream(const CallOptions& options = {});
+
+  const ClientOptions& options() const { return options_; }
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+  // Implementation details follow.
+ private:
+  class AsyncCall;
+  class RetryTimer;
+
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  absl::Time DeadlineFor(const CallOptions& options) const;
+  void PrepareContext(grpc::ClientContext* ctx, const CallOptions& options,
+                      absl::Time deadline) const;
+  // The delay before the next attempt, or nullopt to finish with `status`.
+  std::optional<absl::Duration> RetryDelay(const CallOptions& options, int attempts_made,
+                                           const absl::Status& status,
+                                           const grpc::ClientContext& ctx, absl::Time deadline);
+  // Runs `attempt` until it succeeds or RetryDelay says to stop, sleeping in
+  // between.
+  absl::Status CallWithRetry(const CallOptions& options,
+                             const std::function<grpc::Status(grpc::ClientContext*)>& attempt);
+
+  void StartAttempt(const std::shared_ptr<AsyncCall>& call);
+  void OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::Status& status);
+  void Register(const std::shared_ptr<AsyncCall>& call);
+  void Unregister(AsyncCall* call);
+
+  const ClientOptions options_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<v1::GemmService::Stub> stub_;
+  std::unique_ptr<RetryTimer> timer_;
+
+  absl::Mutex mu_;
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<AsyncCall*, std::weak_ptr<AsyncCall>> calls_ ABSL_GUARDED_BY(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Many requests pipelined on one GemmStream. Send() may be called from any
+// thread; responses arrive in completion order and each is handed to the
+// callback given with its request (matched by request_id). A request that
+// fails on the server gets its own error (the response's status_code) without
+// ending the stream; if the stream itself ends, every request still waiting
+// gets the stream's status.
+class GemmStreamSession {
+ public:
+  // Cancels the stream if still open and waits for it to end.
+  ~GemmStreamSession();
+
+  GemmStreamSession(const GemmStreamSession&) = delete;
+  GemmStreamSession& operator=(const GemmStreamSession&) = delete;
+
+  // Queues `request` for sending. An empty request_id is filled with a unique
+  // one. Fails (and does not call `done`) after CloseSend(), once the stream
+  // has ended, or when another request with the same id is still waiting.
+  absl::Status Send(v1::GemmRequest request, GemmCallback done);
+  absl::StatusOr<std::future<GemmResult>> Send(v1::GemmRequest request);
+
+  // No more requests; responses to those sent keep arriving.
+  void CloseSend();
+  // Ends the stream now; waiting requests get CANCELLED.
+  void Cancel();
+  // Waits for the stream to end (call CloseSend() first) and returns its status.
+  absl::Status Finish();
+
+  // Requests sent and not yet answered.
+  size_t pending() const;
+
+  // Implementation details follow.
+ private:
+  friend class Client;
+  class Reactor;
+
+  GemmStreamSession(v1::GemmService::Stub* stub, std::unique_ptr<grpc::ClientContext> ctx);
+
+  std::shared_ptr<Reactor> reactor_;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_CLIENT_GEMM_CLIENT_H_

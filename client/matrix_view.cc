@@ -1,0 +1,252 @@
+#include "client/matrix_view.h"
+
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace gemm {
+namespace {
+
+// Abseil here predates std::string_view support in StrCat.
+std::string TypeName(DType t) { return std::string(DTypeName(t)); }
+
+std::string ShapeString(uint64_t rows, uint64_t cols) { return absl::StrCat(rows, "x", cols); }
+
+// rows * cols * elem_size, or nullopt on overflow.
+std::optional<uint64_t> CheckedBytes(uint64_t rows, uint64_t cols, uint64_t elem_size) {
+  if (rows == 0 || cols == 0) return 0;
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+  if (rows > kMax / cols) return std::nullopt;
+  const uint64_t elems = rows * cols;
+  if (elems > kMax / elem_size) return std::nullopt;
+  return elems * elem_size;
+}
+
+absl::Status CheckShape(absl::string_view name, const MatrixView& v, uint64_t rows,
+                        uint64_t cols) {
+  if (v.rows() == rows && v.cols() == cols) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(name, " is ", ShapeString(v.rows(), v.cols()),
+                                                 ", expected ", ShapeString(rows, cols)));
+}
+
+void FillMatrix(v1::Matrix* out, const MatrixView& v) {
+  out->set_layout(ToProto(v.layout()));
+  // The one copy of the operand: into the message's bytes field.
+  out->mutable_data()->assign(static_cast<const char*>(v.data()), v.ref().bytes());
+}
+
+absl::Status CheckBytes(absl::string_view name, const std::string& data, uint64_t rows,
+                        uint64_t cols, DType dtype) {
+  const std::optional<uint64_t> want = CheckedBytes(rows, cols, SizeOf(dtype));
+  if (!want.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", ShapeString(rows, cols), " overflows a 64-bit size"));
+  }
+  if (data.size() != *want) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".data has ", data.size(),
+                                                   " bytes, expected ", *want, " for ",
+                                                   ShapeString(rows, cols), " ",
+                                                   TypeName(dtype)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+MatrixView::MatrixView(const float* data, uint64_t rows, uint64_t cols, Layout layout)
+    : ref_{data, rows, cols, layout, DType::kFp32} {}
+
+MatrixView::MatrixView(const uint16_t* data, uint64_t rows, uint64_t cols, DType dtype,
+                       Layout layout)
+    : ref_{data, rows, cols, layout, dtype}, dtype_matches_pointer_(dtype != DType::kFp32) {}
+
+absl::Status MatrixView::Validate(absl::string_view name) const {
+  if (!dtype_matches_pointer_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": a uint16_t matrix must be fp16 or bf16, not fp32"));
+  }
+  if (ref_.rows == 0 || ref_.cols == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": dimensions must be positive, got ", ShapeString(rows(), cols())));
+  }
+  if (!CheckedBytes(ref_.rows, ref_.cols, SizeOf(ref_.dtype)).has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", ShapeString(rows(), cols()), " overflows a 64-bit size"));
+  }
+  if (ref_.data == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ": data is null"));
+  return absl::OkStatus();
+}
+
+v1::DataType ToProto(DType dtype) {
+  switch (dtype) {
+    case DType::kFp32: return v1::DATA_TYPE_FP32;
+    case DType::kFp16: return v1::DATA_TYPE_FP16;
+    case DType::kBf16: return v1::DATA_TYPE_BF16;
+  }
+  return v1::DATA_TYPE_UNSPECIFIED;
+}
+
+v1::Layout ToProto(Layout layout) {
+  return layout == Layout::kColMajor ? v1::LAYOUT_COL_MAJOR : v1::LAYOUT_ROW_MAJOR;
+}
+
+absl::StatusOr<DType> FromProto(v1::DataType dtype) {
+  switch (dtype) {
+    case v1::DATA_TYPE_FP32: return DType::kFp32;
+    case v1::DATA_TYPE_FP16: return DType::kFp16;
+    case v1::DATA_TYPE_BF16: return DType::kBf16;
+    default: return absl::InvalidArgumentError(absl::StrCat("unknown data type ", dtype));
+  }
+}
+
+absl::StatusOr<Layout> FromProto(v1::Layout layout) {
+  switch (layout) {
+    case v1::LAYOUT_UNSPECIFIED:
+    case v1::LAYOUT_ROW_MAJOR: return Layout::kRowMajor;
+    case v1::LAYOUT_COL_MAJOR: return Layout::kColMajor;
+    default: return absl::InvalidArgumentError(absl::StrCat("unknown layout ", layout));
+  }
+}
+
+absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
+                        const ProblemOptions& o) {
+  GEMM_RETURN_IF_ERROR(a.Validate("a"));
+  GEMM_RETURN_IF_ERROR(b.Validate("b"));
+  if (a.dtype() != b.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("a is ", TypeName(a.dtype()), " but b is ",
+                                                   TypeName(b.dtype())));
+  }
+  const uint64_t m = o.transpose_a ? a.cols() : a.rows();
+  const uint64_t k = o.transpose_a ? a.rows() : a.cols();
+  const uint64_t kb = o.transpose_b ? b.cols() : b.rows();
+  const uint64_t n = o.transpose_b ? b.rows() : b.cols();
+  if (k != kb) {
+    return absl::InvalidArgumentError(absl::StrCat("inner dimensions differ: op(a) is ",
+                                                   ShapeString(m, k), ", op(b) is ",
+                                                   ShapeString(kb, n)));
+  }
+  const DType out_dtype = o.output_dtype.value_or(a.dtype());
+  if (o.beta != 0.0 && !o.c.has_value()) {
+    return absl::InvalidArgumentError("c is required when beta != 0");
+  }
+  if (o.c.has_value()) {
+    GEMM_RETURN_IF_ERROR(o.c->Validate("c"));
+    GEMM_RETURN_IF_ERROR(CheckShape("c", *o.c, m, n));
+    if (o.c->dtype() != out_dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("c is ", TypeName(o.c->dtype()),
+                                                     ", expected the output type ",
+                                                     TypeName(out_dtype)));
+    }
+  }
+
+  v1::GemmProblem* p = request->add_problems();
+  p->set_m(m);
+  p->set_n(n);
+  p->set_k(k);
+  p->set_input_dtype(ToProto(a.dtype()));
+  p->set_output_dtype(ToProto(out_dtype));
+  p->set_transpose_a(o.transpose_a);
+  p->set_transpose_b(o.transpose_b);
+  p->set_allow_tf32(o.allow_tf32);
+  p->set_alpha(o.alpha);
+  p->set_beta(o.beta);
+  p->set_output_layout(ToProto(o.output_layout));
+  FillMatrix(p->mutable_a(), a);
+  FillMatrix(p->mutable_b(), b);
+  // C only travels when it is read.
+  if (o.c.has_value() && o.beta != 0.0) FillMatrix(p->mutable_c(), *o.c);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::GemmProblem> MakeProblem(const MatrixView& a, const MatrixView& b,
+                                            const ProblemOptions& options) {
+  v1::GemmRequest holder;
+  GEMM_RETURN_IF_ERROR(AddProblem(&holder, a, b, options));
+  // Moving out of the repeated field swaps buffers; the bytes are not copied.
+  return std::move(*holder.mutable_problems(0));
+}
+
+absl::StatusOr<GemmProblemRef> ViewProblem(const v1::GemmProblem& p) {
+  GemmProblemRef ref;
+  GemmShape& s = ref.shape;
+  s.m = p.m();
+  s.n = p.n();
+  s.k = p.k();
+  if (s.m == 0 || s.n == 0 || s.k == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m, n and k must be positive, got ", s.m, ", ", s.n, ", ", s.k));
+  }
+  GEMM_ASSIGN_OR_RETURN(s.input_dtype, FromProto(p.input_dtype()));
+  s.output_dtype = s.input_dtype;
+  if (p.output_dtype() != v1::DATA_TYPE_UNSPECIFIED) {
+    GEMM_ASSIGN_OR_RETURN(s.output_dtype, FromProto(p.output_dtype()));
+  }
+  s.transpose_a = p.transpose_a();
+  s.transpose_b = p.transpose_b();
+  s.allow_tf32 = p.allow_tf32();
+  GEMM_ASSIGN_OR_RETURN(s.layout_a, FromProto(p.a().layout()));
+  GEMM_ASSIGN_OR_RETURN(s.layout_b, FromProto(p.b().layout()));
+  GEMM_ASSIGN_OR_RETURN(s.layout_c, FromProto(p.c().layout()));
+  GEMM_ASSIGN_OR_RETURN(s.layout_d, FromProto(p.output_layout()));
+  ref.alpha = p.has_alpha() ? p.alpha() : 1.0;
+  ref.beta = p.has_beta() ? p.beta() : 0.0;
+
+  GEMM_RETURN_IF_ERROR(CheckBytes("a", p.a().data(), s.a_rows(), s.a_cols(), s.input_dtype));
+  GEMM_RETURN_IF_ERROR(CheckBytes("b", p.b().data(), s.b_rows(), s.b_cols(), s.input_dtype));
+  ref.a = MatrixA(s, p.a().data().data());
+  ref.b = MatrixB(s, p.b().data().data());
+  if (ref.beta != 0.0) {
+    GEMM_RETURN_IF_ERROR(CheckBytes("c", p.c().data(), s.m, s.n, s.output_dtype));
+    ref.c = MatrixC(s, p.c().data().data());
+  } else {
+    ref.c = MatrixC(s, nullptr);
+  }
+  return ref;
+}
+
+absl::StatusOr<MatrixRef> ViewResult(const v1::GemmResult& r) {
+  MatrixRef ref;
+  GEMM_ASSIGN_OR_RETURN(ref.dtype, FromProto(r.dtype()));
+  GEMM_ASSIGN_OR_RETURN(ref.layout, FromProto(r.layout()));
+  ref.rows = r.rows();
+  ref.cols = r.cols();
+  GEMM_RETURN_IF_ERROR(CheckBytes("result", r.data(), ref.rows, ref.cols, ref.dtype));
+  ref.data = r.data().data();
+  return ref;
+}
+
+absl::Status ReadResult(const v1::GemmResult& result, float* out, size_t capacity,
+                        Layout layout) {
+  GEMM_ASSIGN_OR_RETURN(const MatrixRef src, ViewResult(result));
+  const uint64_t n = src.elements();
+  if (capacity < n) {
+    return absl::InvalidArgumentError(absl::StrCat("output buffer holds ", capacity,
+                                                   " floats, the result has ", n));
+  }
+  if (src.layout == layout || src.rows == 1 || src.cols == 1) {
+    // A vector is laid out the same either way.
+    ToFloat(src.dtype, src.data, out, n);
+    return absl::OkStatus();
+  }
+  // Convert, then transpose into the requested layout. The source is read in
+  // order; a row-major destination index is r * cols + c, col-major c * rows + r.
+  std::vector<float> tmp(n);
+  ToFloat(src.dtype, src.data, tmp.data(), n);
+  const uint64_t outer = src.layout == Layout::kRowMajor ? src.rows : src.cols;
+  const uint64_t inner = src.layout == Layout::kRowMajor ? src.cols : src.rows;
+  for (uint64_t i = 0; i < outer; ++i)
+    for (uint64_t j = 0; j < inner; ++j) out[j * outer + i] = tmp[i * inner + j];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> ReadResult(const v1::GemmResult& result, Layout layout) {
+  GEMM_ASSIGN_OR_RETURN(const MatrixRef src, ViewResult(result));
+  std::vector<float> out(src.elements());
+  GEMM_RETURN_IF_ERROR(ReadResult(result, out.data(), out.size(), layout));
+  return out;
+}
+
+}  // namespace gemm

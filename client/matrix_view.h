@@ -1,0 +1,99 @@
+// Typed views over caller-owned host matrices, and the conversions between
+// them and the gemm.v1 messages: building a GemmProblem (one copy of each
+// operand into the request's bytes fields) and reading a GemmResult back.
+#ifndef GEMM_CLIENT_MATRIX_VIEW_H_
+#define GEMM_CLIENT_MATRIX_VIEW_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/dtype.h"
+#include "common/gemm_problem.h"
+#include "gemm/v1/gemm.pb.h"
+
+namespace gemm {
+
+// A dense rows x cols matrix in host memory, not owned. The constructors tie
+// the pointer type to the element type: `const float*` is fp32, and
+// `const uint16_t*` holds fp16 or bf16 bit patterns, named by `dtype`.
+class MatrixView {
+ public:
+  MatrixView(const float* data, uint64_t rows, uint64_t cols,
+             Layout layout = Layout::kRowMajor);
+  // `dtype` must be kFp16 or kBf16; Validate() reports anything else.
+  MatrixView(const uint16_t* data, uint64_t rows, uint64_t cols, DType dtype,
+             Layout layout = Layout::kRowMajor);
+
+  const void* data() const { return ref_.data; }
+  uint64_t rows() const { return ref_.rows; }
+  uint64_t cols() const { return ref_.cols; }
+  Layout layout() const { return ref_.layout; }
+  DType dtype() const { return ref_.dtype; }
+  const MatrixRef& ref() const { return ref_; }
+
+  // Non-null data, non-zero dimensions, a byte size that fits in 64 bits and
+  // an element type that matches the pointer type. `name` prefixes messages.
+  absl::Status Validate(absl::string_view name) const;
+
+ private:
+  MatrixRef ref_;
+  bool dtype_matches_pointer_ = true;
+};
+
+// Everything about a problem besides A and B.
+struct ProblemOptions {
+  bool transpose_a = false;
+  bool transpose_b = false;
+  // Type of C and of the result; unset means the input type.
+  std::optional<DType> output_dtype;
+  // Layout of the result D.
+  Layout output_layout = Layout::kRowMajor;
+  double alpha = 1.0;
+  double beta = 0.0;
+  // Let fp32 inputs run on TF32 tensor cores.
+  bool allow_tf32 = false;
+  // Required when beta != 0: M x N in the output type.
+  std::optional<MatrixView> c;
+};
+
+// Builds a problem computing alpha * op(a) * op(b) + beta * c. M, N and K
+// follow from the stored shapes and transposes. InvalidArgument names the
+// operand at fault for a bad view, mismatched inner dimensions or types, a
+// missing or mis-shaped C.
+absl::StatusOr<v1::GemmProblem> MakeProblem(const MatrixView& a, const MatrixView& b,
+                                            const ProblemOptions& options = {});
+
+// The same, appended to `request` in place.
+absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
+                        const ProblemOptions& options = {});
+
+// Enum conversions between the internal types and gemm.v1.
+v1::DataType ToProto(DType dtype);
+v1::Layout ToProto(Layout layout);
+// Unspecified is an error for a data type and row-major for a layout.
+absl::StatusOr<DType> FromProto(v1::DataType dtype);
+absl::StatusOr<Layout> FromProto(v1::Layout layout);
+
+// Views a problem message as the internal description (no copy; the message
+// must outlive the result), with d == nullptr. Checks byte lengths against
+// the shape, so the view can be read safely, e.g. by ReferenceGemm.
+absl::StatusOr<GemmProblemRef> ViewProblem(const v1::GemmProblem& problem);
+
+// Views a result message as a matrix (no copy), checking its byte length.
+absl::StatusOr<MatrixRef> ViewResult(const v1::GemmResult& result);
+
+// Converts a result to fp32 in `layout` into a caller-owned buffer of
+// `capacity` floats, which must hold at least rows * cols.
+absl::Status ReadResult(const v1::GemmResult& result, float* out, size_t capacity,
+                        Layout layout = Layout::kRowMajor);
+absl::StatusOr<std::vector<float>> ReadResult(const v1::GemmResult& result,
+                                              Layout layout = Layout::kRowMajor);
+
+}  // namespace gemm
+
+#endif  // GEMM_CLIENT_MATRIX_VIEW_H_
