@@ -137,11 +137,17 @@ void CpuExecutor::Execute(std::vector<std::shared_ptr<WorkItem>> batch) {
       item->Complete(absl::CancelledError("the call was cancelled before it ran"));
       continue;
     }
-    const absl::Time start = absl::Now();
-    absl::Duration staging;
-    for (const GemmProblemRef& p : item->problems) staging += RunCpuGemm(p);
+    absl::Duration staging, compute;
+    for (const GemmProblemRef& p : item->problems) {
+      const absl::Time start = absl::Now();
+      const absl::Duration s = RunCpuGemm(p);
+      const absl::Duration c = absl::Now() - start - s;
+      item->report.launches.emplace_back("openblas_sgemm", c);
+      staging += s;
+      compute += c;
+    }
     item->report.transfer = staging;
-    item->report.compute = absl::Now() - start - staging;
+    item->report.compute = compute;
     item->report.backend = "cpu";
     item->report.kernel = "openblas_sgemm";
     item->Complete(absl::OkStatus());

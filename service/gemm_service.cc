@@ -38,8 +38,15 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     absl::Duration pushback;
     absl::Status st = service->Admit(
         *request, response, DeadlineOf(*context), received,
-        [this](const absl::Status& s) { Finish(ToGrpcStatus(s)); }, &item_, &pushback);
+        [this, received](const absl::Status& s) {
+          service_->metrics()->RecordRequest("Gemm", static_cast<int>(s.code()),
+                                             service_->clock()->Now() - received);
+          Finish(ToGrpcStatus(s));
+        },
+        &item_, &pushback);
     if (!st.ok()) {
+      service->metrics()->RecordRequest("Gemm", static_cast<int>(st.code()),
+                                        service->clock()->Now() - received);
       if (st.code() == absl::StatusCode::kResourceExhausted && pushback > absl::ZeroDuration())
         context_->AddTrailingMetadata(kPushbackKey,
                                       std::to_string(absl::ToInt64Milliseconds(pushback)));
@@ -89,15 +96,17 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
       pending_[id] = std::move(pending);
     }
     absl::Status st;
+    const absl::Time received = service_->clock()->Now();
     if (p->request.request_id().empty()) {
       st = absl::InvalidArgumentError("request_id: required on GemmStream");
     } else {
       absl::Duration pushback;
       st = service_->Admit(
-          p->request, &p->response, DeadlineOf(*context_), service_->clock()->Now(),
-          [this, id](const absl::Status& s) { OnRequestDone(id, s); }, &p->item, &pushback);
+          p->request, &p->response, DeadlineOf(*context_), received,
+          [this, id, received](const absl::Status& s) { OnRequestDone(id, s, received); },
+          &p->item, &pushback);
     }
-    if (!st.ok()) OnRequestDone(id, st);
+    if (!st.ok()) OnRequestDone(id, st, received);
     {
       absl::MutexLock lock(&mu_);
       read_wanted_ = true;
@@ -139,7 +148,9 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     std::shared_ptr<WorkItem> item;
   };
 
-  void OnRequestDone(uint64_t id, const absl::Status& status) {
+  void OnRequestDone(uint64_t id, const absl::Status& status, absl::Time received) {
+    service_->metrics()->RecordRequest("GemmStream", static_cast<int>(status.code()),
+                                       service_->clock()->Now() - received);
     absl::MutexLock lock(&mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
@@ -224,8 +235,9 @@ void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmRes
 }
 
 GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue,
-                                 const Executor* executor, const Clock* clock)
-    : limits_(limits), queue_(queue), executor_(executor), clock_(clock) {}
+                                 const Executor* executor, ServiceMetrics* metrics,
+                                 const Clock* clock)
+    : limits_(limits), queue_(queue), executor_(executor), metrics_(metrics), clock_(clock) {}
 
 absl::Status GemmServiceImpl::Admit(const v1::GemmRequest& request, v1::GemmResponse* response,
                                     absl::Time deadline, absl::Time received,
@@ -241,9 +253,19 @@ absl::Status GemmServiceImpl::Admit(const v1::GemmRequest& request, v1::GemmResp
   item->deadline = deadline;
   item->received = received;
   const Clock* clock = clock_;
-  item->done = [response, received, clock, on_done = std::move(on_done)](
+  ServiceMetrics* metrics = metrics_;
+  WorkItem* raw = item.get();
+  item->done = [response, received, clock, metrics, raw, on_done = std::move(on_done)](
                    const absl::Status& s, const ExecutionReport& report) {
-    if (s.ok()) FillTiming(report, clock->Now() - received, response);
+    if (!report.backend.empty()) {  // it reached an executor
+      metrics->RecordQueueWait(report.queue_wait);
+      for (const auto& [kind, seconds] : report.launches)
+        metrics->RecordLaunch(report.backend, kind, seconds);
+    }
+    if (s.ok()) {
+      for (const GemmProblemRef& p : raw->problems) metrics->RecordProblem(p, report.backend);
+      FillTiming(report, clock->Now() - received, response);
+    }
     on_done(s);
   };
   *item_out = item;
@@ -296,6 +318,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
+  metrics_->RecordRequest("GetServerInfo", 0, absl::ZeroDuration());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

@@ -10,15 +10,16 @@
 #include "service/clock.h"
 #include "service/executor.h"
 #include "service/limits.h"
+#include "service/metrics.h"
 #include "service/request_queue.h"
 
 namespace gemm {
 
 class GemmServiceImpl final : public v1::GemmService::CallbackService {
  public:
-  // `queue` and `executor` must outlive the service.
+  // `queue`, `executor` and `metrics` must outlive the service.
   GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue, const Executor* executor,
-                  const Clock* clock);
+                  ServiceMetrics* metrics, const Clock* clock);
 
   grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
                                  const v1::GemmRequest* request,
@@ -44,11 +45,13 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   const ServiceLimits& limits() const { return limits_; }
   RequestQueue* queue() const { return queue_; }
   const Clock* clock() const { return clock_; }
+  ServiceMetrics* metrics() const { return metrics_; }
 
  private:
   const ServiceLimits limits_;
   RequestQueue* const queue_;
   const Executor* const executor_;
+  ServiceMetrics* const metrics_;
   const Clock* const clock_;
 };
 

@@ -9,7 +9,9 @@
 #include "common/status_macros.h"
 #include "service/clock.h"
 #include "service/gemm_service.h"
+#include "service/metrics.h"
 #include "service/request_queue.h"
+#include "service/version.h"
 #include "service/worker_pool.h"
 
 namespace gemm {
@@ -42,11 +44,21 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   std::unique_ptr<GemmServer> s(new GemmServer);
   s->options_ = options;
   s->executor_ = std::move(executor);
+  s->metrics_ = std::make_unique<ServiceMetrics>();
   s->queue_ = std::make_unique<RequestQueue>(
       RequestQueue::Options{options.limits.max_queued_requests, options.limits.max_inflight_bytes},
       Clock::Real());
+  RequestQueue* queue = s->queue_.get();
+  s->metrics_->SetBuildInfo(kVersion, s->executor_->info().backend);
+  s->metrics_->SetPeakRates(s->executor_->info().peak_rates);
+  s->metrics_->SetQueueProbe([queue] { return static_cast<double>(queue->queued()); },
+                             [queue] { return static_cast<double>(queue->inflight_bytes()); });
+  if (!options.metrics_listen.empty()) {
+    GEMM_RETURN_IF_ERROR(s->metrics_->StartExposer(options.metrics_listen));
+  }
   s->service_ = std::make_unique<GemmServiceImpl>(options.limits, s->queue_.get(),
-                                                  s->executor_.get(), Clock::Real());
+                                                  s->executor_.get(), s->metrics_.get(),
+                                                  Clock::Real());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -64,9 +76,12 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
 
   const int workers =
       options.workers > 0 ? options.workers : s->executor_->max_concurrent_batches();
-  s->workers_ = std::make_unique<WorkerPool>(s->queue_.get(), s->executor_.get(), workers);
+  s->workers_ = std::make_unique<WorkerPool>(s->queue_.get(), s->executor_.get(),
+                                             s->metrics_.get(), workers);
   spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} workers", options.listen_address,
                s->port_, s->executor_->info().backend, workers);
+  if (s->metrics_->exposer_port() != 0)
+    spdlog::info("metrics on {} (port {})", options.metrics_listen, s->metrics_->exposer_port());
   return s;
 }
 

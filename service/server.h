@@ -20,6 +20,7 @@ class Server;
 namespace gemm {
 
 class GemmServiceImpl;
+class ServiceMetrics;
 class RequestQueue;
 class WorkerPool;
 
@@ -33,6 +34,11 @@ struct ServerOptions {
   // Worker threads feeding the executor; 0 means the executor's own
   // max_concurrent_batches().
   int workers = 0;
+  // host:port for the Prometheus /metrics endpoint; empty (the default here,
+  // so that embedded servers and tests open no extra port) turns it off. The
+  // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
+  // private interface) to keep it off the public one.
+  std::string metrics_listen;
 
   absl::Status Validate() const;
 };
@@ -48,6 +54,7 @@ class GemmServer {
 
   int port() const { return port_; }
   const BackendInfo& backend() const;
+  ServiceMetrics* metrics() const { return metrics_.get(); }
 
   // Graceful shutdown: health turns NOT_SERVING, new calls are refused, calls
   // in flight get up to `drain` to finish, then are cancelled. Idempotent.
@@ -57,6 +64,7 @@ class GemmServer {
   GemmServer() = default;
 
   ServerOptions options_;
+  std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<RequestQueue> queue_;
   std::unique_ptr<GemmServiceImpl> service_;

@@ -21,6 +21,9 @@ const gemm::ServiceLimits kLimits;
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
           "host:port for the gRPC service; port 0 picks a free one (see --port_file)");
 ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this file");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "host:port for Prometheus /metrics; empty turns it off; 127.0.0.1:PORT keeps it "
+          "off the public interface");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
           "\"auto\" (the best backend present) or \"cpu\"");
 ABSL_FLAG(int, workers, kDefaults.workers,
@@ -62,6 +65,7 @@ int main(int argc, char** argv) {
   gemm::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.workers = absl::GetFlag(FLAGS_workers);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);

@@ -21,6 +21,9 @@ struct ExecutionReport {
   absl::Duration compute;
   std::string backend;
   std::string kernel;
+  // Kernel launches (BLAS calls on the CPU) attributed to this request, by
+  // kernel kind. A launch shared by several requests is listed on one.
+  std::vector<std::pair<std::string, absl::Duration>> launches;
 };
 
 struct WorkItem {

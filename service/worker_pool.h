@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "service/executor.h"
+#include "service/metrics.h"
 #include "service/request_queue.h"
 
 namespace gemm {
 
 class WorkerPool {
  public:
-  // Starts `workers` threads. `queue` and `executor` must outlive the pool.
-  WorkerPool(RequestQueue* queue, Executor* executor, int workers);
+  // Starts `workers` threads. The pointers must outlive the pool.
+  WorkerPool(RequestQueue* queue, Executor* executor, ServiceMetrics* metrics, int workers);
   // Stops and joins (see Stop).
   ~WorkerPool();
 
@@ -30,6 +31,7 @@ class WorkerPool {
 
   RequestQueue* const queue_;
   Executor* const executor_;
+  ServiceMetrics* const metrics_;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
 };

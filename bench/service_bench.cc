@@ -1,0 +1,245 @@
+// service_bench: requests/s and MB/s through the GEMM service on loopback,
+// beside a plain gRPC echo service carrying the same bytes each way, in one
+// run. The ratio service/echo says how much of the transport's own rate the
+// service keeps; on the CPU backend large sizes are bound by the CPU's GEMM
+// rate instead, which the GFLOP/s column shows.
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "echo/v1/echo.grpc.pb.h"
+#include "gemm/v1/gemm.grpc.pb.h"
+#include "common/dtype.h"
+#include "service/server.h"
+
+ABSL_FLAG(std::string, sizes, "64,128,256,512,1024", "square problem sizes");
+ABSL_FLAG(std::string, concurrency, "1,4,16", "requests in flight");
+ABSL_FLAG(double, seconds, 2.0, "measured time per case (after warm-up)");
+ABSL_FLAG(std::string, dtype, "fp32", "fp32, fp16 or bf16");
+ABSL_FLAG(int, cpu_concurrency, gemm::CpuExecutor::Options().concurrent_requests,
+          "in-process server: CPU backend requests computed at once");
+ABSL_FLAG(int, blas_threads, gemm::CpuExecutor::Options().blas_threads,
+          "in-process server: OpenBLAS threads per GEMM (0 = one per core)");
+ABSL_FLAG(std::string, target, "",
+          "benchmark a running server at host:port instead of an in-process one "
+          "(the echo server still runs in-process)");
+
+namespace gemm {
+namespace {
+
+using bench::echo::v1::EchoReply;
+using bench::echo::v1::EchoRequest;
+using bench::echo::v1::EchoService;
+
+class EchoServiceImpl final : public EchoService::CallbackService {
+  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoRequest* request,
+                                 EchoReply* reply) override {
+    reply->mutable_payload()->resize(request->reply_bytes());
+    auto* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+struct Result {
+  double requests_per_s = 0;
+  double mb_per_s = 0;
+  double p50_us = 0;
+  double p99_us = 0;
+  int errors = 0;
+};
+
+// Closed loop: `concurrency` calls in flight, each completion starts the next,
+// for a warm-up and then `seconds` of measurement.
+template <typename Issue>
+Result RunLoop(int concurrency, double seconds, double bytes_per_call, Issue issue) {
+  absl::Mutex mu;
+  std::vector<double> latencies_us;
+  std::atomic<int> errors{0};
+  std::atomic<long> completed{0};
+  std::atomic<bool> measuring{false}, stop{false};
+  std::atomic<int> in_flight{0};
+  absl::Notification all_done;
+
+  std::function<void()> start_one = [&] {
+    in_flight.fetch_add(1);
+    const absl::Time t0 = absl::Now();
+    issue([&, t0](bool ok) {
+      if (measuring.load()) {
+        const double us = absl::ToDoubleMicroseconds(absl::Now() - t0);
+        {
+          absl::MutexLock lock(&mu);
+          latencies_us.push_back(us);
+        }
+        completed.fetch_add(1);
+        if (!ok) errors.fetch_add(1);
+      }
+      if (!stop.load()) {
+        start_one();
+      }
+      if (in_flight.fetch_sub(1) == 1 && stop.load()) all_done.Notify();
+    });
+  };
+  for (int i = 0; i < concurrency; ++i) start_one();
+  absl::SleepFor(absl::Seconds(std::min(0.5, seconds / 2)));  // warm-up
+  measuring.store(true);
+  const absl::Time t0 = absl::Now();
+  absl::SleepFor(absl::Seconds(seconds));
+  measuring.store(false);
+  const double elapsed = absl::ToDoubleSeconds(absl::Now() - t0);
+  stop.store(true);
+  all_done.WaitForNotification();
+
+  Result r;
+  absl::MutexLock lock(&mu);
+  std::sort(latencies_us.begin(), latencies_us.end());
+  const double n = static_cast<double>(completed.load());
+  r.requests_per_s = n / elapsed;
+  r.mb_per_s = n * bytes_per_call / elapsed / 1e6;
+  if (!latencies_us.empty()) {
+    r.p50_us = latencies_us[latencies_us.size() / 2];
+    r.p99_us = latencies_us[latencies_us.size() * 99 / 100];
+  }
+  r.errors = errors.load();
+  return r;
+}
+
+v1::DataType ParseDType(const std::string& s) {
+  if (s == "fp16") return v1::DATA_TYPE_FP16;
+  if (s == "bf16") return v1::DATA_TYPE_BF16;
+  return v1::DATA_TYPE_FP32;
+}
+
+std::string RandomBytes(size_t elements, v1::DataType t, std::mt19937* rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(elements);
+  for (float& v : values) v = dist(*rng);
+  const DType type = t == v1::DATA_TYPE_FP16   ? DType::kFp16
+                     : t == v1::DATA_TYPE_BF16 ? DType::kBf16
+                                               : DType::kFp32;
+  std::string out(elements * SizeOf(type), '\0');
+  FromFloat(type, values.data(), out.data(), elements);
+  return out;
+}
+
+int Main() {
+  std::vector<int> sizes, concurrencies;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ','))
+    sizes.push_back(std::stoi(std::string(s)));
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ','))
+    concurrencies.push_back(std::stoi(std::string(s)));
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const v1::DataType dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+
+  std::unique_ptr<GemmServer> gemm_server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  if (target.empty()) {
+    ServerOptions options;
+    options.listen_address = "127.0.0.1:0";
+    options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
+    options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+    auto s = GemmServer::Start(options);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cannot start the server: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    gemm_server = std::move(*s);
+    target = "127.0.0.1:" + std::to_string(gemm_server->port());
+  }
+
+  EchoServiceImpl echo_service;
+  int echo_port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
+  builder.RegisterService(&echo_service);
+  builder.SetMaxReceiveMessageSize(1 << 30);
+  builder.SetMaxSendMessageSize(1 << 30);
+  std::unique_ptr<grpc::Server> echo_server = builder.BuildAndStart();
+
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(1 << 30);
+  args.SetMaxSendMessageSize(1 << 30);
+  auto gemm_stub = v1::GemmService::NewStub(
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  auto echo_stub = EchoService::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(echo_port), grpc::InsecureChannelCredentials(), args));
+
+  v1::ServerInfo info;
+  {
+    grpc::ClientContext ctx;
+    grpc::Status st = gemm_stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info);
+    if (!st.ok()) {
+      std::fprintf(stderr, "GetServerInfo failed: %s\n", st.error_message().c_str());
+      return 1;
+    }
+  }
+  std::printf("service_bench: backend %s (%s), dtype %s, %.1f s per case\n",
+              info.backend().c_str(), info.devices_size() ? info.devices(0).name().c_str() : "",
+              absl::GetFlag(FLAGS_dtype).c_str(), seconds);
+  std::printf("%6s %5s | %10s %9s %9s %8s | %10s %9s %9s | %7s\n", "size", "conc", "gemm req/s",
+              "MB/s", "GFLOP/s", "p50 us", "echo req/s", "MB/s", "p50 us", "ratio");
+
+  std::mt19937 rng(42);
+  int failures = 0;
+  for (int n : sizes) {
+    v1::GemmRequest request;
+    v1::GemmProblem* p = request.add_problems();
+    p->set_m(n);
+    p->set_n(n);
+    p->set_k(n);
+    p->set_input_dtype(dtype);
+    *p->mutable_a()->mutable_data() = RandomBytes(size_t(n) * n, dtype, &rng);
+    *p->mutable_b()->mutable_data() = RandomBytes(size_t(n) * n, dtype, &rng);
+    const size_t elem = dtype == v1::DATA_TYPE_FP32 ? 4 : 2;
+    const size_t reply_bytes = size_t(n) * n * elem;
+    const double bytes_per_call = 2.0 * n * n * elem + reply_bytes;
+    EchoRequest echo_request;
+    echo_request.set_payload(RandomBytes(2 * size_t(n) * n, dtype, &rng));
+    echo_request.set_reply_bytes(reply_bytes);
+
+    for (int conc : concurrencies) {
+      Result g = RunLoop(conc, seconds, bytes_per_call, [&](std::function<void(bool)> done) {
+        auto ctx = std::make_shared<grpc::ClientContext>();
+        auto reply = std::make_shared<v1::GemmResponse>();
+        gemm_stub->async()->Gemm(ctx.get(), &request, reply.get(),
+                                 [ctx, reply, done](grpc::Status st) { done(st.ok()); });
+      });
+      Result e = RunLoop(conc, seconds, bytes_per_call, [&](std::function<void(bool)> done) {
+        auto ctx = std::make_shared<grpc::ClientContext>();
+        auto reply = std::make_shared<EchoReply>();
+        echo_stub->async()->Echo(ctx.get(), &echo_request, reply.get(),
+                                 [ctx, reply, done](grpc::Status st) { done(st.ok()); });
+      });
+      const double gflops = g.requests_per_s * 2.0 * n * n * n / 1e9;
+      std::printf("%6d %5d | %10.0f %9.1f %9.2f %8.0f | %10.0f %9.1f %9.0f | %7.2f%s\n", n, conc,
+                  g.requests_per_s, g.mb_per_s, gflops, g.p50_us, e.requests_per_s, e.mb_per_s,
+                  e.p50_us, g.requests_per_s / e.requests_per_s,
+                  (g.errors || e.errors) ? "  (errors!)" : "");
+      std::fflush(stdout);
+      failures += g.errors + e.errors;
+    }
+  }
+  echo_server->Shutdown();
+  if (gemm_server) gemm_server->Shutdown(absl::Seconds(5));
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace gemm
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return gemm::Main();
+}

@@ -1,0 +1,227 @@
+#include "service/metrics.h"
+
+#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace gemm {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+const char* GrpcCodeName(int code) {
+  static const char* const kNames[] = {
+      "OK",        "CANCELLED",          "UNKNOWN",        "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",  "ALREADY_EXISTS", "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",       "UNAVAILABLE",    "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  if (code < 0 || code > 16) return "UNKNOWN";
+  return kNames[code];
+}
+
+// Gauges whose values are read when scraped, so they are never stale.
+class GaugeProbe : public prometheus::Collectable {
+ public:
+  void Add(std::string name, std::string help, std::function<double()> read) {
+    gauges_.push_back({std::move(name), std::move(help), std::move(read)});
+  }
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> out;
+    for (const Entry& g : gauges_) {
+      prometheus::MetricFamily family;
+      family.name = g.name;
+      family.help = g.help;
+      family.type = prometheus::MetricType::Gauge;
+      prometheus::ClientMetric metric;
+      metric.gauge.value = g.read();
+      family.metric.push_back(metric);
+      out.push_back(std::move(family));
+    }
+    return out;
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    std::string help;
+    std::function<double()> read;
+  };
+  std::vector<Entry> gauges_;
+};
+
+}  // namespace
+
+const char* ShapeClass(const GemmShape& s) {
+  const double f = s.flops();
+  if (f <= 2.0 * 64 * 64 * 64) return "tiny";
+  if (f <= 2.0 * 256 * 256 * 256) return "small";
+  if (f <= 2.0 * 1024 * 1024 * 1024) return "medium";
+  if (f <= 2.0 * 4096 * 4096 * 4096) return "large";
+  return "huge";
+}
+
+std::vector<double> LatencyBuckets() {
+  return {50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+          50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0,  30.0, 60.0};
+}
+
+ServiceMetrics::ServiceMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      requests_(BuildCounter()
+                    .Name("gemm_requests_total")
+                    .Help("Finished requests by RPC method and gRPC status code.")
+                    .Register(*registry_)),
+      request_seconds_(BuildHistogram()
+                           .Name("gemm_request_duration_seconds")
+                           .Help("Time from receipt to answer, by RPC method.")
+                           .Register(*registry_)),
+      queue_wait_seconds_(BuildHistogram()
+                              .Name("gemm_queue_wait_seconds")
+                              .Help("Time admitted requests waited in the queue.")
+                              .Register(*registry_)
+                              .Add({}, LatencyBuckets())),
+      batch_requests_(BuildHistogram()
+                          .Name("gemm_batch_requests")
+                          .Help("Requests per batch handed to an executor.")
+                          .Register(*registry_)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{
+                                       1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024})),
+      batch_problems_(BuildHistogram()
+                          .Name("gemm_batch_problems")
+                          .Help("Problems per batch handed to an executor.")
+                          .Register(*registry_)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{
+                                       1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096})),
+      launches_(BuildCounter()
+                    .Name("gemm_launches_total")
+                    .Help("Kernel launches (BLAS calls on the CPU) by backend and kernel kind.")
+                    .Register(*registry_)),
+      compute_seconds_(BuildCounter()
+                           .Name("gemm_compute_seconds_total")
+                           .Help("Time spent computing (kernel time from CUDA events on a GPU).")
+                           .Register(*registry_)),
+      flops_(BuildCounter()
+                 .Name("gemm_floating_point_operations_total")
+                 .Help("Floating-point operations done, 2*M*N*K per problem.")
+                 .Register(*registry_)),
+      algorithmic_bytes_(BuildCounter()
+                             .Name("gemm_algorithmic_bytes_total")
+                             .Help("Bytes of A, B, C read and D written, each counted once.")
+                             .Register(*registry_)),
+      transfer_bytes_(BuildCounter()
+                          .Name("gemm_transfer_bytes_total")
+                          .Help("Bytes actually moved between host and device, by direction.")
+                          .Register(*registry_)),
+      peak_flops_(BuildGauge()
+                      .Name("gemm_peak_flops_per_second")
+                      .Help("The backend's peak rate by dtype, and how it was obtained.")
+                      .Register(*registry_)),
+      peak_memory_(BuildGauge()
+                       .Name("gemm_peak_memory_bytes_per_second")
+                       .Help("The backend's memory bandwidth, and how it was obtained.")
+                       .Register(*registry_)),
+      build_info_(BuildGauge()
+                      .Name("gemm_build_info")
+                      .Help("Always 1; labels carry the version and backend.")
+                      .Register(*registry_)) {}
+
+ServiceMetrics::~ServiceMetrics() = default;
+
+absl::Status ServiceMetrics::StartExposer(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  if (queue_probe_) exposer_->RegisterCollectable(queue_probe_);
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  exposer_port_ = ports.empty() ? 0 : ports.front();
+  return absl::OkStatus();
+}
+
+int ServiceMetrics::exposer_port() const { return exposer_port_; }
+
+std::string ServiceMetrics::Scrape() const {
+  std::ostringstream out;
+  std::vector<prometheus::MetricFamily> families = registry_->Collect();
+  if (queue_probe_) {
+    for (auto& f : queue_probe_->Collect()) families.push_back(std::move(f));
+  }
+  prometheus::TextSerializer().Serialize(out, families);
+  return out.str();
+}
+
+void ServiceMetrics::SetBuildInfo(const std::string& version, const std::string& backend) {
+  build_info_.Add({{"version", version}, {"backend", backend}}).Set(1);
+}
+
+void ServiceMetrics::SetPeakRates(const std::vector<PeakRate>& rates) {
+  for (const PeakRate& r : rates) {
+    if (r.kind == "memory") {
+      peak_memory_.Add({{"method", r.method}}).Set(r.per_second);
+    } else {
+      peak_flops_.Add({{"dtype", r.kind}, {"method", r.method}}).Set(r.per_second);
+    }
+  }
+}
+
+void ServiceMetrics::RecordRequest(const std::string& method, int grpc_code,
+                                   absl::Duration latency) {
+  requests_.Add({{"method", method}, {"code", GrpcCodeName(grpc_code)}}).Increment();
+  request_seconds_.Add({{"method", method}}, LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void ServiceMetrics::RecordQueueWait(absl::Duration wait) {
+  queue_wait_seconds_.Observe(absl::ToDoubleSeconds(wait));
+}
+
+void ServiceMetrics::SetQueueProbe(std::function<double()> queued_requests,
+                                   std::function<double()> inflight_bytes) {
+  auto probe = std::make_shared<GaugeProbe>();
+  probe->Add("gemm_queue_depth", "Requests waiting in the queue.", std::move(queued_requests));
+  probe->Add("gemm_inflight_bytes", "Operand and result bytes held by admitted requests.",
+             std::move(inflight_bytes));
+  queue_probe_ = probe;
+  if (exposer_) exposer_->RegisterCollectable(queue_probe_);
+}
+
+void ServiceMetrics::RecordBatch(size_t requests, size_t problems) {
+  batch_requests_.Observe(static_cast<double>(requests));
+  batch_problems_.Observe(static_cast<double>(problems));
+}
+
+void ServiceMetrics::RecordProblem(const GemmProblemRef& p, const std::string& backend) {
+  const std::string dtype = DTypeName(p.shape.input_dtype);
+  // fp32 inputs on tensor cores count as tf32: their peak is a different one.
+  const std::string kind = p.shape.input_dtype == DType::kFp32 && p.shape.allow_tf32 &&
+                                   backend != "cpu"
+                               ? "tf32"
+                               : dtype;
+  flops_.Add({{"dtype", kind}, {"shape_class", ShapeClass(p.shape)}, {"backend", backend}})
+      .Increment(p.shape.flops());
+  algorithmic_bytes_.Add({{"dtype", kind}, {"backend", backend}})
+      .Increment(static_cast<double>(p.algorithmic_bytes()));
+}
+
+void ServiceMetrics::RecordLaunch(const std::string& backend, const std::string& kernel_kind,
+                                  absl::Duration compute) {
+  const prometheus::Labels labels{{"backend", backend}, {"kernel_kind", kernel_kind}};
+  launches_.Add(labels).Increment();
+  compute_seconds_.Add(labels).Increment(absl::ToDoubleSeconds(compute));
+}
+
+void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes) {
+  transfer_bytes_.Add({{"direction", direction}}).Increment(bytes);
+}
+
+}  // namespace gemm

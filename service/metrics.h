@@ -1,0 +1,97 @@
+// The service's Prometheus metrics (prometheus-cpp). One object per server,
+// with its own registry; the HTTP exposer is optional (metrics_listen flag).
+//
+// Naming follows Prometheus conventions: one gemm_ prefix, base units
+// (_seconds, _bytes), counters end in _total. Label values are bounded: method,
+// gRPC code, dtype, backend, kernel kind and a five-value shape class — never a
+// request id or a raw shape. deploy/prometheus/ derives the roofline figures
+// (achieved FLOP/s, intensity, fraction of peak, attainable bound) from these.
+#ifndef GEMM_SERVICE_METRICS_H_
+#define GEMM_SERVICE_METRICS_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/gemm_problem.h"
+#include "service/executor.h"
+
+namespace prometheus {
+class Exposer;
+}
+
+namespace gemm {
+
+// Problem size classes by 2*M*N*K, for the flops counter's label.
+const char* ShapeClass(const GemmShape& shape);
+
+class ServiceMetrics {
+ public:
+  ServiceMetrics();
+  ~ServiceMetrics();
+
+  // Serves /metrics on `address` (host:port). Port 0 picks a free port.
+  absl::Status StartExposer(const std::string& address);
+  // The bound port of the exposer, 0 if none.
+  int exposer_port() const;
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+  // The current metrics in the text exposition format.
+  std::string Scrape() const;
+
+  // Static facts, set once at start-up.
+  void SetBuildInfo(const std::string& version, const std::string& backend);
+  void SetPeakRates(const std::vector<PeakRate>& rates);
+
+  // One finished RPC (unary call, or one request of a stream).
+  void RecordRequest(const std::string& method, int grpc_code, absl::Duration latency);
+  void RecordQueueWait(absl::Duration wait);
+  // Gauges read at scrape time: queue depth and in-flight bytes.
+  void SetQueueProbe(std::function<double()> queued_requests,
+                     std::function<double()> inflight_bytes);
+  // One batch handed to an executor: its request count and problem count.
+  void RecordBatch(size_t requests, size_t problems);
+  // One finished problem's work.
+  void RecordProblem(const GemmProblemRef& problem, const std::string& backend);
+  // One kernel launch (or BLAS call) and the time it took.
+  void RecordLaunch(const std::string& backend, const std::string& kernel_kind,
+                    absl::Duration compute);
+  void AddTransferBytes(const std::string& direction, double bytes);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int exposer_port_ = 0;
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Histogram& queue_wait_seconds_;
+  std::shared_ptr<prometheus::Collectable> queue_probe_;
+  prometheus::Histogram& batch_requests_;
+  prometheus::Histogram& batch_problems_;
+  prometheus::Family<prometheus::Counter>& launches_;
+  prometheus::Family<prometheus::Counter>& compute_seconds_;
+  prometheus::Family<prometheus::Counter>& flops_;
+  prometheus::Family<prometheus::Counter>& algorithmic_bytes_;
+  prometheus::Family<prometheus::Counter>& transfer_bytes_;
+  prometheus::Family<prometheus::Gauge>& peak_flops_;
+  prometheus::Family<prometheus::Gauge>& peak_memory_;
+  prometheus::Family<prometheus::Gauge>& build_info_;
+};
+
+// Latency buckets (seconds) from 50 us to 60 s: GEMMs run from microseconds
+// (64^3 on a GPU) to seconds (large fp32 on a CPU).
+std::vector<double> LatencyBuckets();
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_METRICS_H_
