@@ -215,6 +215,15 @@ TEST_F(ClientTest, UnaryGemmAndServerInfo) {
   EXPECT_EQ(info->backend(), "fake");
 }
 
+TEST_F(ClientTest, DnsTargetWithRoundRobin) {
+  ClientOptions options;
+  options.target = absl::StrCat("dns:///localhost:", port_);
+  std::unique_ptr<Client> client = *Client::Create(options);
+  CallOptions call;
+  call.timeout = absl::Seconds(10);
+  ExpectCorrect(client->Gemm(MakeRequest(), call));
+}
+
 TEST_F(ClientTest, RetriesResourceExhaustedAfterThePushback) {
   service_.reject = 2;
   service_.pushback = "150";
