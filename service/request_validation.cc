@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "common/proto_enums.h"
 
 namespace gemm {
 namespace {
@@ -17,30 +18,17 @@ absl::Status BadField(int index, absl::string_view name, absl::string_view why) 
 }
 
 absl::StatusOr<DType> ParseDType(v1::DataType t, int index, absl::string_view name) {
-  switch (t) {
-    case v1::DATA_TYPE_FP32:
-      return DType::kFp32;
-    case v1::DATA_TYPE_FP16:
-      return DType::kFp16;
-    case v1::DATA_TYPE_BF16:
-      return DType::kBf16;
-    case v1::DATA_TYPE_UNSPECIFIED:
-      return BadField(index, name, "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
-    default:
-      return BadField(index, name, absl::StrCat("unknown data type ", static_cast<int>(t)));
-  }
+  if (t == v1::DATA_TYPE_UNSPECIFIED)
+    return BadField(index, name, "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
+  auto d = FromProto(t);
+  if (!d.ok()) return BadField(index, name, d.status().message());
+  return *d;
 }
 
 absl::StatusOr<Layout> ParseLayout(v1::Layout l, int index, absl::string_view name) {
-  switch (l) {
-    case v1::LAYOUT_UNSPECIFIED:
-    case v1::LAYOUT_ROW_MAJOR:
-      return Layout::kRowMajor;
-    case v1::LAYOUT_COL_MAJOR:
-      return Layout::kColMajor;
-    default:
-      return BadField(index, name, absl::StrCat("unknown layout ", static_cast<int>(l)));
-  }
+  auto layout = FromProto(l);
+  if (!layout.ok()) return BadField(index, name, layout.status().message());
+  return *layout;
 }
 
 absl::Status CheckDimension(uint64_t v, int index, absl::string_view name,
@@ -82,28 +70,6 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
 }
 
 }  // namespace
-
-DType FromProto(v1::DataType t) {
-  return t == v1::DATA_TYPE_FP16 ? DType::kFp16
-         : t == v1::DATA_TYPE_BF16 ? DType::kBf16
-                                   : DType::kFp32;
-}
-
-v1::DataType ToProto(DType t) {
-  switch (t) {
-    case DType::kFp16:
-      return v1::DATA_TYPE_FP16;
-    case DType::kBf16:
-      return v1::DATA_TYPE_BF16;
-    case DType::kFp32:
-      break;
-  }
-  return v1::DATA_TYPE_FP32;
-}
-
-v1::Layout ToProto(Layout l) {
-  return l == Layout::kColMajor ? v1::LAYOUT_COL_MAJOR : v1::LAYOUT_ROW_MAJOR;
-}
 
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits) {

@@ -29,10 +29,6 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
 // Bytes a validated request holds while in flight: operands plus results.
 uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems);
 
-DType FromProto(v1::DataType t);
-v1::DataType ToProto(DType t);
-v1::Layout ToProto(Layout l);
-
 }  // namespace gemm
 
 #endif  // GEMM_SERVICE_REQUEST_VALIDATION_H_

@@ -1,5 +1,7 @@
 #include "service/request_validation.h"
 
+#include "common/proto_enums.h"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -412,9 +414,9 @@ TEST(RequestValidationTest, OutputDtypeDefaultsToInputDtype) {
   for (v1::DataType t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16}) {
     auto r = ValidateProblem(GoodProblem(2, 3, 4, t), 0, ServiceLimits{});
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_EQ(r->shape.input_dtype, FromProto(t));
-    EXPECT_EQ(r->shape.output_dtype, FromProto(t));
-    EXPECT_EQ(r->a.dtype, FromProto(t));
+    EXPECT_EQ(r->shape.input_dtype, FromProto(t).value());
+    EXPECT_EQ(r->shape.output_dtype, FromProto(t).value());
+    EXPECT_EQ(r->a.dtype, FromProto(t).value());
   }
 }
 
@@ -456,7 +458,7 @@ TEST(RequestValidationTest, CIsNotReadWhenBetaIsZero) {
 }
 
 TEST(RequestValidationTest, DtypeConversionsRoundTrip) {
-  for (DType t : {DType::kFp32, DType::kFp16, DType::kBf16}) EXPECT_EQ(FromProto(ToProto(t)), t);
+  for (DType t : {DType::kFp32, DType::kFp16, DType::kBf16}) EXPECT_EQ(FromProto(ToProto(t)).value(), t);
   EXPECT_EQ(ToProto(Layout::kRowMajor), v1::LAYOUT_ROW_MAJOR);
   EXPECT_EQ(ToProto(Layout::kColMajor), v1::LAYOUT_COL_MAJOR);
 }
