@@ -151,7 +151,19 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
   void OnRequestDone(uint64_t id, const absl::Status& status, absl::Time received) {
     service_->metrics()->RecordRequest("GemmStream", static_cast<int>(status.code()),
                                        service_->clock()->Now() - received);
-    absl::MutexLock lock(&mu_);
+    Next next;
+    {
+      absl::MutexLock lock(&mu_);
+      RecordDoneLocked(id, status);
+      // Decided in the same critical section: once the lock is released
+      // another thread may finish the stream, and gRPC then deletes it.
+      next = DecideLocked();
+    }
+    Apply(next);
+  }
+
+  void RecordDoneLocked(uint64_t id, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
     std::unique_ptr<Pending> p = std::move(it->second);
@@ -168,37 +180,52 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     ready_.push_back(std::move(response));
   }
 
-  // Decides the next gRPC operation under the lock and starts it outside.
-  void Advance() {
-    enum { kNone, kWrite, kRead, kFinish } action = kNone;
-    const v1::GemmResponse* to_write = nullptr;
+  // The gRPC operations to start once the lock is released.
+  struct Next {
+    const v1::GemmResponse* write = nullptr;
+    bool read = false;
+    bool finish = false;
     grpc::Status finish_status;
-    bool also_read = false;
+  };
+
+  // Decides the next gRPC operations under the lock and starts them outside.
+  void Advance() {
+    Next next;
     {
       absl::MutexLock lock(&mu_);
-      if (broken_) ready_.clear();
-      if (!writing_ && !ready_.empty() && !broken_) {
-        writing_ = true;
-        to_write = ready_.front().get();
-        action = kWrite;
-      }
-      const size_t held = pending_.size() + ready_.size();
-      if (!reads_done_ && !broken_ && read_wanted_ &&
-          held < service_->limits().max_stream_inflight) {
-        read_wanted_ = false;
-        also_read = true;
-      }
-      const bool drained = pending_.empty() && ready_.empty() && !writing_;
-      if (drained && !finished_ && (reads_done_ || broken_)) {
-        finished_ = true;
-        finish_status = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
-                                : grpc::Status::OK;
-        if (action == kNone) action = kFinish;
-      }
+      next = DecideLocked();
     }
-    if (action == kWrite) StartWrite(to_write);
-    if (also_read) StartRead(&incoming_);
-    if (action == kFinish) Finish(finish_status);
+    Apply(next);
+  }
+
+  Next DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Next next;
+    if (broken_) ready_.clear();
+    if (!writing_ && !ready_.empty() && !broken_) {
+      writing_ = true;
+      next.write = ready_.front().get();
+    }
+    const size_t held = pending_.size() + ready_.size();
+    if (!reads_done_ && !broken_ && read_wanted_ &&
+        held < service_->limits().max_stream_inflight) {
+      read_wanted_ = false;
+      next.read = true;
+    }
+    const bool drained = pending_.empty() && ready_.empty() && !writing_;
+    if (drained && !finished_ && (reads_done_ || broken_)) {
+      finished_ = true;
+      next.finish = true;
+      next.finish_status = broken_
+                               ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
+                               : grpc::Status::OK;
+    }
+    return next;
+  }
+
+  void Apply(const Next& next) {
+    if (next.write != nullptr) StartWrite(next.write);
+    if (next.read) StartRead(&incoming_);
+    if (next.finish) Finish(next.finish_status);
   }
 
   GemmServiceImpl* const service_;
