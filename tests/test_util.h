@@ -1,0 +1,69 @@
+// Helpers shared by the integration tests: random operands of any dtype,
+// gemm.v1 problems built from a compact spec, and checks of results against
+// the float64 reference. The checks read the request on their own (they do
+// not reuse the server's validation), so a wrong server reading of a field
+// cannot hide itself.
+#ifndef GEMM_TESTS_TEST_UTIL_H_
+#define GEMM_TESTS_TEST_UTIL_H_
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/gemm_problem.h"
+#include "gemm/v1/gemm.pb.h"
+
+namespace gemm {
+namespace test {
+
+// A compact description of one problem. Unset optionals stay unset in the
+// proto, so the server's defaults are exercised too.
+struct ProblemSpec {
+  uint64_t m = 1;
+  uint64_t n = 1;
+  uint64_t k = 1;
+  DType input = DType::kFp32;
+  std::optional<DType> output;  // unset: output_dtype left UNSPECIFIED
+  bool transpose_a = false;
+  bool transpose_b = false;
+  Layout layout_a = Layout::kRowMajor;
+  Layout layout_b = Layout::kRowMajor;
+  Layout layout_c = Layout::kRowMajor;
+  Layout layout_d = Layout::kRowMajor;
+  std::optional<double> alpha;
+  std::optional<double> beta;  // C is generated when beta is set and non-zero
+  bool allow_tf32 = false;
+};
+
+std::string Describe(const ProblemSpec& spec);
+
+// `elements` values uniform in [-1, 1], rounded to `t`, as little-endian bytes.
+std::string RandomMatrixBytes(DType t, uint64_t elements, std::mt19937* rng);
+
+v1::DataType ProtoDType(DType t);
+v1::Layout ProtoLayout(Layout l);
+
+// A problem with random operands (and C when spec.beta is non-zero).
+v1::GemmProblem MakeProblem(const ProblemSpec& spec, std::mt19937* rng);
+
+// The problem as the API defines it, pointing into `p`'s bytes (which must
+// outlive the result). `p` must be well-formed.
+GemmProblemRef ProblemRefOf(const v1::GemmProblem& p);
+
+// Checks dtype, layout and shape of `result` and its values against
+// ReferenceGemm within the tolerance of the problem's dtypes.
+::testing::AssertionResult ResultMatches(const v1::GemmProblem& problem,
+                                         const v1::GemmResult& result);
+
+// Checks request_id, the result count and every result, and that the
+// response names a backend.
+::testing::AssertionResult ResponseMatches(const v1::GemmRequest& request,
+                                           const v1::GemmResponse& response);
+
+}  // namespace test
+}  // namespace gemm
+
+#endif  // GEMM_TESTS_TEST_UTIL_H_
