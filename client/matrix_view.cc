@@ -80,37 +80,6 @@ absl::Status MatrixView::Validate(absl::string_view name) const {
   return absl::OkStatus();
 }
 
-v1::DataType ToProto(DType dtype) {
-  switch (dtype) {
-    case DType::kFp32: return v1::DATA_TYPE_FP32;
-    case DType::kFp16: return v1::DATA_TYPE_FP16;
-    case DType::kBf16: return v1::DATA_TYPE_BF16;
-  }
-  return v1::DATA_TYPE_UNSPECIFIED;
-}
-
-v1::Layout ToProto(Layout layout) {
-  return layout == Layout::kColMajor ? v1::LAYOUT_COL_MAJOR : v1::LAYOUT_ROW_MAJOR;
-}
-
-absl::StatusOr<DType> FromProto(v1::DataType dtype) {
-  switch (dtype) {
-    case v1::DATA_TYPE_FP32: return DType::kFp32;
-    case v1::DATA_TYPE_FP16: return DType::kFp16;
-    case v1::DATA_TYPE_BF16: return DType::kBf16;
-    default: return absl::InvalidArgumentError(absl::StrCat("unknown data type ", dtype));
-  }
-}
-
-absl::StatusOr<Layout> FromProto(v1::Layout layout) {
-  switch (layout) {
-    case v1::LAYOUT_UNSPECIFIED:
-    case v1::LAYOUT_ROW_MAJOR: return Layout::kRowMajor;
-    case v1::LAYOUT_COL_MAJOR: return Layout::kColMajor;
-    default: return absl::InvalidArgumentError(absl::StrCat("unknown layout ", layout));
-  }
-}
-
 absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
                         const ProblemOptions& o) {
   GEMM_RETURN_IF_ERROR(a.Validate("a"));

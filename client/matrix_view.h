@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/proto_enums.h"  // ToProto / FromProto for dtypes and layouts
 #include "common/dtype.h"
 #include "common/gemm_problem.h"
 #include "gemm/v1/gemm.pb.h"
@@ -71,13 +72,6 @@ absl::StatusOr<v1::GemmProblem> MakeProblem(const MatrixView& a, const MatrixVie
 // The same, appended to `request` in place.
 absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
                         const ProblemOptions& options = {});
-
-// Enum conversions between the internal types and gemm.v1.
-v1::DataType ToProto(DType dtype);
-v1::Layout ToProto(Layout layout);
-// Unspecified is an error for a data type and row-major for a layout.
-absl::StatusOr<DType> FromProto(v1::DataType dtype);
-absl::StatusOr<Layout> FromProto(v1::Layout layout);
 
 // Views a problem message as the internal description (no copy; the message
 // must outlive the result), with d == nullptr. Checks byte lengths against
