@@ -772,6 +772,44 @@ TEST_F(QueueingIntegrationTest, CancelledCallsQueuedWorkIsDropped) {
   EXPECT_EQ(executor_->ran(), (std::multiset<double>{100, 2}));
 }
 
+TEST_F(QueueingIntegrationTest, CancelledStreamsQueuedWorkIsDropped) {
+  ASSERT_NO_FATAL_FAILURE(StartServer(8));
+  auto running = OccupyExecutor(100);
+  grpc::ClientContext ctx;
+  auto stream = stub_->GemmStream(&ctx);
+  for (double tag : {1.0, 2.0}) ASSERT_TRUE(stream->Write(Tagged(tag)->request));
+  absl::SleepFor(absl::Milliseconds(100));  // let them reach the queue
+  ctx.TryCancel();
+  v1::GemmResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  absl::SleepFor(absl::Milliseconds(100));  // let the server see the cancellation
+  executor_->Release();
+  ASSERT_TRUE(running->Wait(absl::Seconds(10)));
+  auto after = Tagged(3);
+  after->Start(stub_.get());
+  ASSERT_TRUE(after->Wait(absl::Seconds(10)));
+  EXPECT_TRUE(after->status.ok()) << after->status.error_message();
+  EXPECT_EQ(executor_->ran(), (std::multiset<double>{100, 3}));
+}
+
+TEST_F(QueueingIntegrationTest, StreamOutlivingItsRunningWorkStillFinishes) {
+  // The stream is cancelled while its request is running (not queued); the
+  // item completes afterwards and the stream must still finish, or shutdown
+  // would wait for it.
+  ASSERT_NO_FATAL_FAILURE(StartServer(8));
+  grpc::ClientContext ctx;
+  auto stream = stub_->GemmStream(&ctx);
+  ASSERT_TRUE(stream->Write(Tagged(1)->request));
+  ASSERT_TRUE(executor_->WaitStarted(1, absl::Seconds(10)));
+  ctx.TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  executor_->Release();
+  const absl::Time t0 = absl::Now();
+  server_->Shutdown(absl::Seconds(5));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(4)) << "the cancelled stream held up shutdown";
+}
+
 TEST_F(QueueingIntegrationTest, ShutdownDrainsInFlightCallsThenRefuses) {
   ASSERT_NO_FATAL_FAILURE(StartServer(8));
   auto running = OccupyExecutor(100);
