@@ -156,8 +156,11 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
       absl::MutexLock lock(&mu_);
       RecordDoneLocked(id, status);
       // Decided in the same critical section: once the lock is released
-      // another thread may finish the stream, and gRPC then deletes it.
-      next = DecideLocked();
+      // another thread may finish the stream, and gRPC then deletes it. No
+      // read is started from here (outside a reaction nothing keeps the
+      // stream alive until StartRead); the write this starts, or the one in
+      // flight, re-decides reads when it is done.
+      next = DecideLocked(/*may_read=*/false);
     }
     Apply(next);
   }
@@ -198,7 +201,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     Apply(next);
   }
 
-  Next DecideLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  Next DecideLocked(bool may_read = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Next next;
     if (broken_) ready_.clear();
     if (!writing_ && !ready_.empty() && !broken_) {
@@ -206,7 +209,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
       next.write = ready_.front().get();
     }
     const size_t held = pending_.size() + ready_.size();
-    if (!reads_done_ && !broken_ && read_wanted_ &&
+    if (may_read && !reads_done_ && !broken_ && read_wanted_ &&
         held < service_->limits().max_stream_inflight) {
       read_wanted_ = false;
       next.read = true;
