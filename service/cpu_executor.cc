@@ -96,6 +96,8 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
       static_cast<uint32_t>(threads)});
   info.kernels = {"openblas_sgemm"};
   if (options.calibrate) ex->Calibrate();
+  for (int i = 0; i < options.concurrent_requests; ++i)
+    ex->threads_.emplace_back([e = ex.get()] { e->RunThread(); });
   return ex;
 }
 
@@ -131,8 +133,41 @@ void CpuExecutor::Calibrate() {
       {"memory", 2.0 * src.size() / best, "measured at start-up: 64 MiB memcpy, best of 3"});
 }
 
-void CpuExecutor::Execute(std::vector<std::shared_ptr<WorkItem>> batch) {
-  for (const std::shared_ptr<WorkItem>& item : batch) {
+CpuExecutor::~CpuExecutor() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void CpuExecutor::Execute(Batch batch) {
+  absl::MutexLock lock(&mu_);
+  pending_.push_back(std::move(batch));
+}
+
+void CpuExecutor::RunThread() {
+  while (true) {
+    Batch batch;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !pending_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (pending_.empty()) return;  // stopping, and nothing left to run
+      batch = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    RunBatch(batch);
+    if (batch.on_done) batch.on_done();
+  }
+}
+
+// The CPU has no batched BLAS: every problem is one sgemm call, whatever
+// launch the batch planned for it.
+void CpuExecutor::RunBatch(Batch& batch) {
+  for (const std::shared_ptr<WorkItem>& item : batch.items) {
     if (item->cancelled.load()) {
       item->Complete(absl::CancelledError("the call was cancelled before it ran"));
       continue;

@@ -4,9 +4,13 @@
 #ifndef GEMM_SERVICE_CPU_EXECUTOR_H_
 #define GEMM_SERVICE_CPU_EXECUTOR_H_
 
+#include <deque>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "service/executor.h"
 
 namespace gemm {
@@ -24,17 +28,25 @@ class CpuExecutor : public Executor {
   };
 
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const Options& options);
+  // Finishes the batches already handed over, then stops the threads.
+  ~CpuExecutor() override;
 
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return options_.concurrent_requests; }
-  void Execute(std::vector<std::shared_ptr<WorkItem>> batch) override;
+  void Execute(Batch batch) override;
 
  private:
   explicit CpuExecutor(const Options& options) : options_(options) {}
   void Calibrate();
+  void RunThread();
+  static void RunBatch(Batch& batch);
 
   const Options options_;
   BackendInfo info_;
+  absl::Mutex mu_;
+  std::deque<Batch> pending_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
 };
 
 // Runs one problem on the calling thread. Exposed for tests and benchmarks.

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/notification.h"
 #include "common/dtype.h"
 #include "common/reference_gemm.h"
 
@@ -291,7 +292,13 @@ TEST(CpuExecutorTest, ExecuteCompletesEachItemWithAReport) {
     batch.push_back(item);
   }
   batch[2]->cancelled.store(true);
-  (*ex)->Execute(batch);
+  // Execute returns at once; the executor's threads run the batch and then
+  // call on_done.
+  absl::Notification batch_done;
+  Batch b = SingleLaunchBatch(batch);
+  b.on_done = [&batch_done] { batch_done.Notify(); };
+  (*ex)->Execute(std::move(b));
+  ASSERT_TRUE(batch_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
 
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);

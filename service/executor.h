@@ -1,8 +1,8 @@
 // The seam between the request path and the hardware. An executor runs
 // batches of admitted requests and completes each one; the CPU executor runs
-// them on OpenBLAS, a GPU executor on CUDA streams. The worker pool (and later
-// the dynamic batcher) decides what goes into a batch; the executor decides
-// how it runs.
+// them on OpenBLAS, a GPU executor on CUDA streams. The batcher decides what
+// goes into a batch and how it splits into launches (launch_plan.h); the
+// executor decides how each launch runs.
 #ifndef GEMM_SERVICE_EXECUTOR_H_
 #define GEMM_SERVICE_EXECUTOR_H_
 
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "service/launch_plan.h"
 #include "service/work_item.h"
 
 namespace gemm {
@@ -41,15 +42,19 @@ class Executor {
 
   virtual const BackendInfo& info() const = 0;
 
-  // How many batches this executor can usefully run at once; the worker pool
+  // How many batches this executor can usefully run at once; the batcher
   // keeps at most this many in flight.
   virtual int max_concurrent_batches() const = 0;
 
-  // Runs every problem of every item in `batch` and completes each item
-  // (WorkItem::Complete) with its outcome, after filling item->report. An
-  // executor may complete items before returning (synchronous backends) or
-  // later from its own threads (asynchronous ones). Thread-safe.
-  virtual void Execute(std::vector<std::shared_ptr<WorkItem>> batch) = 0;
+  // Whether grouped launches (problems of different shapes in one launch) are
+  // native; otherwise the batcher plans single launches instead.
+  virtual bool supports_grouped() const { return false; }
+
+  // Runs every launch of `batch` and completes each item (WorkItem::Complete)
+  // with its outcome, after filling item->report; then calls batch.on_done.
+  // Returns without waiting for the work (it runs on the executor's threads
+  // or devices). Thread-safe.
+  virtual void Execute(Batch batch) = 0;
 };
 
 }  // namespace gemm

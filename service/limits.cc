@@ -9,7 +9,10 @@ absl::Status ServiceLimits::Validate() const {
   if (max_message_bytes == 0 || max_message_bytes > 0x7fffffffu)
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes must be in [1, 2^31-1], got ", max_message_bytes));
-  if (max_dimension == 0) return absl::InvalidArgumentError("max_dimension must be positive");
+  // Backends index with 32-bit integers (BLAS, CUDA grids).
+  if (max_dimension == 0 || max_dimension > 0x7fffffffu)
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_dimension must be in [1, 2^31-1], got ", max_dimension));
   if (max_matrix_bytes == 0) return absl::InvalidArgumentError("max_matrix_bytes must be positive");
   if (max_problems_per_request == 0)
     return absl::InvalidArgumentError("max_problems_per_request must be positive");

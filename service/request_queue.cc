@@ -102,6 +102,70 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::Pop(size_t max_items, absl:
   return out;
 }
 
+bool RequestQueue::BudgetFullLocked(const BatchBudget& budget) const {
+  size_t n = 0;
+  double flops = 0;
+  uint64_t bytes = 0;
+  for (const Entry& e : entries_) {
+    flops += e.item->flops();
+    bytes += e.item->bytes;
+    if (++n >= budget.max_requests || flops >= budget.max_flops || bytes >= budget.max_bytes)
+      return true;
+  }
+  return false;
+}
+
+std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(const BatchBudget& budget,
+                                                              absl::Duration wait,
+                                                              absl::Duration linger) {
+  std::vector<std::shared_ptr<WorkItem>> out;
+  Dropped dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time give_up = absl::Now() + wait;
+    while (true) {
+      DropDeadLocked(&dropped);
+      if (!entries_.empty() || closed_) break;
+      if (ready_.WaitWithDeadline(&mu_, give_up)) break;
+    }
+    // Linger for more work while the batch is not full, bounded by the age of
+    // the oldest queued item (measured on the injected clock, waited out on
+    // the real one).
+    if (!entries_.empty() && !closed_ && linger > absl::ZeroDuration()) {
+      absl::Time oldest = absl::InfiniteFuture();
+      for (const Entry& e : entries_) oldest = std::min(oldest, e.item->enqueued);
+      const absl::Time linger_until = absl::Now() + (linger - (clock_->Now() - oldest));
+      while (!entries_.empty() && !closed_ && !BudgetFullLocked(budget)) {
+        if (ready_.WaitWithDeadline(&mu_, linger_until)) break;
+        DropDeadLocked(&dropped);
+      }
+    }
+    DropDeadLocked(&dropped);
+    const absl::Time now = clock_->Now();
+    double flops = 0;
+    uint64_t bytes = 0;
+    while (!entries_.empty() && out.size() < budget.max_requests) {
+      auto it = entries_.begin();
+      const WorkItem& item = *it->item;
+      if (!out.empty() &&
+          (flops + item.flops() > budget.max_flops || bytes + item.bytes > budget.max_bytes))
+        break;
+      flops += item.flops();
+      bytes += item.bytes;
+      it->item->report.queue_wait = now - it->item->enqueued;
+      out.push_back(it->item);
+      entries_.erase(it);
+    }
+    if (!out.empty()) {
+      const double interval = absl::ToDoubleSeconds(now - last_pop_) / out.size();
+      pop_interval_s_ = 0.9 * pop_interval_s_ + 0.1 * interval;
+      last_pop_ = now;
+    }
+  }
+  CompleteAll(dropped);
+  return out;
+}
+
 void RequestQueue::Cancel(WorkItem* item) {
   Dropped dropped;
   {

@@ -21,6 +21,13 @@
 
 namespace gemm {
 
+// Limits of one batch taken from the queue.
+struct BatchBudget {
+  size_t max_requests = 256;
+  double max_flops = 2.0 * 4096 * 4096 * 4096;
+  uint64_t max_bytes = uint64_t{1} << 30;
+};
+
 class RequestQueue {
  public:
   struct Options {
@@ -41,6 +48,14 @@ class RequestQueue {
   // queue order (possibly none). Returns at once with none after Close() once
   // the queue is empty.
   std::vector<std::shared_ptr<WorkItem>> Pop(size_t max_items, absl::Duration wait);
+
+  // Batch form of Pop: waits up to `wait` for a first live item; then, while
+  // the queued items do not fill `budget`, waits until the oldest of them has
+  // been queued for `linger`. Returns items in queue order for as long as they
+  // fit the budget, and always at least one when any is live (a request larger
+  // than the budget runs alone).
+  std::vector<std::shared_ptr<WorkItem>> PopBatch(const BatchBudget& budget, absl::Duration wait,
+                                                  absl::Duration linger);
 
   // Removes `item` if still queued and completes it (CANCELLED, or
   // DEADLINE_EXCEEDED if its deadline has passed). Safe to call at any time.
@@ -70,6 +85,8 @@ class RequestQueue {
     }
   };
 
+  // True when the items at the head of the queue fill `budget`.
+  bool BudgetFullLocked(const BatchBudget& budget) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admitted bytes return to the budget when the item completes, by any path
   // (Push wraps the item's `done` to call this).
   void Release(uint64_t bytes);

@@ -12,7 +12,6 @@
 #include "service/metrics.h"
 #include "service/request_queue.h"
 #include "service/version.h"
-#include "service/worker_pool.h"
 
 namespace gemm {
 
@@ -21,7 +20,7 @@ absl::Status ServerOptions::Validate() const {
   if (backend != "auto" && backend != "cpu")
     return absl::InvalidArgumentError(
         absl::StrCat("backend must be \"auto\" or \"cpu\", got \"", backend, "\""));
-  if (workers < 0) return absl::InvalidArgumentError("workers must be >= 0");
+  GEMM_RETURN_IF_ERROR(batcher.Validate());
   return limits.Validate();
 }
 
@@ -72,14 +71,19 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   if (s->server_ == nullptr || s->port_ == 0)
     return absl::UnavailableError(
         absl::StrCat("could not listen on ", options.listen_address));
+  // The server-wide status ("") and the service's own name, for clients that
+  // check either.
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->server_->GetHealthCheckService()->SetServingStatus(v1::GemmService::service_full_name(),
+                                                        true);
 
-  const int workers =
-      options.workers > 0 ? options.workers : s->executor_->max_concurrent_batches();
-  s->workers_ = std::make_unique<WorkerPool>(s->queue_.get(), s->executor_.get(),
-                                             s->metrics_.get(), workers);
-  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} workers", options.listen_address,
-               s->port_, s->executor_->info().backend, workers);
+  BatcherOptions batcher = options.batcher;
+  batcher.plan.grouped_supported = s->executor_->supports_grouped();
+  s->batcher_ = std::make_unique<Batcher>(batcher, s->queue_.get(), s->executor_.get(),
+                                          s->metrics_.get());
+  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} batches in flight",
+               options.listen_address, s->port_, s->executor_->info().backend,
+               s->executor_->max_concurrent_batches());
   if (s->metrics_->exposer_port() != 0)
     spdlog::info("metrics on {} (port {})", options.metrics_listen, s->metrics_->exposer_port());
   return s;
@@ -98,7 +102,7 @@ void GemmServer::Shutdown(absl::Duration drain) {
   // gRPC cancelled whatever outlived the drain; anything still queued gets
   // UNAVAILABLE so that no call is left without an answer.
   queue_->Abandon(absl::UnavailableError("the server shut down before the request ran"));
-  workers_->Stop();
+  batcher_->Stop();
   server_->Wait();
   spdlog::info("shutdown complete");
 }

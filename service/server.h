@@ -1,4 +1,4 @@
-// GemmServer: the whole service in one object — queue, executor, workers and
+// GemmServer: the whole service in one object — queue, batcher, executor and
 // the gRPC server with health checking and reflection. The server binary and
 // the integration tests both start it this way.
 #ifndef GEMM_SERVICE_SERVER_H_
@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "service/batcher.h"
 #include "service/cpu_executor.h"
 #include "service/executor.h"
 #include "service/limits.h"
@@ -22,7 +23,6 @@ namespace gemm {
 class GemmServiceImpl;
 class ServiceMetrics;
 class RequestQueue;
-class WorkerPool;
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see GemmServer::port).
@@ -31,9 +31,7 @@ struct ServerOptions {
   std::string backend = "auto";
   ServiceLimits limits;
   CpuExecutor::Options cpu;
-  // Worker threads feeding the executor; 0 means the executor's own
-  // max_concurrent_batches().
-  int workers = 0;
+  BatcherOptions batcher;
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
@@ -68,7 +66,7 @@ class GemmServer {
   std::unique_ptr<Executor> executor_;
   std::unique_ptr<RequestQueue> queue_;
   std::unique_ptr<GemmServiceImpl> service_;
-  std::unique_ptr<WorkerPool> workers_;
+  std::unique_ptr<Batcher> batcher_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

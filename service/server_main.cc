@@ -26,8 +26,18 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "off the public interface");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
           "\"auto\" (the best backend present) or \"cpu\"");
-ABSL_FLAG(int, workers, kDefaults.workers,
-          "threads feeding the executor; 0 = the backend's own concurrency");
+ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
+          "while the backend is busy, how long a request may wait for its batch to fill");
+ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
+          "an idle backend gets queued requests at once instead of after max_queue_delay");
+ABSL_FLAG(uint32_t, batch_max_requests, kDefaults.batcher.budget.max_requests,
+          "most requests in one batch");
+ABSL_FLAG(double, batch_max_flops, kDefaults.batcher.budget.max_flops,
+          "most floating-point operations (2MNK summed) in one batch");
+ABSL_FLAG(uint64_t, batch_max_bytes, kDefaults.batcher.budget.max_bytes,
+          "most operand and result bytes in one batch");
+ABSL_FLAG(double, large_problem_flops, kDefaults.batcher.plan.large_problem_flops,
+          "problems with at least this many FLOPs get a launch of their own");
 ABSL_FLAG(int, cpu_concurrency, kDefaults.cpu.concurrent_requests,
           "CPU backend: requests computed at once");
 ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
@@ -66,7 +76,12 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.workers = absl::GetFlag(FLAGS_workers);
+  options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
+  options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
+  options.batcher.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
+  options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
+  options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
+  options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   gemm::ServiceLimits& l = options.limits;

@@ -567,8 +567,15 @@ class BlockingExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return 1; }
 
-  void Execute(std::vector<std::shared_ptr<WorkItem>> batch) override {
-    for (const std::shared_ptr<WorkItem>& item : batch) {
+  // Runs on the batcher's thread, so one batch at a time, like a backend with
+  // one slot.
+  void Execute(Batch batch) override {
+    RunItems(batch);
+    if (batch.on_done) batch.on_done();
+  }
+
+  void RunItems(const Batch& batch) {
+    for (const std::shared_ptr<WorkItem>& item : batch.items) {
       {
         absl::MutexLock lock(&mu_);
         ++started_;
@@ -642,7 +649,6 @@ class QueueingIntegrationTest : public ::testing::Test {
  protected:
   void StartServer(uint32_t max_queued_requests) {
     ServerOptions o = TestOptions();
-    o.workers = 1;
     o.limits.max_queued_requests = max_queued_requests;
     auto executor = std::make_unique<BlockingExecutor>();
     executor_ = executor.get();

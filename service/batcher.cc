@@ -1,0 +1,81 @@
+#include "service/batcher.h"
+
+namespace gemm {
+
+absl::Status BatcherOptions::Validate() const {
+  if (max_queue_delay < absl::ZeroDuration())
+    return absl::InvalidArgumentError("max_queue_delay must not be negative");
+  if (budget.max_requests == 0)
+    return absl::InvalidArgumentError("budget.max_requests must be positive");
+  if (!(budget.max_flops > 0)) return absl::InvalidArgumentError("budget.max_flops must be positive");
+  if (budget.max_bytes == 0) return absl::InvalidArgumentError("budget.max_bytes must be positive");
+  if (!(plan.large_problem_flops > 0))
+    return absl::InvalidArgumentError("plan.large_problem_flops must be positive");
+  if (plan.min_strided_batch < 2)
+    return absl::InvalidArgumentError("plan.min_strided_batch must be at least 2");
+  return absl::OkStatus();
+}
+
+Batcher::Batcher(const BatcherOptions& options, RequestQueue* queue, Executor* executor,
+                 ServiceMetrics* metrics)
+    : options_(options), queue_(queue), executor_(executor), metrics_(metrics) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+Batcher::~Batcher() { Stop(); }
+
+void Batcher::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    changed_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  absl::MutexLock lock(&mu_);
+  while (in_flight_ > 0) changed_.Wait(&mu_);
+}
+
+int Batcher::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return in_flight_;
+}
+
+void Batcher::OnBatchDone() {
+  absl::MutexLock lock(&mu_);
+  --in_flight_;
+  changed_.SignalAll();
+}
+
+void Batcher::Run() {
+  const int slots = std::max(1, executor_->max_concurrent_batches());
+  while (true) {
+    bool idle;
+    {
+      absl::MutexLock lock(&mu_);
+      while (!stopping_ && in_flight_ >= slots) changed_.Wait(&mu_);
+      if (stopping_) return;
+      idle = in_flight_ == 0;
+    }
+    const absl::Duration linger =
+        idle && options_.dispatch_when_idle ? absl::ZeroDuration() : options_.max_queue_delay;
+    // A short wait so that Stop() is noticed promptly.
+    std::vector<std::shared_ptr<WorkItem>> items =
+        queue_->PopBatch(options_.budget, absl::Milliseconds(50), linger);
+    if (items.empty()) continue;
+
+    Batch batch;
+    batch.launches = PlanLaunches(items, options_.plan);
+    batch.items = std::move(items);
+    batch.on_done = [this] { OnBatchDone(); };
+    size_t problems = 0;
+    for (const auto& item : batch.items) problems += item->problems.size();
+    metrics_->RecordBatch(batch.items.size(), problems);
+    {
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+    }
+    executor_->Execute(std::move(batch));
+  }
+}
+
+}  // namespace gemm

@@ -1,0 +1,73 @@
+// The dynamic batcher: takes admitted requests from the queue, forms batches
+// and hands them to the executor, keeping at most the executor's
+// max_concurrent_batches() in flight.
+//
+// When the executor is idle the batcher dispatches at once whatever is queued
+// (no request waits for company that may never come). While the executor is
+// busy, requests accumulate; when a slot frees up, the batcher takes
+// everything queued within the batch budget, lingering up to max_queue_delay
+// (counted from the oldest queued request) for the batch to fill. So batches
+// grow exactly when the load makes them worth it, and the delay bound holds.
+#ifndef GEMM_SERVICE_BATCHER_H_
+#define GEMM_SERVICE_BATCHER_H_
+
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "service/executor.h"
+#include "service/launch_plan.h"
+#include "service/metrics.h"
+#include "service/request_queue.h"
+
+namespace gemm {
+
+struct BatcherOptions {
+  // Longest a request waits for its batch to fill while the executor is busy.
+  absl::Duration max_queue_delay = absl::Microseconds(200);
+  // Dispatch at once when no batch is in flight (see above). Off, every batch
+  // lingers up to max_queue_delay.
+  bool dispatch_when_idle = true;
+  // What one batch may hold.
+  BatchBudget budget;
+  // How batches become launches.
+  LaunchPlanOptions plan;
+
+  // InvalidArgument naming the bad field, or OK.
+  absl::Status Validate() const;
+};
+
+class Batcher {
+ public:
+  // Starts the batching thread. The pointers must outlive the batcher.
+  Batcher(const BatcherOptions& options, RequestQueue* queue, Executor* executor,
+          ServiceMetrics* metrics);
+  // Stops (see Stop).
+  ~Batcher();
+
+  // Stops forming batches and waits until the batches in flight are done.
+  // Whatever is still queued stays there.
+  void Stop();
+
+  int in_flight() const;
+
+ private:
+  void Run();
+  void OnBatchDone();
+
+  const BatcherOptions options_;
+  RequestQueue* const queue_;
+  Executor* const executor_;
+  ServiceMetrics* const metrics_;
+
+  mutable absl::Mutex mu_;
+  absl::CondVar changed_;
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_BATCHER_H_
