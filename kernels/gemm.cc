@@ -1,0 +1,191 @@
+#include "kernels/gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/config/heuristic.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/portable/simt_gemm.h"
+#include "kernels/problem.h"
+#include "kernels/sm90/sm90_gemm.h"
+
+namespace gemm_kernels {
+
+const char* DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kBF16:
+      return "bf16";
+    case DataType::kF16:
+      return "f16";
+    case DataType::kF32:
+      return "f32";
+  }
+  return "?";
+}
+
+size_t DataTypeSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
+
+namespace {
+
+constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1;
+
+// Elements from the first to one past the last element of a rows x cols matrix.
+int64_t Span(Layout layout, int64_t rows, int64_t cols, int64_t ld) {
+  return layout == Layout::kRowMajor ? (rows - 1) * ld + cols : (cols - 1) * ld + rows;
+}
+
+absl::Status CheckMatrix(const char* name, const MatrixDesc& md, int64_t rows, int64_t cols,
+                         int64_t batch, bool may_broadcast) {
+  if (md.ptr == nullptr) return absl::InvalidArgumentError(absl::StrCat(name, ".ptr is null"));
+  const int64_t min_ld = md.layout == Layout::kRowMajor ? cols : rows;
+  if (md.ld < min_ld) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ".ld = ", md.ld, " is below the minimum ", min_ld));
+  }
+  if (md.batch_stride < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ".batch_stride is negative"));
+  }
+  if (batch > 1) {
+    if (md.batch_stride == 0 && !may_broadcast) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ".batch_stride is 0: batch members would overwrite each other"));
+    }
+    if (md.batch_stride != 0 && md.batch_stride < Span(md.layout, rows, cols, md.ld) &&
+        !may_broadcast) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ".batch_stride = ", md.batch_stride, " overlaps batch members"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct DeviceInfo {
+  int major = 0;
+  int minor = 0;
+  int num_sms = 0;
+};
+
+absl::Status CurrentDeviceInfo(DeviceInfo* out) {
+  static std::mutex mu;
+  static std::vector<DeviceInfo> cache;
+  int device = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<int>(cache.size()) <= device) cache.resize(device + 1);
+  DeviceInfo& info = cache[device];
+  if (info.num_sms == 0) {
+    cudaDeviceProp prop;
+    e = cudaGetDeviceProperties(&prop, device);
+    if (e != cudaSuccess) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cudaGetDeviceProperties: ", cudaGetErrorString(e)));
+    }
+    info.major = prop.major;
+    info.minor = prop.minor;
+    info.num_sms = prop.multiProcessorCount;
+  }
+  *out = info;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+  std::unique_ptr<KernelPlan> plan;
+};
+
+Gemm::Gemm() : impl_(new Impl) {}
+Gemm::~Gemm() { delete impl_; }
+
+absl::Status Gemm::CanImplement(const GemmArguments& args) {
+  if (args.m < 1 || args.n < 1 || args.k < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("m, n, k must be >= 1 (got ", args.m, ", ", args.n, ", ", args.k, ")"));
+  }
+  if (args.m > kMaxExtent || args.n > kMaxExtent || args.k > kMaxExtent) {
+    return absl::InvalidArgumentError("m, n and k must each be below 2^31");
+  }
+  if (args.batch_count < 1 || args.batch_count > kMaxExtent) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_count must be in [1, 2^31), got ", args.batch_count));
+  }
+  if (args.a.dtype != args.b.dtype) {
+    return absl::InvalidArgumentError(absl::StrCat("a.dtype (", DataTypeName(args.a.dtype),
+                                                   ") and b.dtype (", DataTypeName(args.b.dtype),
+                                                   ") must match"));
+  }
+  absl::Status s = CheckMatrix("a", args.a, args.m, args.k, args.batch_count, true);
+  if (!s.ok()) return s;
+  s = CheckMatrix("b", args.b, args.k, args.n, args.batch_count, true);
+  if (!s.ok()) return s;
+  s = CheckMatrix("d", args.d, args.m, args.n, args.batch_count, false);
+  if (!s.ok()) return s;
+  if (args.beta != 0.0f) {
+    if (args.c.dtype != args.d.dtype || args.c.layout != args.d.layout) {
+      return absl::InvalidArgumentError("c must have d's dtype and layout when beta != 0");
+    }
+    s = CheckMatrix("c", args.c, args.m, args.n, args.batch_count, true);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+size_t Gemm::WorkspaceSize(const GemmArguments& args) {
+  (void)args;
+  return 0;
+}
+
+absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace) {
+  (void)workspace;
+  impl_->plan.reset();
+  kind_ = KernelKind::kNone;
+  kernel_name_.clear();
+  absl::Status s = CanImplement(args);
+  if (!s.ok()) return s;
+  DeviceInfo dev;
+  s = CurrentDeviceInfo(&dev);
+  if (!s.ok()) return s;
+
+  const NormalizedProblem p = Normalize(args);
+  std::string why;
+  // sm_90a machine code runs on compute capability 9.0 only.
+  if (dev.major == 9 && dev.minor == 0 && Sm90Supports(p, &why)) {
+    const Sm90Tile tile = ChooseSm90Tile(p.m, p.n, p.k, p.batch, dev.num_sms);
+    std::string error;
+    impl_->plan = MakeSm90Plan(p, tile, dev.num_sms, &error);
+    if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 kernel setup: ", error));
+    kind_ = KernelKind::kSm90TmaWgmma;
+  } else {
+    if (dev.major < 8) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("compute capability ", dev.major, ".", dev.minor,
+                       " is below the sm_80 minimum of the portable kernel"));
+    }
+    if ((p.m + 63) / 64 > 65535) {
+      return absl::InvalidArgumentError("portable kernel: m too large for its grid");
+    }
+    impl_->plan = MakePortablePlan(p);
+    kind_ = KernelKind::kPortableSimt;
+  }
+  kernel_name_ = impl_->plan->name();
+  return absl::OkStatus();
+}
+
+absl::Status Gemm::Run(void* stream) const {
+  if (!impl_->plan) return absl::FailedPreconditionError("Gemm::Run before a successful Initialize");
+  const std::string error = impl_->plan->Launch(stream);
+  if (!error.empty()) {
+    return absl::InternalError(absl::StrCat(kernel_name_, " launch failed: ", error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gemm_kernels

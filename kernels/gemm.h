@@ -1,0 +1,107 @@
+// Public launch API for the GEMM kernels: D = alpha * op(A) * op(B) + beta * C.
+//
+// Plain C++: no CUDA type appears here, so service/ code includes it without the
+// CUDA toolkit. Streams are passed as an opaque `void*` holding a cudaStream_t
+// (nullptr = the legacy default stream). All pointers are device pointers.
+//
+// Usage, in the CUTLASS spirit:
+//   GemmArguments args = ...;
+//   RETURN_IF_ERROR(Gemm::CanImplement(args));   // argument checks, no GPU needed
+//   Gemm gemm;
+//   RETURN_IF_ERROR(gemm.Initialize(args, workspace));  // picks a kernel for the
+//                                                       // current device
+//   RETURN_IF_ERROR(gemm.Run(stream));
+//   gemm.kernel_name();   // which kernel/config ran, for per-response reporting
+//
+// Implementation details follow the public declarations.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace gemm_kernels {
+
+enum class DataType { kBF16, kF16, kF32 };
+enum class Layout { kRowMajor, kColMajor };
+
+const char* DataTypeName(DataType t);
+size_t DataTypeSize(DataType t);
+
+// One operand (or the output) of a strided-batched GEMM. Element (i, j) of
+// batch member b lives at ptr + b * batch_stride + (row-major ? i * ld + j
+// : i + j * ld), in elements. batch_stride 0 broadcasts one matrix to every
+// batch member (allowed for A, B and C, not for D).
+struct MatrixDesc {
+  const void* ptr = nullptr;
+  DataType dtype = DataType::kBF16;
+  Layout layout = Layout::kRowMajor;
+  int64_t ld = 0;
+  int64_t batch_stride = 0;
+};
+
+// The problem: for each b < batch_count, D_b (m x n) = alpha * A_b (m x k) *
+// B_b (k x n) + beta * C_b. Transposes are expressed through the layouts: a
+// transposed row-major operand is the same bytes read as column-major.
+struct GemmArguments {
+  int64_t m = 0;
+  int64_t n = 0;
+  int64_t k = 0;
+  int64_t batch_count = 1;
+  MatrixDesc a;
+  MatrixDesc b;
+  // Read only when beta != 0; must then have d's dtype and layout (it may alias
+  // d exactly for an in-place update).
+  MatrixDesc c;
+  MatrixDesc d;  // d.ptr is written; it is a const void* only to share the struct.
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  // fp32 inputs: true lets the tensor cores round the inputs to TF32 (about
+  // 1e-3 relative error); false (the default) keeps strict fp32 arithmetic.
+  bool allow_tf32 = false;
+};
+
+// Which kernel family an initialized Gemm launches.
+enum class KernelKind {
+  kNone,
+  kSm90TmaWgmma,   // Hopper: TMA + wgmma, warp-specialized, persistent
+  kPortableSimt,   // any sm_80+ GPU; strict fp32; unaligned operands
+};
+
+class Gemm {
+ public:
+  // Checks the arguments alone (shapes, strides, dtypes, pointers); needs no
+  // GPU. InvalidArgument names the offending field.
+  static absl::Status CanImplement(const GemmArguments& args);
+
+  // Bytes of device workspace Initialize() needs. Currently always 0; callers
+  // should still ask, as a future transpose pre-pass for TF32 would need some.
+  static size_t WorkspaceSize(const GemmArguments& args);
+
+  // Picks a kernel and configuration for the current CUDA device and
+  // precomputes its launch parameters (tensor maps). Does not launch anything.
+  absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr);
+
+  // Enqueues the GEMM on `stream` (a cudaStream_t). Returns an error if the
+  // launch fails; asynchronous kernel faults surface at the next sync.
+  absl::Status Run(void* stream) const;
+
+  // E.g. "sm90_tma_wgmma_ws_bf16_128x256x64_s4_nt" or "portable_simt_f32_64x64".
+  const std::string& kernel_name() const { return kernel_name_; }
+  KernelKind kernel_kind() const { return kind_; }
+
+  Gemm();
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+ private:
+  struct Impl;
+  Impl* impl_ = nullptr;
+  KernelKind kind_ = KernelKind::kNone;
+  std::string kernel_name_;
+};
+
+}  // namespace gemm_kernels

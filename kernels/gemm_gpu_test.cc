@@ -1,0 +1,430 @@
+// GPU correctness test of the launch API against a float64 CPU reference.
+//
+// Every case draws fresh random inputs, poisons D (and the padding around it)
+// with 0xFF bytes, which decode to NaN in bf16, fp16 and fp32, and checks
+//   ||D - ref||_F / ||ref||_F  <=  tolerance
+// over every written element, that no element is NaN, and that no byte outside
+// the logical matrices changed. Large cases check a random subset of rows
+// (with every batch member) to bound the reference's CPU time.
+//
+// Without a usable CUDA device every test skips with the reason.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/gemm.h"
+#include "kernels/testing/host_types.h"
+
+namespace gemm_kernels {
+namespace {
+
+using testing::Bf16ToFloat;
+using testing::FloatToBf16;
+using testing::FloatToHalf;
+using testing::HalfToFloat;
+
+std::string NoGpuReason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+  if (count == 0) return "no CUDA device on this machine";
+  return "";
+}
+
+bool IsHopper() {
+  cudaDeviceProp prop;
+  return cudaGetDeviceProperties(&prop, 0) == cudaSuccess && prop.major == 9 && prop.minor == 0;
+}
+
+#define CUDA_OK(expr)                                                        \
+  do {                                                                       \
+    const cudaError_t e_ = (expr);                                           \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);   \
+  } while (0)
+
+// Host image of one operand in its storage dtype, plus the decoded values.
+struct HostMatrix {
+  DataType dtype;
+  Layout layout;
+  int64_t rows = 0, cols = 0, ld = 0, batch_stride = 0, batch = 1;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // decoded, same indexing as bytes
+
+  size_t Elements() const { return bytes.size() / DataTypeSize(dtype); }
+  int64_t Index(int64_t b, int64_t i, int64_t j) const {
+    return b * batch_stride + (layout == Layout::kRowMajor ? i * ld + j : i + j * ld);
+  }
+};
+
+float Decode(DataType t, const uint8_t* p) {
+  uint16_t h;
+  switch (t) {
+    case DataType::kBF16:
+      std::memcpy(&h, p, 2);
+      return Bf16ToFloat(h);
+    case DataType::kF16:
+      std::memcpy(&h, p, 2);
+      return HalfToFloat(h);
+    case DataType::kF32: {
+      float f;
+      std::memcpy(&f, p, 4);
+      return f;
+    }
+  }
+  return NAN;
+}
+
+void Encode(DataType t, float v, uint8_t* p) {
+  uint16_t h;
+  switch (t) {
+    case DataType::kBF16:
+      h = FloatToBf16(v);
+      std::memcpy(p, &h, 2);
+      break;
+    case DataType::kF16:
+      h = FloatToHalf(v);
+      std::memcpy(p, &h, 2);
+      break;
+    case DataType::kF32:
+      std::memcpy(p, &v, 4);
+      break;
+  }
+}
+
+// Allocation covering all batch members; `fill` random in [-1, 1] or 0xFF poison.
+HostMatrix MakeMatrix(DataType dtype, Layout layout, int64_t rows, int64_t cols, int64_t pad,
+                      int64_t batch, bool broadcast, bool random, std::mt19937_64& rng) {
+  HostMatrix m;
+  m.dtype = dtype;
+  m.layout = layout;
+  m.rows = rows;
+  m.cols = cols;
+  m.batch = batch;
+  // pad > 0 (a multiple of 8) keeps every leading dimension and batch stride
+  // a multiple of 16 bytes, as TMA needs; pad == 0 packs the matrix tightly.
+  const int64_t min_ld = layout == Layout::kRowMajor ? cols : rows;
+  m.ld = pad > 0 ? (min_ld + 7) / 8 * 8 + pad : min_ld;
+  const int64_t outer = layout == Layout::kRowMajor ? rows : cols;
+  m.batch_stride = broadcast ? 0 : outer * m.ld + pad * 3;  // a gap between members too
+  const int64_t members = broadcast ? 1 : batch;
+  const int64_t elems = (members - 1) * m.batch_stride + outer * m.ld;
+  const size_t es = DataTypeSize(dtype);
+  m.bytes.assign(elems * es, 0xFF);
+  m.values.assign(elems, NAN);
+  if (random) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (int64_t i = 0; i < elems; ++i) {
+      Encode(dtype, dist(rng), &m.bytes[i * es]);
+      m.values[i] = Decode(dtype, &m.bytes[i * es]);
+    }
+  }
+  return m;
+}
+
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(const std::vector<uint8_t>& host) {
+    if (cudaMalloc(&ptr, std::max<size_t>(host.size(), 16)) == cudaSuccess)
+      cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice);
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+struct Case {
+  int64_t m, n, k, batch = 1;
+  DataType in = DataType::kBF16, out = DataType::kBF16;
+  Layout la = Layout::kRowMajor, lb = Layout::kColMajor, ld = Layout::kRowMajor;
+  float alpha = 1.0f, beta = 0.0f;
+  bool allow_tf32 = false;
+  int64_t pad = 8;  // extra leading-dimension elements (0 = tight)
+  bool broadcast_b = false;
+  bool in_place = false;  // C aliases D
+
+  std::string Describe() const {
+    std::ostringstream os;
+    auto L = [](Layout l) { return l == Layout::kRowMajor ? "R" : "C"; };
+    os << m << "x" << n << "x" << k << " batch=" << batch << " " << DataTypeName(in) << "->"
+       << DataTypeName(out) << " A" << L(la) << " B" << L(lb) << " D" << L(ld) << " alpha=" << alpha
+       << " beta=" << beta << " tf32=" << allow_tf32 << " pad=" << pad
+       << (broadcast_b ? " bcastB" : "") << (in_place ? " inplace" : "");
+    return os.str();
+  }
+};
+
+double Tolerance(const Case& c) {
+  // Inputs enter the reference already rounded to their dtype, so what is left
+  // is accumulation order, TF32 input truncation and output rounding.
+  double tol = 1e-5;
+  if (c.in != DataType::kF32) tol = 1e-2;  // METHOD.md: bf16/fp16 operands
+  if (c.in == DataType::kF32 && c.allow_tf32) tol = 2e-3;  // wgmma truncates fp32 to tf32
+  if (c.out == DataType::kBF16) tol = std::max(tol, 1e-2);
+  if (c.out == DataType::kF16) tol = std::max(tol, 2e-3);
+  return tol;
+}
+
+// Which kernel family the case must reach on a Hopper GPU.
+bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
+  if (c.in == DataType::kF32 &&
+      !(c.allow_tf32 && c.la == Layout::kRowMajor && c.lb == Layout::kColMajor)) {
+    return false;  // strict fp32, or a tf32 operand that is not K-major
+  }
+  const int64_t es = DataTypeSize(c.in);
+  auto aligned = [&](const HostMatrix& m) {
+    return (m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0);
+  };
+  return aligned(a) && aligned(b);
+}
+
+void RunCase(const Case& c, std::mt19937_64& rng) {
+  SCOPED_TRACE(c.Describe());
+  HostMatrix a = MakeMatrix(c.in, c.la, c.m, c.k, c.pad, c.batch, false, true, rng);
+  HostMatrix b = MakeMatrix(c.in, c.lb, c.k, c.n, c.pad, c.batch, c.broadcast_b, true, rng);
+  HostMatrix d = MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.in_place, rng);
+  HostMatrix cm = MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.beta != 0, rng);
+  if (c.in_place) cm = d;
+  const std::vector<uint8_t> d_before = d.bytes;
+
+  DeviceBuffer da(a.bytes), db(b.bytes), dd(d.bytes), dc(cm.bytes);
+  ASSERT_NE(da.ptr, nullptr);
+  ASSERT_NE(db.ptr, nullptr);
+  ASSERT_NE(dd.ptr, nullptr);
+  ASSERT_NE(dc.ptr, nullptr);
+
+  GemmArguments args;
+  args.m = c.m;
+  args.n = c.n;
+  args.k = c.k;
+  args.batch_count = c.batch;
+  args.a = {da.ptr, a.dtype, a.layout, a.ld, a.batch_stride};
+  args.b = {db.ptr, b.dtype, b.layout, b.ld, b.batch_stride};
+  args.d = {dd.ptr, d.dtype, d.layout, d.ld, d.batch_stride};
+  args.c = {c.in_place ? dd.ptr : dc.ptr, cm.dtype, cm.layout, cm.ld, cm.batch_stride};
+  args.alpha = c.alpha;
+  args.beta = c.beta;
+  args.allow_tf32 = c.allow_tf32;
+
+  ASSERT_TRUE(Gemm::CanImplement(args).ok()) << Gemm::CanImplement(args);
+  Gemm gemm;
+  const absl::Status init = gemm.Initialize(args);
+  ASSERT_TRUE(init.ok()) << init;
+  if (IsHopper()) {
+    EXPECT_EQ(gemm.kernel_kind() == KernelKind::kSm90TmaWgmma, ExpectSm90(c, a, b)) << gemm.kernel_name();
+  }
+  const absl::Status run = gemm.Run(nullptr);
+  ASSERT_TRUE(run.ok()) << run;
+  CUDA_OK(cudaDeviceSynchronize());
+  CUDA_OK(cudaGetLastError());
+  CUDA_OK(cudaMemcpy(d.bytes.data(), dd.ptr, d.bytes.size(), cudaMemcpyDeviceToHost));
+
+  // Untouched bytes: everything outside the logical D matrices.
+  const size_t es = DataTypeSize(c.out);
+  std::vector<char> inside(d.Elements(), 0);
+  for (int64_t bb = 0; bb < c.batch; ++bb)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) inside[d.Index(bb, i, j)] = 1;
+  int64_t stray = 0;
+  for (size_t e = 0; e < inside.size(); ++e) {
+    if (!inside[e] && std::memcmp(&d.bytes[e * es], &d_before[e * es], es) != 0) ++stray;
+  }
+  EXPECT_EQ(stray, 0) << "elements outside D were written";
+
+  // Reference rows: all when cheap, else a random subset (always rows 0 and m-1).
+  const double macs = double(c.m) * c.n * c.k * c.batch;
+  const double budget = 2e8;
+  std::vector<int64_t> rows;
+  if (macs <= budget) {
+    for (int64_t i = 0; i < c.m; ++i) rows.push_back(i);
+  } else {
+    const int64_t want = std::max<int64_t>(2, int64_t(budget / (double(c.n) * c.k * c.batch)));
+    std::uniform_int_distribution<int64_t> pick(0, c.m - 1);
+    rows.push_back(0);
+    rows.push_back(c.m - 1);
+    for (int64_t t = 0; t < want; ++t) rows.push_back(pick(rng));
+  }
+
+  std::atomic<int64_t> nan_count{0};
+  std::vector<double> err2(rows.size(), 0.0), ref2(rows.size(), 0.0);
+  const int threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      std::vector<double> arow(c.k);
+      for (size_t r = t; r < rows.size(); r += threads) {
+        const int64_t i = rows[r];
+        for (int64_t bb = 0; bb < c.batch; ++bb) {
+          for (int64_t kk = 0; kk < c.k; ++kk) arow[kk] = a.values[a.Index(bb, i, kk)];
+          for (int64_t j = 0; j < c.n; ++j) {
+            double acc = 0.0;
+            for (int64_t kk = 0; kk < c.k; ++kk) acc += arow[kk] * b.values[b.Index(bb, kk, j)];
+            double ref = double(c.alpha) * acc;
+            if (c.beta != 0.0f) ref += double(c.beta) * cm.values[cm.Index(bb, i, j)];
+            const double got = Decode(c.out, &d.bytes[d.Index(bb, i, j) * es]);
+            if (!std::isfinite(got)) {
+              ++nan_count;
+              continue;
+            }
+            err2[r] += (got - ref) * (got - ref);
+            ref2[r] += ref * ref;
+          }
+        }
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  double e2 = 0, r2 = 0;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    e2 += err2[r];
+    r2 += ref2[r];
+  }
+  EXPECT_EQ(nan_count.load(), 0) << "non-finite outputs (unwritten or NaN)";
+  const double rel = r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+  EXPECT_LE(rel, Tolerance(c)) << gemm.kernel_name();
+  std::printf("  %-90s %-46s rel_err %.2e\n", c.Describe().c_str(), gemm.kernel_name().c_str(),
+              rel);
+}
+
+class GemmGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = NoGpuReason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+  }
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+const Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
+
+TEST_F(GemmGpuTest, SizesLayoutsAnd16BitTypes) {
+  for (int64_t s : {1, 7, 64, 127, 129, 1000}) {
+    for (DataType in : {DataType::kBF16, DataType::kF16}) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : kLayouts) {
+          for (Layout ld : kLayouts) {
+            Case c{s, s, s};
+            c.in = c.out = in;
+            c.la = la;
+            c.lb = lb;
+            c.ld = ld;
+            RunCase(c, rng_);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpuTest, TightLeadingDimensionsFallBackToPortable) {
+  for (int64_t s : {1, 7, 127, 129}) {
+    for (Layout la : kLayouts) {
+      for (Layout lb : kLayouts) {
+        Case c{s, s + 2, s + 1};
+        c.la = la;
+        c.lb = lb;
+        c.pad = 0;
+        RunCase(c, rng_);
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpuTest, LargeRagged4097) {
+  Case c{4097, 4097, 4097};
+  RunCase(c, rng_);
+  c.in = c.out = DataType::kF16;
+  c.la = Layout::kColMajor;
+  c.lb = Layout::kRowMajor;
+  RunCase(c, rng_);
+  c.in = DataType::kF32;
+  c.out = DataType::kF32;
+  c.la = Layout::kRowMajor;
+  c.lb = Layout::kColMajor;
+  c.allow_tf32 = true;
+  RunCase(c, rng_);
+}
+
+TEST_F(GemmGpuTest, OutputTypesAndAlphaBeta) {
+  const std::pair<float, float> ab[] = {{1.0f, 0.0f}, {0.5f, -1.5f}, {-2.0f, 1.0f}, {0.0f, 1.0f}};
+  for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+    for (auto [alpha, beta] : ab) {
+      Case c{200, 136, 300};
+      c.out = out;
+      c.alpha = alpha;
+      c.beta = beta;
+      c.lb = Layout::kRowMajor;
+      RunCase(c, rng_);
+    }
+  }
+  Case c{129, 257, 64};
+  c.beta = 0.75f;
+  c.in_place = true;
+  RunCase(c, rng_);
+}
+
+TEST_F(GemmGpuTest, Tf32AndStrictFp32) {
+  for (int64_t s : {1, 7, 129, 1000}) {
+    for (bool tf32 : {true, false}) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : kLayouts) {
+          if (!tf32 && la != lb) continue;  // the strict path is one kernel; sample it
+          Case c{s, s + 8, s};
+          c.in = c.out = DataType::kF32;
+          c.allow_tf32 = tf32;
+          c.la = la;
+          c.lb = lb;
+          c.beta = 0.5f;
+          RunCase(c, rng_);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpuTest, StridedBatched) {
+  struct B {
+    int64_t batch, m, n, k;
+  };
+  for (B bt : {B{1, 128, 128, 128}, B{2, 129, 65, 200}, B{17, 64, 48, 40}, B{256, 16, 16, 16},
+               B{1024, 8, 8, 8}, B{1024, 128, 128, 128}, B{64, 100, 300, 72}}) {
+    for (Layout lb : kLayouts) {
+      Case c{bt.m, bt.n, bt.k, bt.batch};
+      c.lb = lb;
+      c.beta = 0.25f;
+      c.out = DataType::kF32;
+      RunCase(c, rng_);
+    }
+  }
+  Case c{96, 80, 64, 33};
+  c.broadcast_b = true;
+  c.ld = Layout::kColMajor;
+  RunCase(c, rng_);
+}
+
+TEST_F(GemmGpuTest, RandomShapes) {
+  std::uniform_int_distribution<int64_t> ext(1, 700), bat(1, 6), pick(0, 1), pad(0, 3);
+  const DataType types[] = {DataType::kBF16, DataType::kF16, DataType::kF32};
+  for (int t = 0; t < 40; ++t) {
+    Case c{ext(rng_), ext(rng_), ext(rng_), bat(rng_)};
+    c.in = types[std::uniform_int_distribution<int>(0, 2)(rng_)];
+    c.out = types[std::uniform_int_distribution<int>(0, 2)(rng_)];
+    c.allow_tf32 = pick(rng_);
+    c.la = kLayouts[pick(rng_)];
+    c.lb = kLayouts[pick(rng_)];
+    c.ld = kLayouts[pick(rng_)];
+    c.pad = 8 * pad(rng_);
+    c.alpha = std::uniform_real_distribution<float>(-2, 2)(rng_);
+    c.beta = pick(rng_) ? std::uniform_real_distribution<float>(-2, 2)(rng_) : 0.0f;
+    RunCase(c, rng_);
+  }
+}
+
+}  // namespace
+}  // namespace gemm_kernels

@@ -1,0 +1,35 @@
+#include "kernels/problem.h"
+
+namespace gemm_kernels {
+
+NormalizedProblem Normalize(const GemmArguments& args) {
+  NormalizedProblem p;
+  const bool swap = args.d.layout == Layout::kColMajor;
+  p.swapped = swap;
+  p.batch = args.batch_count;
+  p.in_dtype = args.a.dtype;
+  p.out_dtype = args.d.dtype;
+  p.alpha = args.alpha;
+  p.beta = args.beta;
+  p.allow_tf32 = args.allow_tf32;
+  // Row-major A is k-major; column-major B is k-major. Under the swap the new
+  // A is the old B^T: old B column-major (k-major) stays k-major as new A.
+  const MatrixDesc& na = swap ? args.b : args.a;
+  const MatrixDesc& nb = swap ? args.a : args.b;
+  p.m = swap ? args.n : args.m;
+  p.n = swap ? args.m : args.n;
+  p.k = args.k;
+  p.a = {na.ptr, na.ld, na.batch_stride,
+         swap ? na.layout == Layout::kColMajor : na.layout == Layout::kRowMajor};
+  p.b = {nb.ptr, nb.ld, nb.batch_stride,
+         swap ? nb.layout == Layout::kRowMajor : nb.layout == Layout::kColMajor};
+  p.c = args.beta != 0.0f ? args.c.ptr : nullptr;
+  p.ldc = args.c.ld;
+  p.batch_stride_c = args.c.batch_stride;
+  p.d = const_cast<void*>(args.d.ptr);
+  p.ldd = args.d.ld;
+  p.batch_stride_d = args.d.batch_stride;
+  return p;
+}
+
+}  // namespace gemm_kernels

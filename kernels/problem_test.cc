@@ -1,0 +1,89 @@
+// CPU tests of argument checking and normalization (no GPU needed).
+#include "kernels/problem.h"
+
+#include "gtest/gtest.h"
+#include "kernels/gemm.h"
+
+namespace gemm_kernels {
+namespace {
+
+const void* P(uintptr_t v) { return reinterpret_cast<const void*>(v); }
+
+GemmArguments Valid() {
+  GemmArguments a;
+  a.m = 100;
+  a.n = 200;
+  a.k = 300;
+  a.a = {P(0x1000), DataType::kBF16, Layout::kRowMajor, 300, 0};
+  a.b = {P(0x2000), DataType::kBF16, Layout::kColMajor, 300, 0};
+  a.d = {P(0x3000), DataType::kF32, Layout::kRowMajor, 200, 0};
+  return a;
+}
+
+TEST(CanImplement, AcceptsAValidProblem) { EXPECT_TRUE(Gemm::CanImplement(Valid()).ok()); }
+
+TEST(CanImplement, RejectsBadFieldsByName) {
+  GemmArguments a = Valid();
+  a.k = 0;
+  EXPECT_EQ(Gemm::CanImplement(a).code(), absl::StatusCode::kInvalidArgument);
+  a = Valid();
+  a.a.ld = 299;
+  EXPECT_NE(Gemm::CanImplement(a).message().find("a.ld"), std::string::npos);
+  a = Valid();
+  a.b.dtype = DataType::kF16;
+  EXPECT_NE(Gemm::CanImplement(a).message().find("dtype"), std::string::npos);
+  a = Valid();
+  a.d.ptr = nullptr;
+  EXPECT_NE(Gemm::CanImplement(a).message().find("d.ptr"), std::string::npos);
+  a = Valid();
+  a.beta = 1.0f;  // C required now
+  EXPECT_FALSE(Gemm::CanImplement(a).ok());
+  a.c = {P(0x4000), DataType::kBF16, Layout::kRowMajor, 200, 0};
+  EXPECT_NE(Gemm::CanImplement(a).message().find("c must have"), std::string::npos);
+  a.c.dtype = DataType::kF32;
+  EXPECT_TRUE(Gemm::CanImplement(a).ok());
+  a = Valid();
+  a.batch_count = 4;
+  EXPECT_NE(Gemm::CanImplement(a).message().find("d.batch_stride"), std::string::npos);
+  a.d.batch_stride = 100 * 200 - 1;
+  EXPECT_NE(Gemm::CanImplement(a).message().find("overlaps"), std::string::npos);
+  a.d.batch_stride = 100 * 200;
+  EXPECT_TRUE(Gemm::CanImplement(a).ok());  // A and B broadcast (stride 0)
+}
+
+TEST(CanImplement, NeedsNoGpuAndWorkspaceIsZero) {
+  EXPECT_EQ(Gemm::WorkspaceSize(Valid()), 0u);
+}
+
+TEST(Normalize, RowMajorDKeepsOperands) {
+  const NormalizedProblem p = Normalize(Valid());
+  EXPECT_FALSE(p.swapped);
+  EXPECT_EQ(p.m, 100);
+  EXPECT_EQ(p.n, 200);
+  EXPECT_EQ(p.a.ptr, P(0x1000));
+  EXPECT_TRUE(p.a.k_major);
+  EXPECT_TRUE(p.b.k_major);
+  EXPECT_EQ(p.c, nullptr);  // beta == 0: C is never read
+}
+
+TEST(Normalize, ColumnMajorDSwapsAndTransposes) {
+  GemmArguments a = Valid();
+  a.d.layout = Layout::kColMajor;
+  a.d.ld = 100;
+  a.b.layout = Layout::kRowMajor;  // B: k x n row-major, n contiguous
+  a.b.ld = 200;
+  const NormalizedProblem p = Normalize(a);
+  EXPECT_TRUE(p.swapped);
+  EXPECT_EQ(p.m, 200);
+  EXPECT_EQ(p.n, 100);
+  // New A = B^T (n x k): B row-major means n... k strided: not k-major.
+  EXPECT_EQ(p.a.ptr, P(0x2000));
+  EXPECT_FALSE(p.a.k_major);
+  // New B = A^T (k x m): A row-major has k contiguous: k-major.
+  EXPECT_EQ(p.b.ptr, P(0x1000));
+  EXPECT_TRUE(p.b.k_major);
+  EXPECT_EQ(p.ldd, 100);
+}
+
+}  // namespace
+}  // namespace gemm_kernels

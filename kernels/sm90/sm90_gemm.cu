@@ -1,0 +1,240 @@
+// Host side of the Hopper kernel family: support checks, tensor maps (through
+// the driver entry point, so nothing links -lcuda), tile dispatch, launch.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kernels/sm90/gemm_kernel.cuh"
+#include "kernels/sm90/sm90_gemm.h"
+#include "kernels/sm90/tma_params.h"
+
+namespace gemm_kernels {
+namespace {
+
+using sm90::KernelParams;
+
+PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult query;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
+                                         &query) != cudaSuccess ||
+        query != cudaDriverEntryPointSuccess) {
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
+  }();
+  return fn;
+}
+
+// The operand's TMA geometry: K-major operands are [outer = M or N][inner = K]
+// boxes of BK x rows; MN-major ones are [K][MN] boxes of 64 x BK (one 128-byte
+// swizzle span wide), several per stage.
+bool OperandParams(const NormalizedOperand& op, int64_t mn, int64_t k, int64_t batch,
+                   int elem_bytes, int tile_rows, TmaOperandParams* out, std::string* why) {
+  const int bk = 128 / elem_bytes;
+  if (op.k_major) {
+    return MakeTmaOperandParams(k, mn, op.ld, batch, op.batch_stride, elem_bytes, op.ptr, bk,
+                                tile_rows, out, why);
+  }
+  return MakeTmaOperandParams(mn, k, op.ld, batch, op.batch_stride, elem_bytes, op.ptr, 64, bk,
+                              out, why);
+}
+
+bool Encode(const TmaOperandParams& tp, const void* base, CUtensorMapDataType dtype,
+            CUtensorMap* out, std::string* error) {
+  auto encode = TensorMapEncoder();
+  if (!encode) {
+    *error = "cuTensorMapEncodeTiled unavailable from the driver";
+    return false;
+  }
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(out, dtype, 3, const_cast<void*>(base), tp.dims, tp.strides_bytes,
+                            tp.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    *error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r));
+    return false;
+  }
+  return true;
+}
+
+struct KernelInfo {
+  const void* func;
+  size_t smem_bytes;
+  int stages;
+  int bk;
+};
+
+template <typename In, int kBN, bool kAK, bool kBK>
+KernelInfo Info() {
+  using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK>;
+  static_assert(sm90::SmemBytes<Cfg>() <= 227 * 1024, "stage ring exceeds Hopper shared memory");
+  return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK>),
+          sm90::SmemBytes<Cfg>(), Cfg::kStages, Cfg::kBK};
+}
+
+template <typename In, int kBN>
+KernelInfo InfoForLayouts(bool a_k, bool b_k) {
+  if constexpr (sizeof(In) == 4) {
+    return Info<In, kBN, true, true>();  // Sm90Supports admits only K-major tf32
+  } else {
+    if (a_k && b_k) return Info<In, kBN, true, true>();
+    if (a_k) return Info<In, kBN, true, false>();
+    if (b_k) return Info<In, kBN, false, true>();
+    return Info<In, kBN, false, false>();
+  }
+}
+
+template <typename In>
+KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
+  return tile == Sm90Tile::k128x256 ? InfoForLayouts<In, 256>(a_k, b_k)
+                                    : InfoForLayouts<In, 128>(a_k, b_k);
+}
+
+class Sm90Plan final : public KernelPlan {
+ public:
+  std::string Launch(void* stream) const override {
+    void* args[] = {const_cast<KernelParams*>(&params_)};
+    const cudaError_t e = cudaLaunchKernel(info_.func, dim3(grid_), dim3(384), args,
+                                           info_.smem_bytes, static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
+  }
+  const std::string& name() const override { return name_; }
+
+  KernelParams params_;
+  KernelInfo info_{};
+  int grid_ = 1;
+  std::string name_;
+};
+
+const char* InName(DataType t, bool tf32) {
+  if (tf32) return "tf32";
+  return t == DataType::kBF16 ? "bf16" : "f16";
+}
+
+}  // namespace
+
+bool Sm90Supports(const NormalizedProblem& p, std::string* why) {
+  const bool tf32 = p.in_dtype == DataType::kF32;
+  if (tf32 && !p.allow_tf32) {
+    *why = "fp32 inputs without allow_tf32 need strict fp32 arithmetic";
+    return false;
+  }
+  if (tf32 && !(p.a.k_major && p.b.k_major)) {
+    *why = "tf32 wgmma reads only K-major operands";
+    return false;
+  }
+  const int64_t kIntMax = (int64_t{1} << 31) - 1;
+  if (p.m > kIntMax || p.n > kIntMax || p.k > kIntMax || p.batch > kIntMax) {
+    *why = "extent exceeds 32-bit tile coordinates";
+    return false;
+  }
+  const int es = static_cast<int>(DataTypeSize(p.in_dtype));
+  TmaOperandParams tp;
+  std::string sub;
+  if (!OperandParams(p.a, p.m, p.k, p.batch, es, 128, &tp, &sub)) {
+    *why = "A: " + sub;
+    return false;
+  }
+  if (!OperandParams(p.b, p.n, p.k, p.batch, es, 256, &tp, &sub)) {
+    *why = "B: " + sub;
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile tile, int num_sms,
+                                         std::string* error) {
+  std::string why;
+  if (!Sm90Supports(p, &why)) {
+    *error = why;
+    return nullptr;
+  }
+  const bool tf32 = p.in_dtype == DataType::kF32;
+  const int es = static_cast<int>(DataTypeSize(p.in_dtype));
+  const Sm90TileShape shape = ShapeOf(tile);
+  auto plan = std::make_unique<Sm90Plan>();
+  switch (p.in_dtype) {
+    case DataType::kBF16:
+      plan->info_ = InfoFor<__nv_bfloat16>(tile, p.a.k_major, p.b.k_major);
+      break;
+    case DataType::kF16:
+      plan->info_ = InfoFor<__half>(tile, p.a.k_major, p.b.k_major);
+      break;
+    case DataType::kF32:
+      plan->info_ = InfoFor<float>(tile, true, true);
+      break;
+  }
+
+  int device = 0, smem_optin = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (static_cast<size_t>(smem_optin) < plan->info_.smem_bytes) {
+    *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
+             "kernel needs " + std::to_string(plan->info_.smem_bytes);
+    return nullptr;
+  }
+  cudaError_t e = cudaFuncSetAttribute(plan->info_.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(plan->info_.smem_bytes));
+  if (e != cudaSuccess) {
+    *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+
+  const CUtensorMapDataType tdt = tf32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                  : p.in_dtype == DataType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  TmaOperandParams ta, tb;
+  std::string sub;
+  if (!OperandParams(p.a, p.m, p.k, p.batch, es, shape.bm, &ta, &sub) ||
+      !OperandParams(p.b, p.n, p.k, p.batch, es, shape.bn, &tb, &sub)) {
+    *error = sub;
+    return nullptr;
+  }
+  KernelParams& kp = plan->params_;
+  if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error) || !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error)) {
+    return nullptr;
+  }
+  kp.m = static_cast<int>(p.m);
+  kp.n = static_cast<int>(p.n);
+  kp.k = static_cast<int>(p.k);
+  kp.tiles_m = static_cast<int>((p.m + shape.bm - 1) / shape.bm);
+  kp.tiles_n = static_cast<int>((p.n + shape.bn - 1) / shape.bn);
+  kp.batch = static_cast<int>(p.batch);
+  kp.group_m = ChooseGroupM(kp.tiles_m, kp.tiles_n);
+  kp.k_blocks = static_cast<int>((p.k + plan->info_.bk - 1) / plan->info_.bk);
+  kp.a_batch_step = ta.broadcast_batch ? 0 : 1;
+  kp.b_batch_step = tb.broadcast_batch ? 0 : 1;
+  kp.d = p.d;
+  kp.c = p.c;
+  kp.ldd = p.ldd;
+  kp.ldc = p.ldc;
+  kp.batch_stride_d = p.batch_stride_d;
+  kp.batch_stride_c = p.batch_stride_c;
+  kp.alpha = p.alpha;
+  kp.beta = p.beta;
+  kp.out_dtype = p.out_dtype;
+  const size_t os = DataTypeSize(p.out_dtype);
+  auto pair_aligned = [&](const void* ptr, int64_t ld, int64_t bs) {
+    return reinterpret_cast<uintptr_t>(ptr) % (2 * os) == 0 && ld % 2 == 0 &&
+           (p.batch == 1 || bs % 2 == 0);
+  };
+  kp.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
+               (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
+
+  const int64_t total_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
+  plan->grid_ = PersistentGridSize(total_tiles, num_sms);
+  plan->name_ = std::string("sm90_tma_wgmma_ws_") + InName(p.in_dtype, tf32) + "_" +
+                std::to_string(shape.bm) + "x" + std::to_string(shape.bn) + "x" +
+                std::to_string(plan->info_.bk) + "_s" + std::to_string(plan->info_.stages) + "_" +
+                (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n");
+  return plan;
+}
+
+}  // namespace gemm_kernels
