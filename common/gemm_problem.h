@@ -64,6 +64,9 @@ struct GemmProblemRef {
   MatrixRef c;  // data == nullptr when beta == 0
   void* d = nullptr;
 
+  // Bytes of the result D (and of C, which has D's type and shape).
+  uint64_t d_bytes() const { return shape.m * shape.n * SizeOf(shape.output_dtype); }
+
   // Bytes the problem must move at least once: A, B, C (if read) and D.
   uint64_t algorithmic_bytes() const {
     return a.bytes() + b.bytes() + (c.data ? c.bytes() : 0) +

@@ -291,6 +291,8 @@ absl::Status GemmServiceImpl::Admit(const v1::GemmRequest& request, v1::GemmResp
       metrics->RecordQueueWait(report.queue_wait);
       for (const auto& [kind, seconds] : report.launches)
         metrics->RecordLaunch(report.backend, kind, seconds);
+      if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes);
+      if (report.d2h_bytes) metrics->AddTransferBytes("d2h", report.d2h_bytes);
     }
     if (s.ok()) {
       for (const GemmProblemRef& p : raw->problems) metrics->RecordProblem(p, report.backend);

@@ -17,16 +17,20 @@ namespace gemm {
 
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen_address is empty");
-  if (backend != "auto" && backend != "cpu")
+  if (backend != "auto" && backend != "cpu" && backend != "cuda")
     return absl::InvalidArgumentError(
-        absl::StrCat("backend must be \"auto\" or \"cpu\", got \"", backend, "\""));
+        absl::StrCat("backend must be \"auto\", \"cuda\" or \"cpu\", got \"", backend, "\""));
   GEMM_RETURN_IF_ERROR(batcher.Validate());
   return limits.Validate();
 }
 
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& options) {
-  // The CUDA executor joins here with the GPU serving work; until then every
-  // backend choice resolves to the CPU.
+  const bool gpu = CudaExecutor::DeviceCount() > 0;
+  if (options.backend == "cuda" || (options.backend == "auto" && gpu)) {
+    GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> cuda, CudaExecutor::Create(options.cuda));
+    return std::unique_ptr<Executor>(std::move(cuda));
+  }
+  if (options.backend == "auto") spdlog::info("no CUDA device visible: using the CPU backend");
   GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> cpu, CpuExecutor::Create(options.cpu));
   return std::unique_ptr<Executor>(std::move(cpu));
 }

@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "service/batcher.h"
 #include "service/cpu_executor.h"
+#include "service/cuda_executor.h"
 #include "service/executor.h"
 #include "service/limits.h"
 
@@ -27,10 +28,11 @@ class RequestQueue;
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see GemmServer::port).
   std::string listen_address = "0.0.0.0:50051";
-  // "auto" (the best backend present) or "cpu".
+  // "auto" (CUDA when a GPU is visible, else the CPU), "cuda" or "cpu".
   std::string backend = "auto";
   ServiceLimits limits;
   CpuExecutor::Options cpu;
+  CudaExecutor::Options cuda;
   BatcherOptions batcher;
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The

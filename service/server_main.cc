@@ -25,7 +25,10 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "host:port for Prometheus /metrics; empty turns it off; 127.0.0.1:PORT keeps it "
           "off the public interface");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
-          "\"auto\" (the best backend present) or \"cpu\"");
+          "\"auto\" (CUDA when a GPU is visible, else the CPU), \"cuda\" or \"cpu\"");
+ABSL_FLAG(int, cuda_device, kDefaults.cuda.device, "CUDA backend: device ordinal");
+ABSL_FLAG(int, cuda_streams, kDefaults.cuda.streams,
+          "CUDA backend: streams, i.e. batches in flight at once");
 ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
           "while the backend is busy, how long a request may wait for its batch to fill");
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
@@ -82,6 +85,8 @@ int main(int argc, char** argv) {
   options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
   options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options.cuda.device = absl::GetFlag(FLAGS_cuda_device);
+  options.cuda.streams = absl::GetFlag(FLAGS_cuda_streams);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   gemm::ServiceLimits& l = options.limits;

@@ -24,6 +24,10 @@ struct ExecutionReport {
   // Kernel launches (BLAS calls on the CPU) attributed to this request, by
   // kernel kind. A launch shared by several requests is listed on one.
   std::vector<std::pair<std::string, absl::Duration>> launches;
+  // Bytes copied host-to-device and back for this request's batch, listed on
+  // one request of the batch (GPU backends only).
+  uint64_t h2d_bytes = 0;
+  uint64_t d2h_bytes = 0;
 };
 
 struct WorkItem {

@@ -1,0 +1,572 @@
+#include "service/cuda_executor.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/dtype.h"
+#include "kernels/gemm.h"
+
+namespace gemm {
+namespace {
+
+namespace gk = gemm_kernels;
+
+// Operand starts are aligned for TMA (16 bytes) and for full DRAM bursts.
+constexpr size_t kAlign = 256;
+
+size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+#define CUDA_RETURN_IF_ERROR(expr)                                   \
+  do {                                                               \
+    if (absl::Status st_ = CudaStatus((expr), #expr); !st_.ok()) return st_; \
+  } while (0)
+
+gk::DataType KernelType(DType t) {
+  switch (t) {
+    case DType::kBf16:
+      return gk::DataType::kBF16;
+    case DType::kFp16:
+      return gk::DataType::kF16;
+    case DType::kFp32:
+      break;
+  }
+  return gk::DataType::kF32;
+}
+
+gk::Layout KernelLayout(Layout l) {
+  return l == Layout::kRowMajor ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
+}
+
+// op(X) as the kernel sees it: a transposed operand is the same bytes read in
+// the other layout.
+gk::Layout OperandLayout(Layout stored, bool transposed) {
+  const bool row = (stored == Layout::kRowMajor) != transposed;
+  return row ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
+}
+
+const char* KernelFamily(gk::KernelKind k) {
+  switch (k) {
+    case gk::KernelKind::kSm90TmaWgmma:
+      return "sm90_wgmma";
+    case gk::KernelKind::kPortableSimt:
+      return "portable_simt";
+    case gk::KernelKind::kNone:
+      break;
+  }
+  return "none";
+}
+
+// Where one problem's operands sit in the lane's buffers.
+struct Placement {
+  size_t a = 0, b = 0, c = 0;  // offsets in the input region
+  size_t d = 0;                // offset in the output region
+  bool has_c = false;
+};
+
+void CUDART_CB HostDone(void* lane);
+
+}  // namespace
+
+struct CudaExecutor::Lane {
+  CudaExecutor* owner = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, h2d_done = nullptr, d2h_done = nullptr;
+  std::vector<cudaEvent_t> launch_done;  // one per launch, grown as needed
+  unsigned char* staging = nullptr;
+  size_t staging_size = 0;
+  void* device = nullptr;  // this batch's device buffer, from the stream pool
+
+  // The batch in flight and what Finish needs to know about it.
+  Batch batch;
+  std::map<const GemmProblemRef*, Placement> placement;
+  size_t input_bytes = 0;   // input region size; the output region follows
+  size_t output_bytes = 0;
+  std::vector<std::unique_ptr<gk::Gemm>> gemms;  // alive until the batch ends
+  std::vector<std::string> launch_kinds;          // metrics label per launch
+  std::vector<size_t> launch_owner;               // item index per launch
+  std::map<const GemmProblemRef*, size_t> item_of;
+  std::vector<std::set<std::string>> item_kernels;
+  std::vector<absl::Status> item_status;
+
+  void Reset() {
+    batch = Batch();
+    placement.clear();
+    gemms.clear();
+    launch_kinds.clear();
+    launch_owner.clear();
+    item_of.clear();
+    item_kernels.clear();
+    item_status.clear();
+    input_bytes = output_bytes = 0;
+    device = nullptr;
+  }
+};
+
+namespace {
+
+void CUDART_CB HostDone(void* arg) {
+  // Runs on a CUDA-internal thread, which must not call CUDA: hand over.
+  auto* lane = static_cast<CudaExecutor::Lane*>(arg);
+  lane->owner->OnLaneDone(lane);
+}
+
+}  // namespace
+
+CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
+
+int CudaExecutor::DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the error a missing driver leaves behind
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options& options) {
+  if (options.streams < 1) return absl::InvalidArgumentError("streams must be at least 1");
+  if (options.device < 0 || options.device >= DeviceCount())
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", options.device, " is not present (", DeviceCount(), " visible)"));
+  std::unique_ptr<CudaExecutor> ex(new CudaExecutor(options));
+  if (absl::Status st = ex->Init(); !st.ok()) return st;
+  if (options.calibrate) ex->Calibrate();
+  ex->completion_thread_ = std::thread([e = ex.get()] { e->CompletionLoop(); });
+  return ex;
+}
+
+absl::Status CudaExecutor::Init() {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  cudaDeviceProp prop;
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+  info_.backend = "cuda";
+  info_.devices.push_back(DeviceDescription{prop.name, absl::StrCat(prop.major, ".", prop.minor),
+                                            static_cast<uint32_t>(prop.multiProcessorCount),
+                                            prop.totalGlobalMem, 0});
+  info_.kernels = {"sm90_tma_wgmma (bf16, fp16, tf32; Hopper)",
+                   "portable_simt (strict fp32; any sm_80+ GPU)"};
+
+  // Keep freed device memory in the stream-ordered pool instead of returning
+  // it to the driver, so that steady-state batches allocate nothing new.
+  cudaMemPool_t pool;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
+  uint64_t threshold = UINT64_MAX;
+  CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+
+  for (int i = 0; i < options_.streams; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->owner = this;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->start));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->h2d_done));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->d2h_done));
+    absl::MutexLock lock(&mu_);
+    free_lanes_.push_back(lane.get());
+    lanes_.push_back(std::move(lane));
+  }
+  return absl::OkStatus();
+}
+
+CudaExecutor::~CudaExecutor() {
+  {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return busy_lanes_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+    stopping_ = true;
+  }
+  if (completion_thread_.joinable()) completion_thread_.join();
+  // Give the pool's cached blocks back to the driver: the device is shared.
+  ReleaseCachedMemory().IgnoreError();
+  for (auto& lane : lanes_) {
+    for (cudaEvent_t e : lane->launch_done) cudaEventDestroy(e);
+    cudaEventDestroy(lane->start);
+    cudaEventDestroy(lane->h2d_done);
+    cudaEventDestroy(lane->d2h_done);
+    cudaStreamDestroy(lane->stream);
+    if (lane->staging) cudaFreeHost(lane->staging);
+  }
+}
+
+absl::StatusOr<uint64_t> CudaExecutor::DeviceBytesInUse(int device) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free_bytes = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
+  return total - free_bytes;
+}
+
+absl::Status CudaExecutor::ReleaseCachedMemory() {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  cudaMemPool_t pool;
+  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
+  CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+  return absl::OkStatus();
+}
+
+void CudaExecutor::Execute(Batch batch) {
+  Lane* lane;
+  {
+    absl::MutexLock lock(&mu_);
+    // The batcher keeps at most max_concurrent_batches() in flight, so a lane
+    // is normally free at once.
+    auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_lanes_.empty(); };
+    mu_.Await(absl::Condition(&has_free));
+    lane = free_lanes_.front();
+    free_lanes_.pop_front();
+    ++busy_lanes_;
+  }
+  lane->Reset();
+  lane->batch = std::move(batch);
+  if (absl::Status st = Enqueue(*lane); !st.ok()) {
+    // Nothing was enqueued after the failing call; wait for what was, then
+    // answer every request of the batch with the error.
+    cudaStreamSynchronize(lane->stream);
+    if (lane->device) cudaFreeAsync(lane->device, lane->stream);
+    for (auto& item : lane->batch.items) item->Complete(st);
+    ReleaseLane(lane);
+  }
+}
+
+absl::Status CudaExecutor::Enqueue(Lane& lane) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const Batch& batch = lane.batch;
+  lane.item_kernels.resize(batch.items.size());
+  lane.item_status.assign(batch.items.size(), absl::OkStatus());
+  for (size_t i = 0; i < batch.items.size(); ++i)
+    for (const GemmProblemRef& p : batch.items[i]->problems) lane.item_of[&p] = i;
+
+  // 1. Place every operand. Members of a strided batch sit at a fixed stride
+  //    per operand, so one launch covers them.
+  size_t in = 0, out = 0;
+  for (const LaunchGroup& g : batch.launches) {
+    const GemmProblemRef& first = *g.problems.front();
+    const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
+    const size_t a_stride = RoundUp(first.a.bytes(), kAlign);
+    const size_t b_stride = RoundUp(first.b.bytes(), kAlign);
+    const size_t d_bytes = first.shape.m * first.shape.n * SizeOf(first.shape.output_dtype);
+    const size_t d_stride = RoundUp(d_bytes, kAlign);
+    for (const GemmProblemRef* p : g.problems) {
+      Placement& pl = lane.placement[p];
+      pl.has_c = p->beta != 0.0 && p->c.data != nullptr;
+      if (!strided) {
+        pl.a = in;
+        in += RoundUp(p->a.bytes(), kAlign);
+        pl.b = in;
+        in += RoundUp(p->b.bytes(), kAlign);
+        if (pl.has_c) {
+          pl.c = in;
+          in += RoundUp(p->d_bytes(), kAlign);
+        }
+        pl.d = out;
+        out += RoundUp(p->d_bytes(), kAlign);
+      }
+    }
+    if (strided) {
+      const size_t count = g.problems.size();
+      const size_t a0 = in, b0 = a0 + count * a_stride, c0 = b0 + count * b_stride;
+      const bool has_c = lane.placement[&first].has_c;
+      in = c0 + (has_c ? count * d_stride : 0);
+      for (size_t i = 0; i < count; ++i) {
+        Placement& pl = lane.placement[g.problems[i]];
+        pl.a = a0 + i * a_stride;
+        pl.b = b0 + i * b_stride;
+        pl.c = c0 + i * d_stride;
+        pl.d = out + i * d_stride;
+      }
+      out += count * d_stride;
+    }
+  }
+  lane.input_bytes = RoundUp(in, kAlign);
+  lane.output_bytes = out;
+  const size_t total = lane.input_bytes + lane.output_bytes;
+
+  // 2. Stage the operands: the one host copy on the way in.
+  if (lane.staging_size < total) {
+    // Grow geometrically so that a lane reallocates only a few times.
+    const size_t size = std::max(total, 2 * lane.staging_size);
+    if (lane.staging) CUDA_RETURN_IF_ERROR(cudaFreeHost(lane.staging));
+    lane.staging = nullptr;
+    lane.staging_size = 0;
+    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&lane.staging), size,
+                                       cudaHostAllocDefault));
+    lane.staging_size = size;
+  }
+  for (const auto& [p, pl] : lane.placement) {
+    std::memcpy(lane.staging + pl.a, p->a.data, p->a.bytes());
+    std::memcpy(lane.staging + pl.b, p->b.data, p->b.bytes());
+    if (!pl.has_c) continue;
+    if (p->c.layout == p->shape.layout_d) {
+      std::memcpy(lane.staging + pl.c, p->c.data, p->c.bytes());
+    } else {
+      // The kernel reads C in D's layout: transpose while staging.
+      const MatrixRef to{nullptr, p->c.rows, p->c.cols, p->shape.layout_d, p->c.dtype};
+      const size_t e = SizeOf(p->c.dtype);
+      const auto* src = static_cast<const unsigned char*>(p->c.data);
+      for (uint64_t r = 0; r < p->c.rows; ++r)
+        for (uint64_t c = 0; c < p->c.cols; ++c)
+          std::memcpy(lane.staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
+    }
+  }
+
+  // 3. One H2D copy, the launches, one D2H copy, then the host callback.
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&lane.device, total, lane.stream));
+  auto* dev = static_cast<unsigned char*>(lane.device);
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start, lane.stream));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev, lane.staging, lane.input_bytes, cudaMemcpyHostToDevice, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
+
+  while (lane.launch_done.size() < batch.launches.size()) {
+    cudaEvent_t e;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    lane.launch_done.push_back(e);
+  }
+  unsigned char* out_dev = dev + lane.input_bytes;
+  for (size_t li = 0; li < batch.launches.size(); ++li) {
+    const LaunchGroup& g = batch.launches[li];
+    const GemmProblemRef& p = *g.problems.front();
+    const Placement& pl = lane.placement.at(&p);
+    const GemmShape& s = p.shape;
+    const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
+    const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
+    auto stride = [&](size_t first, size_t second, DType t) -> int64_t {
+      return count > 1 ? static_cast<int64_t>((second - first) / SizeOf(t)) : 0;
+    };
+    const Placement* pl2 = count > 1 ? &lane.placement.at(g.problems[1]) : &pl;
+
+    gk::GemmArguments args;
+    args.m = static_cast<int64_t>(s.m);
+    args.n = static_cast<int64_t>(s.n);
+    args.k = static_cast<int64_t>(s.k);
+    args.batch_count = count;
+    args.a = {dev + pl.a, KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
+              static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2->a, s.input_dtype)};
+    args.b = {dev + pl.b, KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
+              static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2->b, s.input_dtype)};
+    const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
+    args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
+              stride(pl.d, pl2->d, s.output_dtype)};
+    args.c = args.d;
+    if (pl.has_c) {
+      args.c.ptr = dev + pl.c;
+      args.c.batch_stride = stride(pl.c, pl2->c, s.output_dtype);
+    }
+    args.alpha = static_cast<float>(p.alpha);
+    args.beta = pl.has_c ? static_cast<float>(p.beta) : 0.0f;
+    args.allow_tf32 = s.allow_tf32;
+
+    auto gemm = std::make_unique<gk::Gemm>();
+    absl::Status st = gk::Gemm::CanImplement(args);
+    if (st.ok()) st = gemm->Initialize(args);
+    if (st.ok()) st = gemm->Run(lane.stream);
+    const size_t owner = lane.item_of.at(&p);
+    if (!st.ok()) {
+      // This launch's requests fail; the rest of the batch goes on.
+      for (const GemmProblemRef* q : g.problems) lane.item_status[lane.item_of.at(q)] = st;
+    } else {
+      for (const GemmProblemRef* q : g.problems)
+        lane.item_kernels[lane.item_of.at(q)].insert(gemm->kernel_name());
+    }
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li], lane.stream));
+    lane.launch_kinds.push_back(
+        absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(gemm->kernel_kind())));
+    lane.launch_owner.push_back(owner);
+    lane.gemms.push_back(std::move(gemm));
+  }
+
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.staging + lane.input_bytes, out_dev,
+                                       lane.output_bytes, cudaMemcpyDeviceToHost, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
+  lane.device = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
+  return absl::OkStatus();
+}
+
+void CudaExecutor::OnLaneDone(Lane* lane) {
+  absl::MutexLock lock(&mu_);
+  finished_lanes_.push_back(lane);
+}
+
+void CudaExecutor::CompletionLoop() {
+  while (true) {
+    Lane* lane;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !finished_lanes_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (finished_lanes_.empty()) return;
+      lane = finished_lanes_.front();
+      finished_lanes_.pop_front();
+    }
+    Finish(*lane);
+    ReleaseLane(lane);
+  }
+}
+
+void CudaExecutor::Finish(Lane& lane) {
+  Batch& batch = lane.batch;
+  // A kernel fault surfaces here; it fails the whole batch.
+  absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done), "batch");
+  float h2d_ms = 0, d2h_ms = 0;
+  std::vector<float> launch_ms(batch.launches.size(), 0.0f);
+  if (batch_status.ok()) {
+    cudaEventElapsedTime(&h2d_ms, lane.start, lane.h2d_done);
+    cudaEvent_t prev = lane.h2d_done;
+    for (size_t i = 0; i < batch.launches.size(); ++i) {
+      cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
+      prev = lane.launch_done[i];
+    }
+    cudaEventElapsedTime(&d2h_ms, prev, lane.d2h_done);
+  }
+  float compute_ms = 0;
+  for (float ms : launch_ms) compute_ms += ms;
+
+  // The one host copy on the way out: staging into each response.
+  if (batch_status.ok()) {
+    for (const auto& [p, pl] : lane.placement) {
+      if (!lane.item_status[lane.item_of.at(p)].ok()) continue;
+      std::memcpy(p->d, lane.staging + lane.input_bytes + pl.d, p->d_bytes());
+    }
+  }
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    WorkItem& item = *batch.items[i];
+    ExecutionReport& r = item.report;
+    r.backend = "cuda";
+    r.kernel = absl::StrJoin(lane.item_kernels[i], ",");
+    r.transfer = absl::Milliseconds(h2d_ms + d2h_ms);
+    r.compute = absl::Milliseconds(compute_ms);
+    if (i == 0) {
+      r.h2d_bytes = lane.input_bytes;
+      r.d2h_bytes = lane.output_bytes;
+    }
+    for (size_t li = 0; li < lane.launch_owner.size(); ++li)
+      if (lane.launch_owner[li] == i)
+        r.launches.emplace_back(lane.launch_kinds[li], absl::Milliseconds(launch_ms[li]));
+  }
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const absl::Status& st = !batch_status.ok() ? batch_status : lane.item_status[i];
+    batch.items[i]->Complete(st);
+  }
+}
+
+void CudaExecutor::ReleaseLane(Lane* lane) {
+  std::function<void()> on_done = std::move(lane->batch.on_done);
+  lane->Reset();
+  {
+    absl::MutexLock lock(&mu_);
+    free_lanes_.push_back(lane);
+    --busy_lanes_;
+  }
+  if (on_done) on_done();
+}
+
+void CudaExecutor::Calibrate() {
+  // Rates of our own kernels on random data, and the device copy bandwidth.
+  // A failed measurement is left out rather than guessed.
+  struct Case {
+    const char* kind;
+    DType in;
+    bool tf32;
+    int n;
+  };
+  const Case cases[] = {{"bf16", DType::kBf16, false, 4096},
+                        {"fp16", DType::kFp16, false, 4096},
+                        {"tf32", DType::kFp32, true, 4096},
+                        {"fp32", DType::kFp32, false, 2048}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (const Case& c : cases) {
+    const size_t elems = size_t(c.n) * c.n;
+    const size_t bytes = elems * SizeOf(c.in);
+    std::vector<float> values(elems);
+    for (float& v : values) v = dist(rng);
+    std::vector<unsigned char> host(bytes);
+    FromFloat(c.in, values.data(), host.data(), elems);
+    void *a = nullptr, *b = nullptr, *d = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    bool ok = cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
+              cudaMalloc(&d, elems * 4) == cudaSuccess &&
+              cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
+              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
+    gk::GemmArguments args;
+    args.m = args.n = args.k = c.n;
+    args.a = {a, KernelType(c.in), gk::Layout::kRowMajor, c.n, 0};
+    args.b = {b, KernelType(c.in), gk::Layout::kColMajor, c.n, 0};
+    args.d = {d, gk::DataType::kF32, gk::Layout::kRowMajor, c.n, 0};
+    args.c = args.d;
+    args.allow_tf32 = c.tf32;
+    gk::Gemm gemm;
+    ok = ok && gemm.Initialize(args).ok();
+    std::vector<float> times;
+    for (int i = 0; ok && i < 7; ++i) {
+      cudaEventRecord(e0);
+      ok = gemm.Run(nullptr).ok();
+      cudaEventRecord(e1);
+      float ms = 0;
+      ok = ok && cudaEventSynchronize(e1) == cudaSuccess &&
+           cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+      if (i >= 2) times.push_back(ms);  // the first runs are warm-up
+    }
+    if (ok && !times.empty()) {
+      std::sort(times.begin(), times.end());
+      const double seconds = times[times.size() / 2] / 1e3;
+      info_.peak_rates.push_back({c.kind, 2.0 * c.n * double(c.n) * c.n / seconds,
+                                  absl::StrCat("measured at start-up: ", gemm.kernel_name(), " ",
+                                               c.n, "^3, median of 5")});
+    }
+    cudaGetLastError();
+    cudaFree(a);
+    cudaFree(b);
+    cudaFree(d);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+  }
+  // Memory: a 1 GiB device-to-device copy moves 2 GiB (read + write).
+  const size_t bytes = size_t{1} << 30;
+  void *src = nullptr, *dst = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  if (cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess &&
+      cudaMemset(src, 1, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
+      cudaEventCreate(&e1) == cudaSuccess) {
+    std::vector<float> times;
+    for (int i = 0; i < 5; ++i) {
+      cudaEventRecord(e0);
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e1);
+      float ms = 0;
+      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
+          i > 0)
+        times.push_back(ms);
+    }
+    if (!times.empty()) {
+      std::sort(times.begin(), times.end());
+      info_.peak_rates.push_back({"memory", 2.0 * bytes / (times[times.size() / 2] / 1e3),
+                                  "measured at start-up: 1 GiB device copy, median of 4"});
+    }
+  }
+  cudaGetLastError();
+  cudaFree(src);
+  cudaFree(dst);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+}
+
+}  // namespace gemm
