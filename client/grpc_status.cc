@@ -21,13 +21,4 @@ absl::Status FromGrpcStatus(const grpc::Status& status) {
   return StatusFromCode(static_cast<int>(status.error_code()), status.error_message());
 }
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  const int code = static_cast<int>(status.code());
-  if (code < 0 || code > kMaxCode) {
-    return grpc::Status(grpc::StatusCode::UNKNOWN, std::string(status.message()));
-  }
-  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(status.message()));
-}
-
 }  // namespace gemm

@@ -1,5 +1,8 @@
-// The one place where gRPC and Abseil statuses are converted. The two share
+// The client's conversions from gRPC statuses to Abseil ones. The two share
 // numeric codes (both follow google.rpc.Code), so the mapping is by value.
+// The other direction belongs to the server (gemm::ToGrpcStatus in
+// service/gemm_service.h) and is defined only there, so that one binary can
+// link both the client and the server (in-process tests do).
 #ifndef GEMM_CLIENT_GRPC_STATUS_H_
 #define GEMM_CLIENT_GRPC_STATUS_H_
 
@@ -12,7 +15,6 @@
 namespace gemm {
 
 absl::Status FromGrpcStatus(const grpc::Status& status);
-grpc::Status ToGrpcStatus(const absl::Status& status);
 
 // A status carried inside a message as (code, message), as GemmResponse does
 // on GemmStream. Codes outside the known range become UNKNOWN.
