@@ -171,9 +171,10 @@ Client::~Client() {
       if (std::shared_ptr<AsyncCall> call = weak.lock()) live.push_back(std::move(call));
     }
   }
-  // Pending retries start now and find their call cancelled.
-  timer_->Flush();
+  // Cancel first: a pending retry that the flush starts must find its call
+  // cancelled, or it would run a fresh attempt.
   for (const auto& call : live) call->Cancel();
+  timer_->Flush();
   live.clear();
   {
     absl::MutexLock lock(&mu_);
