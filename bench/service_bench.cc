@@ -32,6 +32,10 @@ ABSL_FLAG(int, cpu_concurrency, gemm::CpuExecutor::Options().concurrent_requests
           "in-process server: CPU backend requests computed at once");
 ABSL_FLAG(int, blas_threads, gemm::CpuExecutor::Options().blas_threads,
           "in-process server: OpenBLAS threads per GEMM (0 = one per core)");
+ABSL_FLAG(std::string, backend, "auto", "in-process server: auto, cuda or cpu");
+ABSL_FLAG(bool, compare_unbatched, false,
+          "in-process: also run a second server that batches nothing (one request per "
+          "batch) and print the batched/unbatched ratio");
 ABSL_FLAG(std::string, target, "",
           "benchmark a running server at host:port instead of an in-process one "
           "(the echo server still runs in-process)");
@@ -143,20 +147,34 @@ int Main() {
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const v1::DataType dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
 
-  std::unique_ptr<GemmServer> gemm_server;
-  std::string target = absl::GetFlag(FLAGS_target);
-  if (target.empty()) {
+  auto start_server = [](bool batching) -> absl::StatusOr<std::unique_ptr<GemmServer>> {
     ServerOptions options;
     options.listen_address = "127.0.0.1:0";
+    options.backend = absl::GetFlag(FLAGS_backend);
     options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
     options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
-    auto s = GemmServer::Start(options);
+    if (!batching) options.batcher.budget.max_requests = 1;
+    return GemmServer::Start(options);
+  };
+  std::unique_ptr<GemmServer> gemm_server, unbatched_server;
+  std::string target = absl::GetFlag(FLAGS_target);
+  const bool compare = absl::GetFlag(FLAGS_compare_unbatched) && target.empty();
+  if (target.empty()) {
+    auto s = start_server(true);
     if (!s.ok()) {
       std::fprintf(stderr, "cannot start the server: %s\n", s.status().ToString().c_str());
       return 1;
     }
     gemm_server = std::move(*s);
     target = "127.0.0.1:" + std::to_string(gemm_server->port());
+  }
+  if (compare) {
+    auto s = start_server(false);
+    if (!s.ok()) {
+      std::fprintf(stderr, "cannot start the server: %s\n", s.status().ToString().c_str());
+      return 1;
+    }
+    unbatched_server = std::move(*s);
   }
 
   EchoServiceImpl echo_service;
@@ -173,6 +191,11 @@ int Main() {
   args.SetMaxSendMessageSize(1 << 30);
   auto gemm_stub = v1::GemmService::NewStub(
       grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  std::unique_ptr<v1::GemmService::Stub> unbatched_stub;
+  if (compare)
+    unbatched_stub = v1::GemmService::NewStub(grpc::CreateCustomChannel(
+        "127.0.0.1:" + std::to_string(unbatched_server->port()),
+        grpc::InsecureChannelCredentials(), args));
   auto echo_stub = EchoService::NewStub(grpc::CreateCustomChannel(
       "127.0.0.1:" + std::to_string(echo_port), grpc::InsecureChannelCredentials(), args));
 
@@ -188,8 +211,10 @@ int Main() {
   std::printf("service_bench: backend %s (%s), dtype %s, %.1f s per case\n",
               info.backend().c_str(), info.devices_size() ? info.devices(0).name().c_str() : "",
               absl::GetFlag(FLAGS_dtype).c_str(), seconds);
-  std::printf("%6s %5s | %10s %9s %9s %8s | %10s %9s %9s | %7s\n", "size", "conc", "gemm req/s",
+  std::printf("%6s %5s | %10s %9s %9s %8s | %10s %9s %9s | %7s", "size", "conc", "gemm req/s",
               "MB/s", "GFLOP/s", "p50 us", "echo req/s", "MB/s", "p50 us", "ratio");
+  if (compare) std::printf(" | %10s %8s %8s", "unbat. r/s", "p50 us", "bat/unb");
+  std::printf("\n");
 
   std::mt19937 rng(42);
   int failures = 0;
@@ -223,16 +248,28 @@ int Main() {
                                  [ctx, reply, done](grpc::Status st) { done(st.ok()); });
       });
       const double gflops = g.requests_per_s * 2.0 * n * n * n / 1e9;
-      std::printf("%6d %5d | %10.0f %9.1f %9.2f %8.0f | %10.0f %9.1f %9.0f | %7.2f%s\n", n, conc,
+      std::printf("%6d %5d | %10.0f %9.1f %9.2f %8.0f | %10.0f %9.1f %9.0f | %7.2f", n, conc,
                   g.requests_per_s, g.mb_per_s, gflops, g.p50_us, e.requests_per_s, e.mb_per_s,
-                  e.p50_us, g.requests_per_s / e.requests_per_s,
-                  (g.errors || e.errors) ? "  (errors!)" : "");
+                  e.p50_us, g.requests_per_s / e.requests_per_s);
+      if (compare) {
+        Result u = RunLoop(conc, seconds, bytes_per_call, [&](std::function<void(bool)> done) {
+          auto ctx = std::make_shared<grpc::ClientContext>();
+          auto reply = std::make_shared<v1::GemmResponse>();
+          unbatched_stub->async()->Gemm(ctx.get(), &request, reply.get(),
+                                        [ctx, reply, done](grpc::Status st) { done(st.ok()); });
+        });
+        std::printf(" | %10.0f %8.0f %8.2f", u.requests_per_s, u.p50_us,
+                    g.requests_per_s / u.requests_per_s);
+        failures += u.errors;
+      }
+      std::printf("%s\n", (g.errors || e.errors) ? "  (errors!)" : "");
       std::fflush(stdout);
       failures += g.errors + e.errors;
     }
   }
   echo_server->Shutdown();
   if (gemm_server) gemm_server->Shutdown(absl::Seconds(5));
+  if (unbatched_server) unbatched_server->Shutdown(absl::Seconds(5));
   return failures == 0 ? 0 : 1;
 }
 

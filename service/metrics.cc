@@ -3,10 +3,12 @@
 #include <prometheus/exposer.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <exception>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace gemm {
 namespace {
@@ -26,23 +28,34 @@ const char* GrpcCodeName(int code) {
   return kNames[code];
 }
 
+}  // namespace
+
 // Gauges whose values are read when scraped, so they are never stale.
 class GaugeProbe : public prometheus::Collectable {
  public:
-  void Add(std::string name, std::string help, std::function<double()> read) {
-    gauges_.push_back({std::move(name), std::move(help), std::move(read)});
+  void Add(std::string name, std::string help, std::map<std::string, std::string> labels,
+           std::function<double()> read) {
+    absl::MutexLock lock(&mu_);
+    gauges_.push_back({std::move(name), std::move(help), std::move(labels), std::move(read)});
   }
   std::vector<prometheus::MetricFamily> Collect() const override {
+    absl::MutexLock lock(&mu_);
     std::vector<prometheus::MetricFamily> out;
     for (const Entry& g : gauges_) {
-      prometheus::MetricFamily family;
-      family.name = g.name;
-      family.help = g.help;
-      family.type = prometheus::MetricType::Gauge;
       prometheus::ClientMetric metric;
+      for (const auto& [k, v] : g.labels) metric.label.push_back({k, v});
       metric.gauge.value = g.read();
-      family.metric.push_back(metric);
-      out.push_back(std::move(family));
+      // Gauges of one name (different labels) share a family.
+      auto it = std::find_if(out.begin(), out.end(),
+                             [&](const prometheus::MetricFamily& f) { return f.name == g.name; });
+      if (it == out.end()) {
+        out.emplace_back();
+        it = out.end() - 1;
+        it->name = g.name;
+        it->help = g.help;
+        it->type = prometheus::MetricType::Gauge;
+      }
+      it->metric.push_back(std::move(metric));
     }
     return out;
   }
@@ -51,12 +64,12 @@ class GaugeProbe : public prometheus::Collectable {
   struct Entry {
     std::string name;
     std::string help;
+    std::map<std::string, std::string> labels;
     std::function<double()> read;
   };
-  std::vector<Entry> gauges_;
+  mutable absl::Mutex mu_;
+  std::vector<Entry> gauges_ ABSL_GUARDED_BY(mu_);
 };
-
-}  // namespace
 
 const char* ShapeClass(const GemmShape& s) {
   const double f = s.flops();
@@ -130,7 +143,18 @@ ServiceMetrics::ServiceMetrics()
       build_info_(BuildGauge()
                       .Name("gemm_build_info")
                       .Help("Always 1; labels carry the version and backend.")
-                      .Register(*registry_)) {}
+                      .Register(*registry_)),
+      probes_(std::make_shared<GaugeProbe>()),
+      queue_limit_(BuildGauge()
+                       .Name("gemm_queue_limit_requests")
+                       .Help("The configured --max_queued_requests.")
+                       .Register(*registry_)
+                       .Add({})),
+      inflight_limit_(BuildGauge()
+                          .Name("gemm_inflight_limit_bytes")
+                          .Help("The configured --max_inflight_bytes.")
+                          .Register(*registry_)
+                          .Add({})) {}
 
 ServiceMetrics::~ServiceMetrics() = default;
 
@@ -142,7 +166,7 @@ absl::Status ServiceMetrics::StartExposer(const std::string& address) {
         absl::StrCat("cannot serve metrics on ", address, ": ", e.what()));
   }
   exposer_->RegisterCollectable(registry_);
-  if (queue_probe_) exposer_->RegisterCollectable(queue_probe_);
+  exposer_->RegisterCollectable(probes_);
   const std::vector<int> ports = exposer_->GetListeningPorts();
   exposer_port_ = ports.empty() ? 0 : ports.front();
   return absl::OkStatus();
@@ -153,9 +177,7 @@ int ServiceMetrics::exposer_port() const { return exposer_port_; }
 std::string ServiceMetrics::Scrape() const {
   std::ostringstream out;
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
-  if (queue_probe_) {
-    for (auto& f : queue_probe_->Collect()) families.push_back(std::move(f));
-  }
+  for (auto& f : probes_->Collect()) families.push_back(std::move(f));
   prometheus::TextSerializer().Serialize(out, families);
   return out.str();
 }
@@ -187,12 +209,21 @@ void ServiceMetrics::RecordQueueWait(absl::Duration wait) {
 
 void ServiceMetrics::SetQueueProbe(std::function<double()> queued_requests,
                                    std::function<double()> inflight_bytes) {
-  auto probe = std::make_shared<GaugeProbe>();
-  probe->Add("gemm_queue_depth", "Requests waiting in the queue.", std::move(queued_requests));
-  probe->Add("gemm_inflight_bytes", "Operand and result bytes held by admitted requests.",
-             std::move(inflight_bytes));
-  queue_probe_ = probe;
-  if (exposer_) exposer_->RegisterCollectable(queue_probe_);
+  probes_->Add("gemm_queue_depth", "Requests waiting in the queue.", {},
+               std::move(queued_requests));
+  probes_->Add("gemm_inflight_bytes", "Operand and result bytes held by admitted requests.", {},
+               std::move(inflight_bytes));
+}
+
+void ServiceMetrics::SetLimits(double max_queued_requests, double max_inflight_bytes) {
+  queue_limit_.Set(max_queued_requests);
+  inflight_limit_.Set(max_inflight_bytes);
+}
+
+void ServiceMetrics::AddProbe(const std::string& name, const std::string& help,
+                              const std::map<std::string, std::string>& labels,
+                              std::function<double()> read) {
+  probes_->Add(name, help, labels, std::move(read));
 }
 
 void ServiceMetrics::RecordBatch(size_t requests, size_t problems) {

@@ -10,6 +10,7 @@
 #define GEMM_SERVICE_METRICS_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ class Exposer;
 }
 
 namespace gemm {
+
+class GaugeProbe;
 
 // Problem size classes by 2*M*N*K, for the flops counter's label.
 const char* ShapeClass(const GemmShape& shape);
@@ -58,6 +61,11 @@ class ServiceMetrics {
   // Gauges read at scrape time: queue depth and in-flight bytes.
   void SetQueueProbe(std::function<double()> queued_requests,
                      std::function<double()> inflight_bytes);
+  // The configured limits those gauges run up against, for saturation alerts.
+  void SetLimits(double max_queued_requests, double max_inflight_bytes);
+  // Any other gauge whose value is read when scraped (e.g. device memory).
+  void AddProbe(const std::string& name, const std::string& help,
+                const std::map<std::string, std::string>& labels, std::function<double()> read);
   // One batch handed to an executor: its request count and problem count.
   void RecordBatch(size_t requests, size_t problems);
   // One finished problem's work.
@@ -75,7 +83,9 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Histogram& queue_wait_seconds_;
-  std::shared_ptr<prometheus::Collectable> queue_probe_;
+  std::shared_ptr<GaugeProbe> probes_;
+  prometheus::Gauge& queue_limit_;
+  prometheus::Gauge& inflight_limit_;
   prometheus::Histogram& batch_requests_;
   prometheus::Histogram& batch_problems_;
   prometheus::Family<prometheus::Counter>& launches_;

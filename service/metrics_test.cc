@@ -61,6 +61,13 @@ TEST(MetricsTest, RecordsRequestsWorkAndRoofline) {
   EXPECT_THAT(m.Scrape(), HasSubstr("gemm_queue_depth 3"));
   EXPECT_THAT(m.Scrape(), HasSubstr("gemm_inflight_bytes 1024"));
   EXPECT_THAT(text, Not(HasSubstr("request_id")));
+  m.SetLimits(1024, 4096);
+  m.AddProbe("gemm_device_memory_used_bytes", "help", {{"gpu", "0"}}, [] { return 5.0; });
+  m.AddProbe("gemm_device_memory_used_bytes", "help", {{"gpu", "1"}}, [] { return 6.0; });
+  const std::string more = m.Scrape();
+  EXPECT_THAT(more, HasSubstr("gemm_queue_limit_requests 1024"));
+  EXPECT_THAT(more, HasSubstr(R"(gemm_device_memory_used_bytes{gpu="0"} 5)"));
+  EXPECT_THAT(more, HasSubstr(R"(gemm_device_memory_used_bytes{gpu="1"} 6)"));
 }
 
 TEST(MetricsTest, ExposerServesOnAFreePort) {

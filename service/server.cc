@@ -56,6 +56,16 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->metrics_->SetPeakRates(s->executor_->info().peak_rates);
   s->metrics_->SetQueueProbe([queue] { return static_cast<double>(queue->queued()); },
                              [queue] { return static_cast<double>(queue->inflight_bytes()); });
+  s->metrics_->SetLimits(options.limits.max_queued_requests, options.limits.max_inflight_bytes);
+  if (s->executor_->info().backend == "cuda") {
+    const int device = options.cuda.device;
+    s->metrics_->AddProbe("gemm_device_memory_used_bytes",
+                          "Device memory in use on the GPU (all processes).",
+                          {{"gpu", std::to_string(device)}}, [device] {
+                            auto used = CudaExecutor::DeviceBytesInUse(device);
+                            return used.ok() ? static_cast<double>(*used) : 0.0;
+                          });
+  }
   if (!options.metrics_listen.empty()) {
     GEMM_RETURN_IF_ERROR(s->metrics_->StartExposer(options.metrics_listen));
   }

@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev
   libspdlog-dev libfmt-dev
-  prometheus
+  prometheus yamllint
 )
 
 missing=()
