@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/dtype.h"
 #include "common/reference_gemm.h"
 
@@ -157,6 +159,33 @@ GemmProblemRef ProblemRefOf(const v1::GemmProblem& p) {
     if (!r) return ::testing::AssertionFailure() << "problems[" << i << "]: " << r.message();
   }
   return ::testing::AssertionSuccess();
+}
+
+std::vector<MetricSample> MetricSamples(const std::string& scrape, const std::string& name) {
+  std::vector<MetricSample> out;
+  for (absl::string_view line : absl::StrSplit(scrape, '\n')) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == absl::string_view::npos) continue;
+    const absl::string_view key = line.substr(0, space);
+    const size_t brace = key.find('{');
+    if (key.substr(0, brace) != name) continue;
+    MetricSample sample;
+    if (brace != absl::string_view::npos) sample.labels = std::string(key.substr(brace));
+    if (!absl::SimpleAtod(line.substr(space + 1), &sample.value)) continue;
+    out.push_back(std::move(sample));
+  }
+  return out;
+}
+
+double MetricValue(const std::string& scrape, const std::string& name,
+                   const std::vector<std::string>& labels) {
+  for (const MetricSample& s : MetricSamples(scrape, name)) {
+    bool all = true;
+    for (const std::string& l : labels) all = all && s.labels.find(l) != std::string::npos;
+    if (all) return s.value;
+  }
+  return 0;
 }
 
 }  // namespace test

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -62,6 +63,21 @@ GemmProblemRef ProblemRefOf(const v1::GemmProblem& p);
 // response names a backend.
 ::testing::AssertionResult ResponseMatches(const v1::GemmRequest& request,
                                            const v1::GemmResponse& response);
+
+// One sample of a Prometheus text scrape: its label text ("{...}", empty
+// when it has none) and its value.
+struct MetricSample {
+  std::string labels;
+  double value = 0;
+};
+
+// Every sample named exactly `name` in `scrape` (the text exposition format).
+std::vector<MetricSample> MetricSamples(const std::string& scrape, const std::string& name);
+
+// The value of the first sample named `name` whose labels contain every one
+// of `labels` (each like code="OK"); 0 when there is none.
+double MetricValue(const std::string& scrape, const std::string& name,
+                   const std::vector<std::string>& labels = {});
 
 }  // namespace test
 }  // namespace gemm
