@@ -6,6 +6,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -160,16 +161,23 @@ void CpuExecutor::RunThread() {
       pending_.pop_front();
     }
     RunBatch(batch);
-    if (batch.on_done) batch.on_done();
   }
 }
 
 // The CPU has no batched BLAS: every problem is one sgemm call, whatever
-// launch the batch planned for it.
+// launch the batch planned for it. Each request is answered as soon as it is
+// done; the batch's slot is returned just before the last answer, so that a
+// client's next request finds the executor idle rather than just about to be.
 void CpuExecutor::RunBatch(Batch& batch) {
-  for (const std::shared_ptr<WorkItem>& item : batch.items) {
+  for (size_t i = 0; i < batch.items.size(); ++i) {
+    const std::shared_ptr<WorkItem>& item = batch.items[i];
+    const bool last = i + 1 == batch.items.size();
+    auto complete = [&](const absl::Status& status) {
+      if (last && batch.on_done) std::exchange(batch.on_done, nullptr)();
+      item->Complete(status);
+    };
     if (item->cancelled.load()) {
-      item->Complete(absl::CancelledError("the call was cancelled before it ran"));
+      complete(absl::CancelledError("the call was cancelled before it ran"));
       continue;
     }
     absl::Duration staging, compute;
@@ -185,8 +193,9 @@ void CpuExecutor::RunBatch(Batch& batch) {
     item->report.compute = compute;
     item->report.backend = "cpu";
     item->report.kernel = "openblas_sgemm";
-    item->Complete(absl::OkStatus());
+    complete(absl::OkStatus());
   }
+  if (batch.on_done) batch.on_done();  // an empty batch
 }
 
 }  // namespace gemm

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/notification.h"
 #include "common/dtype.h"
 #include "common/reference_gemm.h"
@@ -278,16 +279,19 @@ TEST(CpuExecutorTest, ExecuteCompletesEachItemWithAReport) {
   owned.push_back(std::make_unique<OwnedProblem>(Shape(8, 8, 8), 1.0, 0.0, &rng));
 
   std::vector<Completion> completions(3);
+  absl::BlockingCounter answered(3);
   std::vector<std::shared_ptr<WorkItem>> batch;
   const std::vector<std::vector<int>> problems_of = {{0}, {1, 2}, {3}};
   for (int i = 0; i < 3; ++i) {
     auto item = std::make_shared<WorkItem>();
     for (int j : problems_of[i]) item->problems.push_back(owned[j]->ref);
     item->report.queue_wait = absl::Milliseconds(3);
-    item->done = [c = &completions[i]](const absl::Status& s, const ExecutionReport& r) {
+    item->done = [c = &completions[i], &answered](const absl::Status& s,
+                                                  const ExecutionReport& r) {
       ++c->calls;
       c->status = s;
       c->report = r;
+      answered.DecrementCount();
     };
     batch.push_back(item);
   }
@@ -299,6 +303,7 @@ TEST(CpuExecutorTest, ExecuteCompletesEachItemWithAReport) {
   b.on_done = [&batch_done] { batch_done.Notify(); };
   (*ex)->Execute(std::move(b));
   ASSERT_TRUE(batch_done.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  answered.Wait();
 
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);

@@ -415,12 +415,16 @@ void CudaExecutor::CompletionLoop() {
       lane = finished_lanes_.front();
       finished_lanes_.pop_front();
     }
-    Finish(*lane);
+    auto outcomes = Finish(*lane);
+    // The lane is free before the answers go out, so that a client's next
+    // request finds the executor idle rather than just about to be.
     ReleaseLane(lane);
+    for (auto& [item, status] : outcomes) item->Complete(status);
   }
 }
 
-void CudaExecutor::Finish(Lane& lane) {
+std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Finish(
+    Lane& lane) {
   Batch& batch = lane.batch;
   // A kernel fault surfaces here; it fails the whole batch.
   absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done), "batch");
@@ -460,10 +464,10 @@ void CudaExecutor::Finish(Lane& lane) {
       if (lane.launch_owner[li] == i)
         r.launches.emplace_back(lane.launch_kinds[li], absl::Milliseconds(launch_ms[li]));
   }
-  for (size_t i = 0; i < batch.items.size(); ++i) {
-    const absl::Status& st = !batch_status.ok() ? batch_status : lane.item_status[i];
-    batch.items[i]->Complete(st);
-  }
+  std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> outcomes;
+  for (size_t i = 0; i < batch.items.size(); ++i)
+    outcomes.emplace_back(batch.items[i], !batch_status.ok() ? batch_status : lane.item_status[i]);
+  return outcomes;
 }
 
 void CudaExecutor::ReleaseLane(Lane* lane) {

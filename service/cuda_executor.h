@@ -70,8 +70,8 @@ class CudaExecutor : public Executor {
   // the batch's items are completed with it.
   absl::Status Enqueue(Lane& lane);
   void CompletionLoop();
-  // Copies results out, fills reports and completes the lane's requests.
-  void Finish(Lane& lane);
+  // Copies results out and fills reports; returns each request's outcome.
+  std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> Finish(Lane& lane);
   // Returns the lane to the free list and tells the batcher.
   void ReleaseLane(Lane* lane);
 

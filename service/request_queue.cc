@@ -216,7 +216,11 @@ uint64_t RequestQueue::inflight_bytes() const {
 absl::Duration RequestQueue::RetryHint() const {
   absl::MutexLock lock(&mu_);
   // Time for a tenth of the queue to drain at the recent rate, within bounds.
-  const double s = pop_interval_s_ * std::max<size_t>(1, entries_.size() / 10);
+  // While nothing is being taken (a long request holds the backend), the time
+  // since the last pop is the better measure of the rate.
+  const double since_pop = absl::ToDoubleSeconds(clock_->Now() - last_pop_);
+  const double interval = std::max(pop_interval_s_, since_pop);
+  const double s = interval * std::max<size_t>(1, entries_.size() / 10);
   return std::clamp(absl::Seconds(s), absl::Milliseconds(1), absl::Seconds(5));
 }
 
