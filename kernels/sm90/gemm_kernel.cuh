@@ -42,7 +42,8 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int64_t ldd, ldc, batch_stride_d, batch_stride_c;
   float alpha, beta;
   DataType out_dtype;
-  int vec2_ok;  // column pairs of C and D are 2-element aligned
+  int vec2_ok;   // column pairs of C and D are 2-element aligned
+  int vec16_ok;  // D rows and batch members are 16-byte aligned
 };
 
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor>
@@ -226,6 +227,79 @@ __device__ __forceinline__ void StoreInterior(const KernelParams& p, const float
   }
 }
 
+// 4x4 transpose of 32-bit values across the 4 lanes of a quad: lane q ends
+// with u[i] = (lane i's u[q]). Two butterfly steps, 4 shuffles in all.
+__device__ __forceinline__ void TransposeQuad(uint32_t (&u)[4], int q) {
+  const bool hi = q & 2;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t recv = __shfl_xor_sync(0xffffffffu, hi ? u[j] : u[j + 2], 2);
+    if (hi) u[j] = recv;
+    else u[j + 2] = recv;
+  }
+  const bool odd = q & 1;
+#pragma unroll
+  for (int j = 0; j < 4; j += 2) {
+    const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? u[j] : u[j + 1], 1);
+    if (odd) u[j] = recv;
+    else u[j + 1] = recv;
+  }
+}
+
+template <typename Out>
+__device__ __forceinline__ uint32_t PackBits(float a, float b) {
+  const typename OutTraits<Out>::Pair v = OutTraits<Out>::Pack(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Interior slice, beta == 0, 16-byte aligned D: lanes of a quad exchange
+// fragments so each thread writes 16 contiguous bytes (8 x 16-bit or 4 x
+// fp32) per store. NOTES: the pair-wise stores of StoreInterior write 16 bytes
+// per row per instruction; ncu showed the consumers stalled on lg_throttle
+// (store queue full) for most of their cycles in small-K problems.
+template <typename Out, int kBN>
+__device__ __forceinline__ void StoreInteriorWide(const KernelParams& p, const float (&acc)[kBN / 2],
+                                                  int row, int tile_col, int batch, int q) {
+  Out* d0 = static_cast<Out*>(p.d) + batch * p.batch_stride_d + int64_t(row) * p.ldd + tile_col;
+  Out* d8 = d0 + 8 * p.ldd;
+  const float alpha = p.alpha;
+  if constexpr (sizeof(Out) == 2) {
+#pragma unroll
+    for (int g = 0; g < kBN / 32; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t u[4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * g + jj;
+          u[jj] = PackBits<Out>(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
+        }
+        TransposeQuad(u, q);
+        *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+      }
+    }
+  } else {
+    const bool odd = q & 1;
+#pragma unroll
+    for (int jp = 0; jp < kBN / 16; ++jp) {
+      const int j0 = 2 * jp, j1 = 2 * jp + 1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 a = make_float2(alpha * acc[4 * j0 + 2 * h], alpha * acc[4 * j0 + 2 * h + 1]);
+        float2 b = make_float2(alpha * acc[4 * j1 + 2 * h], alpha * acc[4 * j1 + 2 * h + 1]);
+        float2 send = odd ? a : b;
+        float2 recv;
+        recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1);
+        recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
+        if (odd) a = recv;
+        else b = recv;
+        const int col = odd ? 8 * j1 + 2 * (q - 1) : 8 * j0 + 2 * q;
+        *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
+      }
+    }
+  }
+}
+
 __device__ __forceinline__ float LoadAsFloat(DataType t, const void* base, int64_t i) {
   switch (t) {
     case DataType::kBF16:
@@ -282,6 +356,21 @@ __device__ __forceinline__ void Epilogue(const KernelParams& p, const float (&ac
       p.vec2_ok && slice_row + 64 <= p.m && (t.n_block + 1) * kBN <= p.n;
   if (interior) {
     const bool has_c = p.c != nullptr;
+    const int tile_col = t.n_block * kBN;
+    if (!has_c && p.vec16_ok) {
+      switch (p.out_dtype) {
+        case DataType::kBF16:
+          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+        case DataType::kF16:
+          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+        case DataType::kF32:
+          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+      }
+      return;
+    }
     switch (p.out_dtype) {
       case DataType::kBF16:
         if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch);

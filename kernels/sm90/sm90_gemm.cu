@@ -227,6 +227,8 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile ti
   };
   kp.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
                (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
+  kp.vec16_ok = reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * os) % 16 == 0 &&
+                (p.batch == 1 || (p.batch_stride_d * os) % 16 == 0);
 
   const int64_t total_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
   plan->grid_ = PersistentGridSize(total_tiles, num_sms);
