@@ -454,6 +454,13 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     ptx::PrefetchTensorMap(&p.tma_b);
   }
   __syncthreads();
+  // NOTES: launched with programmatic stream serialization, this grid's CTAs
+  // may start while the previous kernel in the stream drains; the setup above
+  // overlaps its tail, and nothing touches global memory before the wait. The
+  // next grid may start launching at once: it waits for our completion too,
+  // and can only take an SM once our CTA there has exited.
+  ptx::GridDependencyWait();
+  ptx::LaunchDependents();
   // NOTES: the producer needs few registers; giving them to the consumers
   // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
   if (warpgroup == 0) {

@@ -101,8 +101,17 @@ class Sm90Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
     void* args[] = {const_cast<KernelParams*>(&params_)};
-    const cudaError_t e = cudaLaunchKernel(info_.func, dim3(grid_), dim3(384), args,
-                                           info_.smem_bytes, static_cast<cudaStream_t>(stream));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid_);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = info_.smem_bytes;
+    config.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelExC(&config, info_.func, args);
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
   }
   const std::string& name() const override { return name_; }
