@@ -46,7 +46,11 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int vec16_ok;  // D rows and batch members are 16-byte aligned
 };
 
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor>
+// kPingPong: each consumer warpgroup takes whole 128 x kBN tiles in turn
+// (tiles 0, 2, 4, ... and 1, 3, 5, ... of this CTA), so one consumer's
+// epilogue overlaps the other's MMAs. Otherwise both consumers share each tile
+// (64 rows each: "cooperative").
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false>
 struct KernelConfig {
   static constexpr int kBM = 128;
   static constexpr int kBN_ = kBN;
@@ -62,8 +66,13 @@ struct KernelConfig {
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kAccRegs = kBN / 2;  // m64nBN fp32 accumulators per thread
+  static constexpr bool kPingPong_ = kPingPong;
+  // Arrivals that free a stage: every warp of the consumer(s) that read it.
+  static constexpr int kEmptyArrivals = kPingPong ? 4 : 4 * kConsumers;
 
   static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows");
+  static_assert(!kPingPong || kBN == 128,
+                "a ping-pong consumer holds a whole tile: 2 x m64n128 accumulators");
   static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for N = 128 and 256");
   static_assert(kElemBytes == 4 ? (kAKMajor && kBKMajor) : true,
                 "tf32 wgmma reads only K-major operands");
@@ -77,6 +86,7 @@ struct SharedStorage {
   alignas(1024) uint8_t b[Cfg::kStages][Cfg::kBBytes];
   alignas(8) uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
+  uint64_t mainloop_done[2];  // ping-pong: consumer c finished a tile's k-loop
 };
 
 template <class Cfg>
@@ -433,12 +443,71 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   }
 }
 
+template <class Cfg>
+__device__ __forceinline__ void AdvanceStage(int& stage, uint32_t& phase, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
+template <typename In, class Cfg, bool kAKMajor, bool kBKMajor>
+__device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
+  constexpr int kBN = Cfg::kBN_;
+  PersistentTileScheduler sched(p.tiles_m, p.tiles_n, p.batch, p.group_m, blockIdx.x, gridDim.x);
+  const bool warp_leader = threadIdx.x % 32 == 0;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int local = 0; sched.is_valid(); sched.advance(), ++local) {
+    if ((local & 1) != consumer) {
+      // The other consumer's tile: its k-blocks pass through the ring unseen.
+      AdvanceStage<Cfg>(stage, phase, p.k_blocks);
+      continue;
+    }
+    const TileCoord t = sched.get();
+    float acc0[Cfg::kAccRegs], acc1[Cfg::kAccRegs];  // rows 0-63 and 64-127
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) acc0[i] = acc1[i] = 0.0f;
+    // NOTES: k-loops run in tile order, alternating consumers. Besides
+    // putting one consumer's MMAs beside the other's epilogue, this keeps
+    // parity waits sound: a consumer that skipped the other's tile could
+    // otherwise wait on a full barrier two phases ahead of it, and a parity
+    // wait cannot tell those apart.
+    if (local > 0) ptx::MbarWait(&ss.mainloop_done[consumer ^ 1], ((local - 1) >> 1) & 1);
+    int prev_stage = -1;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      ptx::MbarWait(&ss.full[stage], phase);
+      ptx::WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        const uint64_t db = DescB<Cfg, kBKMajor>(ss.b[stage], kk);
+        Mma<In, kBN, kAKMajor, kBKMajor>(acc0, DescA<Cfg, kAKMajor>(ss.a[stage], 0, kk), db);
+        Mma<In, kBN, kAKMajor, kBKMajor>(acc1, DescA<Cfg, kAKMajor>(ss.a[stage], 1, kk), db);
+      }
+      ptx::WgmmaCommit();
+      if (prev_stage >= 0) {
+        ptx::WgmmaWait<1>();
+        if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+      }
+      prev_stage = stage;
+      AdvanceStage<Cfg>(stage, phase, 1);
+    }
+    if (warp_leader) ptx::MbarArrive(&ss.mainloop_done[consumer]);
+    ptx::WgmmaWait<0>();
+    if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+    Epilogue<Cfg, kBN>(p, acc0, t, 0);
+    Epilogue<Cfg, kBN>(p, acc1, t, 1);
+  }
+}
+
 // ---------------------------------------------------------------- kernel
 
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor>
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
 __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor>;
+  using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong>;
   static_assert(Cfg::kThreads == 384, "launch bounds assume 3 warpgroups");
   extern __shared__ uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg>*>(
@@ -447,8 +516,10 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
-      ptx::MbarInit(&ss.empty[s], Cfg::kConsumers * 4);  // one arrival per consumer warp
+      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals);
     }
+    ptx::MbarInit(&ss.mainloop_done[0], 4);
+    ptx::MbarInit(&ss.mainloop_done[1], 4);
     ptx::FenceBarrierInit();
     ptx::PrefetchTensorMap(&p.tma_a);
     ptx::PrefetchTensorMap(&p.tma_b);
@@ -468,7 +539,11 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     if (threadIdx.x == 0) ProducerLoop<Cfg, kAKMajor, kBKMajor>(p, ss);
   } else {
     ptx::SetMaxNRegInc<232>();
-    ConsumerLoop<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    if constexpr (kPingPong) {
+      ConsumerLoopPingPong<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    } else {
+      ConsumerLoop<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    }
   }
 #endif
 }
