@@ -16,20 +16,6 @@
 
 namespace gemm_kernels {
 
-const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kBF16:
-      return "bf16";
-    case DataType::kF16:
-      return "f16";
-    case DataType::kF32:
-      return "f32";
-  }
-  return "?";
-}
-
-size_t DataTypeSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
-
 namespace {
 
 constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1;
