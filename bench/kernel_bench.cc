@@ -3,8 +3,8 @@
 // Each case: random inputs (never zeros), rotating input/output sets so the
 // working set is several times the L2, warm-up, then samples of kRunsPerSample
 // back-to-back launches timed with CUDA events; the table reports the median
-// sample. Each implementation is timed twice (cuBLAS, ours, cuBLAS, ours) so
-// run-to-run spread is visible. Layout: A row-major, B column-major (both
+// sample. Samples of cuBLAS, ours and ours with the other tile interleave, in
+// two rounds, so run-to-run spread is visible. Layout: A row-major, B column-major (both
 // K-major), D row-major; cuBLAS computes the same product as D^T = B^T A^T.
 //
 // Usage: kernel_bench [filter-substring]
@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,14 @@ struct BenchCase {
   int64_t batch, m, n, k;
 };
 
+constexpr gemm_kernels::TileHint kForced[] = {gemm_kernels::TileHint::k128x256,
+                                              gemm_kernels::TileHint::k128x128,
+                                              gemm_kernels::TileHint::k128x128PingPong};
+constexpr int kNumForced = 3;
+
 struct Result {
   std::string kernel;
-  double ours_ms[2], cublas_ms[2];
+  double ours_ms[2], cublas_ms[2], forced_ms[kNumForced];
   double rel_diff;
 };
 
@@ -92,28 +98,39 @@ float DecodeAt(DataType t, const uint8_t* p) {
                               : gemm_kernels::testing::HalfToFloat(h);
 }
 
-template <typename F>
-bool TimeMedian(F&& launch, int sets, cudaEvent_t start, cudaEvent_t stop, double* ms) {
-  for (int i = 0; i < kWarmup; ++i)
-    if (!launch(i % sets)) return false;
+using Launcher = std::function<bool(int)>;
+
+// Times several implementations with interleaved samples (A, B, C, A, B, C,
+// ...) so slow drifts of clock or power affect them alike; returns each one's
+// median sample in `ms`.
+bool TimeInterleaved(const std::vector<Launcher>& impls, int sets, cudaEvent_t start,
+                     cudaEvent_t stop, std::vector<double>* ms) {
+  for (const Launcher& launch : impls)
+    for (int i = 0; i < kWarmup; ++i)
+      if (!launch(i % sets)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<double> samples;
+  std::vector<std::vector<double>> samples(impls.size());
   int next = 0;
   for (int s = 0; s < kSamples; ++s) {
-    CHECK_CUDA(cudaEventRecord(start));
-    for (int r = 0; r < kRunsPerSample; ++r) {
-      if (!launch(next)) return false;
-      next = (next + 1) % sets;
+    for (size_t i = 0; i < impls.size(); ++i) {
+      CHECK_CUDA(cudaEventRecord(start));
+      for (int r = 0; r < kRunsPerSample; ++r) {
+        if (!impls[i](next)) return false;
+        next = (next + 1) % sets;
+      }
+      CHECK_CUDA(cudaEventRecord(stop));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float t = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+      samples[i].push_back(double(t) / kRunsPerSample);
     }
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    float t = 0;
-    CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-    samples.push_back(double(t) / kRunsPerSample);
   }
   CHECK_CUDA(cudaGetLastError());
-  std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
-  *ms = samples[samples.size() / 2];
+  ms->clear();
+  for (auto& v : samples) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    ms->push_back(v[v.size() / 2]);
+  }
   return true;
 }
 
@@ -143,7 +160,10 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     CHECK_CUDA(cudaMemset(d_ref[s], 0xFF, d_elems * es * bc.batch));
   }
 
+  // gemms: the heuristic's choice; forced[i]: each Hopper tile, to check it.
   std::vector<Gemm> gemms(sets);
+  std::vector<std::vector<Gemm>> forced(kNumForced);
+  for (auto& f : forced) f = std::vector<Gemm>(sets);
   for (int s = 0; s < sets; ++s) {
     GemmArguments args;
     args.m = bc.m;
@@ -159,6 +179,13 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
       std::fprintf(stderr, "%s: Initialize: %s\n", bc.name, st.ToString().c_str());
       return false;
     }
+    for (int f = 0; f < kNumForced; ++f) {
+      const absl::Status sf = forced[f][s].Initialize(args, nullptr, kForced[f]);
+      if (!sf.ok()) {
+        std::fprintf(stderr, "%s: Initialize (forced tile): %s\n", bc.name, sf.ToString().c_str());
+        return false;
+      }
+    }
   }
   res->kernel = gemms[0].kernel_name();
 
@@ -173,14 +200,26 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     if (!st.ok()) std::fprintf(stderr, "%s\n", st.ToString().c_str());
     return st.ok();
   };
+  std::vector<Launcher> impls = {cublas, ours};
+  for (int f = 0; f < kNumForced; ++f) {
+    impls.push_back([&, f](int s) { return forced[f][s].Run(nullptr).ok(); });
+  }
 
   cudaEvent_t start, stop;
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
+  // Two rounds show the run-to-run spread; each interleaves every variant.
   for (int round = 0; round < 2; ++round) {
-    if (!TimeMedian(cublas, sets, start, stop, &res->cublas_ms[round])) return false;
-    if (!TimeMedian(ours, sets, start, stop, &res->ours_ms[round])) return false;
+    std::vector<double> ms;
+    if (!TimeInterleaved(impls, sets, start, stop, &ms)) return false;
+    res->cublas_ms[round] = ms[0];
+    res->ours_ms[round] = ms[1];
+    if (round == 1)
+      for (int f = 0; f < kNumForced; ++f) res->forced_ms[f] = ms[2 + f];
   }
+  // Leave set 0 holding the heuristic kernel's output for the comparison below.
+  if (!ours(0)) return false;
+  CHECK_CUDA(cudaDeviceSynchronize());
   CHECK_CUDA(cudaEventDestroy(start));
   CHECK_CUDA(cudaEventDestroy(stop));
 
@@ -238,22 +277,25 @@ int main(int argc, char** argv) {
       {"bf16 64x512^3", DataType::kBF16, false, 64, 512, 512, 512},
       {"bf16 16x1024^3", DataType::kBF16, false, 16, 1024, 1024, 1024},
   };
-  std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS | "
-              "2nd round ratio | rel diff vs cuBLAS |\n|---|---|---|---|---|---|---|\n");
+  std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS (round 1) | "
+              "2nd round | forced 128x256 | forced 128x128 | forced 128x128 pingpong | "
+              "rel diff vs cuBLAS |\n|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const BenchCase& bc : cases) {
     if (filter && !std::strstr(bc.name, filter)) continue;
     Result r;
     if (!RunCase(bc, baseline, prop.l2CacheSize, &r)) {
-      std::printf("| %s | FAILED | | | | | |\n", bc.name);
+      std::printf("| %s | FAILED | | | | | | | | |\n", bc.name);
       ++failures;
       continue;
     }
     const double flops = 2.0 * bc.batch * bc.m * bc.n * bc.k;
     auto tflops = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
-    std::printf("| %s | %s | %.0f | %.0f | %.3f | %.3f | %.1e |\n", bc.name, r.kernel.c_str(),
-                tflops(r.ours_ms[0]), tflops(r.cublas_ms[0]), r.cublas_ms[0] / r.ours_ms[0],
-                r.cublas_ms[1] / r.ours_ms[1], r.rel_diff);
+    std::printf("| %s | %s | %.0f | %.0f | %.3f | %.3f | %.3f | %.3f | %.3f | %.1e |\n", bc.name,
+                r.kernel.c_str(), tflops(r.ours_ms[0]), tflops(r.cublas_ms[0]),
+                r.cublas_ms[0] / r.ours_ms[0], r.cublas_ms[1] / r.ours_ms[1],
+                r.cublas_ms[1] / r.forced_ms[0], r.cublas_ms[1] / r.forced_ms[1],
+                r.cublas_ms[1] / r.forced_ms[2], r.rel_diff);
     std::fflush(stdout);
   }
   return failures ? 1 : 0;

@@ -16,20 +16,6 @@
 
 namespace gemm_kernels {
 
-const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kBF16:
-      return "bf16";
-    case DataType::kF16:
-      return "f16";
-    case DataType::kF32:
-      return "f32";
-  }
-  return "?";
-}
-
-size_t DataTypeSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
-
 namespace {
 
 constexpr int64_t kMaxExtent = (int64_t{1} << 31) - 1;
@@ -143,7 +129,7 @@ size_t Gemm::WorkspaceSize(const GemmArguments& args) {
   return 0;
 }
 
-absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace) {
+absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint) {
   (void)workspace;
   impl_->plan.reset();
   kind_ = KernelKind::kNone;
@@ -158,7 +144,10 @@ absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace) {
   std::string why;
   // sm_90a machine code runs on compute capability 9.0 only.
   if (dev.major == 9 && dev.minor == 0 && Sm90Supports(p, &why)) {
-    const Sm90Tile tile = ChooseSm90Tile(p.m, p.n, p.k, p.batch, dev.num_sms);
+    Sm90Tile tile = ChooseSm90Tile(p.m, p.n, p.k, p.batch, dev.num_sms);
+    if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
+    if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
+    if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
     std::string error;
     impl_->plan = MakeSm90Plan(p, tile, dev.num_sms, &error);
     if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 kernel setup: ", error));

@@ -63,6 +63,10 @@ struct GemmArguments {
   bool allow_tf32 = false;
 };
 
+// Tile configuration of the Hopper kernel. kAuto lets the shape heuristic
+// choose (production); the others force a tile, for benchmarks and tuning.
+enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong };
+
 // Which kernel family an initialized Gemm launches.
 enum class KernelKind {
   kNone,
@@ -82,13 +86,17 @@ class Gemm {
 
   // Picks a kernel and configuration for the current CUDA device and
   // precomputes its launch parameters (tensor maps). Does not launch anything.
-  absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr);
+  // `hint` only affects the Hopper kernel.
+  absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr,
+                          TileHint hint = TileHint::kAuto);
 
   // Enqueues the GEMM on `stream` (a cudaStream_t). Returns an error if the
   // launch fails; asynchronous kernel faults surface at the next sync.
   absl::Status Run(void* stream) const;
 
-  // E.g. "sm90_tma_wgmma_ws_bf16_128x256x64_s4_nt" or "portable_simt_f32_64x64".
+  // E.g. "sm90_tma_wgmma_coop_bf16_128x256x64_s4_kk" (Hopper kernel, cooperative
+  // or pingpong consumers, input type, tile MxNxK, pipeline stages, A and B
+  // k-major or m/n-major) or "portable_simt_f32_f32_64x64x16".
   const std::string& kernel_name() const { return kernel_name_; }
   KernelKind kernel_kind() const { return kind_; }
 

@@ -148,6 +148,7 @@ struct Case {
   int64_t pad = 8;  // extra leading-dimension elements (0 = tight)
   bool broadcast_b = false;
   bool in_place = false;  // C aliases D
+  TileHint hint = TileHint::kAuto;
 
   std::string Describe() const {
     std::ostringstream os;
@@ -155,7 +156,8 @@ struct Case {
     os << m << "x" << n << "x" << k << " batch=" << batch << " " << DataTypeName(in) << "->"
        << DataTypeName(out) << " A" << L(la) << " B" << L(lb) << " D" << L(ld) << " alpha=" << alpha
        << " beta=" << beta << " tf32=" << allow_tf32 << " pad=" << pad
-       << (broadcast_b ? " bcastB" : "") << (in_place ? " inplace" : "");
+       << (broadcast_b ? " bcastB" : "") << (in_place ? " inplace" : "")
+       << (hint == TileHint::kAuto ? "" : " hint=") << (hint == TileHint::kAuto ? 0 : int(hint));
     return os.str();
   }
 };
@@ -214,7 +216,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
 
   ASSERT_TRUE(Gemm::CanImplement(args).ok()) << Gemm::CanImplement(args);
   Gemm gemm;
-  const absl::Status init = gemm.Initialize(args);
+  const absl::Status init = gemm.Initialize(args, nullptr, c.hint);
   ASSERT_TRUE(init.ok()) << init;
   if (IsHopper()) {
     EXPECT_EQ(gemm.kernel_kind() == KernelKind::kSm90TmaWgmma, ExpectSm90(c, a, b)) << gemm.kernel_name();
@@ -408,6 +410,49 @@ TEST_F(GemmGpuTest, StridedBatched) {
   RunCase(c, rng_);
 }
 
+// Every Hopper tile configuration, forced past the heuristic.
+TEST_F(GemmGpuTest, ForcedTileConfigurations) {
+  for (TileHint hint : {TileHint::k128x256, TileHint::k128x128, TileHint::k128x128PingPong}) {
+    for (DataType in : {DataType::kBF16, DataType::kF16}) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : kLayouts) {
+          Case c{300, 200, 520, 3};
+          c.in = in;
+          c.out = in == DataType::kBF16 ? DataType::kF32 : DataType::kF16;
+          c.la = la;
+          c.lb = lb;
+          c.hint = hint;
+          RunCase(c, rng_);
+          Case e{129, 7, 65};
+          e.in = in;
+          e.la = la;
+          e.lb = lb;
+          e.beta = -0.5f;
+          e.hint = hint;
+          RunCase(e, rng_);
+        }
+      }
+    }
+    // More tiles than SMs, so every CTA runs several tiles (both ping-pong
+    // consumers, ring wrap-around across tiles).
+    Case many{1024, 640, 200, 4};
+    many.hint = hint;
+    RunCase(many, rng_);
+    Case small_k{128, 128, 64, 600};
+    small_k.lb = Layout::kRowMajor;
+    small_k.hint = hint;
+    RunCase(small_k, rng_);
+    Case t{256, 384, 1000, 5};  // full tiles: the wide-store path
+    t.in = t.out = DataType::kF32;
+    t.allow_tf32 = true;
+    t.hint = hint;
+    RunCase(t, rng_);
+    t.in = t.out = DataType::kBF16;
+    t.allow_tf32 = false;
+    RunCase(t, rng_);
+  }
+}
+
 TEST_F(GemmGpuTest, RandomShapes) {
   std::uniform_int_distribution<int64_t> ext(1, 700), bat(1, 6), pick(0, 1), pad(0, 3);
   const DataType types[] = {DataType::kBF16, DataType::kF16, DataType::kF32};
@@ -422,6 +467,7 @@ TEST_F(GemmGpuTest, RandomShapes) {
     c.pad = 8 * pad(rng_);
     c.alpha = std::uniform_real_distribution<float>(-2, 2)(rng_);
     c.beta = pick(rng_) ? std::uniform_real_distribution<float>(-2, 2)(rng_) : 0.0f;
+    c.hint = static_cast<TileHint>(std::uniform_int_distribution<int>(0, 3)(rng_));
     RunCase(c, rng_);
   }
 }

@@ -2,6 +2,20 @@
 
 namespace gemm_kernels {
 
+const char* DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kBF16:
+      return "bf16";
+    case DataType::kF16:
+      return "f16";
+    case DataType::kF32:
+      return "f32";
+  }
+  return "?";
+}
+
+size_t DataTypeSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
+
 NormalizedProblem Normalize(const GemmArguments& args) {
   NormalizedProblem p;
   const bool swap = args.d.layout == Layout::kColMajor;

@@ -9,6 +9,7 @@ Sm90TileShape ShapeOf(Sm90Tile tile) {
     case Sm90Tile::k128x256:
       return {128, 256};
     case Sm90Tile::k128x128:
+    case Sm90Tile::k128x128PingPong:
       return {128, 128};
   }
   return {128, 256};

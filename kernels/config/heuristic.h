@@ -5,7 +5,9 @@
 
 namespace gemm_kernels {
 
-enum class Sm90Tile { k128x256, k128x128 };
+// k128x256 and k128x128: both consumer warpgroups share each tile
+// ("cooperative"). k128x128PingPong: the consumers take alternate tiles.
+enum class Sm90Tile { k128x256, k128x128, k128x128PingPong };
 
 struct Sm90TileShape {
   int bm;

@@ -42,10 +42,15 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int64_t ldd, ldc, batch_stride_d, batch_stride_c;
   float alpha, beta;
   DataType out_dtype;
-  int vec2_ok;  // column pairs of C and D are 2-element aligned
+  int vec2_ok;   // column pairs of C and D are 2-element aligned
+  int vec16_ok;  // D rows and batch members are 16-byte aligned
 };
 
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor>
+// kPingPong: each consumer warpgroup takes whole 128 x kBN tiles in turn
+// (tiles 0, 2, 4, ... and 1, 3, 5, ... of this CTA), so one consumer's
+// epilogue overlaps the other's MMAs. Otherwise both consumers share each tile
+// (64 rows each: "cooperative").
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false>
 struct KernelConfig {
   static constexpr int kBM = 128;
   static constexpr int kBN_ = kBN;
@@ -61,8 +66,13 @@ struct KernelConfig {
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kAccRegs = kBN / 2;  // m64nBN fp32 accumulators per thread
+  static constexpr bool kPingPong_ = kPingPong;
+  // Arrivals that free a stage: every warp of the consumer(s) that read it.
+  static constexpr int kEmptyArrivals = kPingPong ? 4 : 4 * kConsumers;
 
   static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows");
+  static_assert(!kPingPong || kBN == 128,
+                "a ping-pong consumer holds a whole tile: 2 x m64n128 accumulators");
   static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for N = 128 and 256");
   static_assert(kElemBytes == 4 ? (kAKMajor && kBKMajor) : true,
                 "tf32 wgmma reads only K-major operands");
@@ -76,6 +86,7 @@ struct SharedStorage {
   alignas(1024) uint8_t b[Cfg::kStages][Cfg::kBBytes];
   alignas(8) uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
+  uint64_t mainloop_done[2];  // ping-pong: consumer c finished a tile's k-loop
 };
 
 template <class Cfg>
@@ -169,63 +180,177 @@ struct OutTraits<float> {
   using Pair = float2;
   __device__ static float2 Pack(float a, float b) { return make_float2(a, b); }
   __device__ static float2 Unpack(float2 v) { return v; }
-  __device__ static float ToFloat(float v) { return v; }
-  __device__ static float FromFloat(float v) { return v; }
 };
 template <>
 struct OutTraits<__nv_bfloat16> {
   using Pair = __nv_bfloat162;
   __device__ static __nv_bfloat162 Pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
   __device__ static float2 Unpack(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-  __device__ static float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 FromFloat(float v) { return __float2bfloat16_rn(v); }
 };
 template <>
 struct OutTraits<__half> {
   using Pair = __half2;
   __device__ static __half2 Pack(float a, float b) { return __floats2half2_rn(a, b); }
   __device__ static float2 Unpack(__half2 v) { return __half22float2(v); }
-  __device__ static float ToFloat(__half v) { return __half2float(v); }
-  __device__ static __half FromFloat(float v) { return __float2half_rn(v); }
 };
 
-// Writes this consumer's 64 x BN slice of the tile. The wgmma accumulator
-// fragment gives each thread column pairs (2c, 2c+1) of rows r and r+8 in
-// every 8-column block; pairs go out as one vector store when aligned.
-template <typename Out, int kBN>
-__device__ __forceinline__ void StoreTile(const KernelParams& p, const float (&acc)[kBN / 2],
-                                          int row_base, int col_base, int batch) {
+// The wgmma accumulator fragment gives each thread, in every 8-column block
+// j, the column pair (2c, 2c+1) of rows r (acc[4j], acc[4j+1]) and r + 8
+// (acc[4j+2], acc[4j+3]); r = 16 * warp + lane / 4, c = lane % 4.
+//
+// NOTES: the epilogue is most of the kernel's code. A first version unrolled
+// predicated, dtype-switched stores for every element and spent ~45% of its
+// cycles on instruction-fetch stalls (ncu). Now interior slices take a
+// predicate-free unrolled path per output dtype, and edge slices go through a
+// compact rolled loop.
+template <typename Out, int kBN, bool kHasC>
+__device__ __forceinline__ void StoreInterior(const KernelParams& p, const float (&acc)[kBN / 2],
+                                              int row, int col, int batch) {
   using T = OutTraits<Out>;
-  Out* d = static_cast<Out*>(p.d) + batch * p.batch_stride_d;
-  const Out* c = p.c ? static_cast<const Out*>(p.c) + batch * p.batch_stride_c : nullptr;
-  const bool vec = p.vec2_ok != 0;
+  using Pair = typename T::Pair;
+  Pair* d0 = reinterpret_cast<Pair*>(static_cast<Out*>(p.d) + batch * p.batch_stride_d +
+                                     int64_t(row) * p.ldd + col);
+  Pair* d8 = reinterpret_cast<Pair*>(reinterpret_cast<Out*>(d0) + 8 * p.ldd);
+  const Pair* c0 = nullptr;
+  const Pair* c8 = nullptr;
+  if constexpr (kHasC) {
+    c0 = reinterpret_cast<const Pair*>(static_cast<const Out*>(p.c) + batch * p.batch_stride_c +
+                                       int64_t(row) * p.ldc + col);
+    c8 = reinterpret_cast<const Pair*>(reinterpret_cast<const Out*>(c0) + 8 * p.ldc);
+  }
+  const float alpha = p.alpha, beta = p.beta;
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j) {
+    float v[4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row_base + 8 * h;
-      const int col = col_base + 8 * j;
-      if (row >= p.m || col >= p.n) continue;
-      float v0 = p.alpha * acc[4 * j + 2 * h];
-      float v1 = p.alpha * acc[4 * j + 2 * h + 1];
-      Out* dp = d + int64_t(row) * p.ldd + col;
-      const Out* cp = c ? c + int64_t(row) * p.ldc + col : nullptr;
-      if (vec && col + 1 < p.n) {
-        if (cp) {
-          const float2 cv = T::Unpack(*reinterpret_cast<const typename T::Pair*>(cp));
-          v0 += p.beta * cv.x;
-          v1 += p.beta * cv.y;
+    for (int e = 0; e < 4; ++e) v[e] = alpha * acc[4 * j + e];
+    if constexpr (kHasC) {
+      const float2 x = T::Unpack(c0[4 * j]);
+      const float2 y = T::Unpack(c8[4 * j]);
+      v[0] += beta * x.x;
+      v[1] += beta * x.y;
+      v[2] += beta * y.x;
+      v[3] += beta * y.y;
+    }
+    d0[4 * j] = T::Pack(v[0], v[1]);
+    d8[4 * j] = T::Pack(v[2], v[3]);
+  }
+}
+
+// 4x4 transpose of 32-bit values across the 4 lanes of a quad: lane q ends
+// with u[i] = (lane i's u[q]). Two butterfly steps, 4 shuffles in all.
+__device__ __forceinline__ void TransposeQuad(uint32_t (&u)[4], int q) {
+  const bool hi = q & 2;
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const uint32_t recv = __shfl_xor_sync(0xffffffffu, hi ? u[j] : u[j + 2], 2);
+    if (hi) u[j] = recv;
+    else u[j + 2] = recv;
+  }
+  const bool odd = q & 1;
+#pragma unroll
+  for (int j = 0; j < 4; j += 2) {
+    const uint32_t recv = __shfl_xor_sync(0xffffffffu, odd ? u[j] : u[j + 1], 1);
+    if (odd) u[j] = recv;
+    else u[j + 1] = recv;
+  }
+}
+
+template <typename Out>
+__device__ __forceinline__ uint32_t PackBits(float a, float b) {
+  const typename OutTraits<Out>::Pair v = OutTraits<Out>::Pack(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Interior slice, beta == 0, 16-byte aligned D: lanes of a quad exchange
+// fragments so each thread writes 16 contiguous bytes (8 x 16-bit or 4 x
+// fp32) per store. NOTES: the pair-wise stores of StoreInterior write 16 bytes
+// per row per instruction; ncu showed the consumers stalled on lg_throttle
+// (store queue full) for most of their cycles in small-K problems.
+template <typename Out, int kBN>
+__device__ __forceinline__ void StoreInteriorWide(const KernelParams& p, const float (&acc)[kBN / 2],
+                                                  int row, int tile_col, int batch, int q) {
+  Out* d0 = static_cast<Out*>(p.d) + batch * p.batch_stride_d + int64_t(row) * p.ldd + tile_col;
+  Out* d8 = d0 + 8 * p.ldd;
+  const float alpha = p.alpha;
+  if constexpr (sizeof(Out) == 2) {
+#pragma unroll
+    for (int g = 0; g < kBN / 32; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t u[4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * g + jj;
+          u[jj] = PackBits<Out>(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
         }
-        *reinterpret_cast<typename T::Pair*>(dp) = T::Pack(v0, v1);
-      } else {
-        if (cp) v0 += p.beta * T::ToFloat(cp[0]);
-        dp[0] = T::FromFloat(v0);
-        if (col + 1 < p.n) {
-          if (cp) v1 += p.beta * T::ToFloat(cp[1]);
-          dp[1] = T::FromFloat(v1);
-        }
+        TransposeQuad(u, q);
+        *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
       }
     }
+  } else {
+    const bool odd = q & 1;
+#pragma unroll
+    for (int jp = 0; jp < kBN / 16; ++jp) {
+      const int j0 = 2 * jp, j1 = 2 * jp + 1;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float2 a = make_float2(alpha * acc[4 * j0 + 2 * h], alpha * acc[4 * j0 + 2 * h + 1]);
+        float2 b = make_float2(alpha * acc[4 * j1 + 2 * h], alpha * acc[4 * j1 + 2 * h + 1]);
+        float2 send = odd ? a : b;
+        float2 recv;
+        recv.x = __shfl_xor_sync(0xffffffffu, send.x, 1);
+        recv.y = __shfl_xor_sync(0xffffffffu, send.y, 1);
+        if (odd) a = recv;
+        else b = recv;
+        const int col = odd ? 8 * j1 + 2 * (q - 1) : 8 * j0 + 2 * q;
+        *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float LoadAsFloat(DataType t, const void* base, int64_t i) {
+  switch (t) {
+    case DataType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case DataType::kF16:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    default:
+      return static_cast<const float*>(base)[i];
+  }
+}
+
+__device__ __forceinline__ void StoreFromFloat(DataType t, void* base, int64_t i, float v) {
+  switch (t) {
+    case DataType::kBF16:
+      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
+      break;
+    case DataType::kF16:
+      static_cast<__half*>(base)[i] = __float2half_rn(v);
+      break;
+    default:
+      static_cast<float*>(base)[i] = v;
+      break;
+  }
+}
+
+// Ragged or unaligned slices: element-wise, bounds-checked, rolled. The copy
+// into `vals` keeps the dynamic indexing off the accumulator registers.
+template <int kBN>
+__device__ __noinline__ void StoreEdge(const KernelParams& p, const float* vals, int row, int col,
+                                       int batch) {
+  const int64_t es = p.out_dtype == DataType::kF32 ? 4 : 2;
+  void* d = static_cast<uint8_t*>(p.d) + batch * p.batch_stride_d * es;
+  const void* c = p.c ? static_cast<const uint8_t*>(p.c) + batch * p.batch_stride_c * es : nullptr;
+#pragma unroll 1
+  for (int i = 0; i < kBN / 2; ++i) {
+    const int r = row + 8 * ((i >> 1) & 1);
+    const int cc = col + 8 * (i >> 2) + (i & 1);
+    if (r >= p.m || cc >= p.n) continue;
+    float v = p.alpha * vals[i];
+    if (c) v += p.beta * LoadAsFloat(p.out_dtype, c, int64_t(r) * p.ldc + cc);
+    StoreFromFloat(p.out_dtype, d, int64_t(r) * p.ldd + cc, v);
   }
 }
 
@@ -234,18 +359,47 @@ __device__ __forceinline__ void Epilogue(const KernelParams& p, const float (&ac
                                          const TileCoord& t, int consumer) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
-  const int row_base = t.m_block * Cfg::kBM + consumer * 64 + warp * 16 + lane / 4;
-  const int col_base = t.n_block * kBN + (lane % 4) * 2;
-  switch (p.out_dtype) {
-    case DataType::kBF16:
-      StoreTile<__nv_bfloat16, kBN>(p, acc, row_base, col_base, t.batch);
-      break;
-    case DataType::kF16:
-      StoreTile<__half, kBN>(p, acc, row_base, col_base, t.batch);
-      break;
-    case DataType::kF32:
-      StoreTile<float, kBN>(p, acc, row_base, col_base, t.batch);
-      break;
+  const int slice_row = t.m_block * Cfg::kBM + consumer * 64;
+  const int row = slice_row + warp * 16 + lane / 4;
+  const int col = t.n_block * kBN + (lane % 4) * 2;
+  const bool interior =
+      p.vec2_ok && slice_row + 64 <= p.m && (t.n_block + 1) * kBN <= p.n;
+  if (interior) {
+    const bool has_c = p.c != nullptr;
+    const int tile_col = t.n_block * kBN;
+    if (!has_c && p.vec16_ok) {
+      switch (p.out_dtype) {
+        case DataType::kBF16:
+          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+        case DataType::kF16:
+          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+        case DataType::kF32:
+          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          break;
+      }
+      return;
+    }
+    switch (p.out_dtype) {
+      case DataType::kBF16:
+        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch);
+        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch);
+        break;
+      case DataType::kF16:
+        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch);
+        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch);
+        break;
+      case DataType::kF32:
+        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch);
+        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch);
+        break;
+    }
+  } else {
+    float vals[kBN / 2];
+#pragma unroll
+    for (int i = 0; i < kBN / 2; ++i) vals[i] = acc[i];
+    StoreEdge<kBN>(p, vals, row, col, t.batch);
   }
 }
 
@@ -289,12 +443,71 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   }
 }
 
+template <class Cfg>
+__device__ __forceinline__ void AdvanceStage(int& stage, uint32_t& phase, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
+template <typename In, class Cfg, bool kAKMajor, bool kBKMajor>
+__device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
+  constexpr int kBN = Cfg::kBN_;
+  PersistentTileScheduler sched(p.tiles_m, p.tiles_n, p.batch, p.group_m, blockIdx.x, gridDim.x);
+  const bool warp_leader = threadIdx.x % 32 == 0;
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int local = 0; sched.is_valid(); sched.advance(), ++local) {
+    if ((local & 1) != consumer) {
+      // The other consumer's tile: its k-blocks pass through the ring unseen.
+      AdvanceStage<Cfg>(stage, phase, p.k_blocks);
+      continue;
+    }
+    const TileCoord t = sched.get();
+    float acc0[Cfg::kAccRegs], acc1[Cfg::kAccRegs];  // rows 0-63 and 64-127
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs; ++i) acc0[i] = acc1[i] = 0.0f;
+    // NOTES: k-loops run in tile order, alternating consumers. Besides
+    // putting one consumer's MMAs beside the other's epilogue, this keeps
+    // parity waits sound: a consumer that skipped the other's tile could
+    // otherwise wait on a full barrier two phases ahead of it, and a parity
+    // wait cannot tell those apart.
+    if (local > 0) ptx::MbarWait(&ss.mainloop_done[consumer ^ 1], ((local - 1) >> 1) & 1);
+    int prev_stage = -1;
+    for (int kb = 0; kb < p.k_blocks; ++kb) {
+      ptx::MbarWait(&ss.full[stage], phase);
+      ptx::WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kKSteps; ++kk) {
+        const uint64_t db = DescB<Cfg, kBKMajor>(ss.b[stage], kk);
+        Mma<In, kBN, kAKMajor, kBKMajor>(acc0, DescA<Cfg, kAKMajor>(ss.a[stage], 0, kk), db);
+        Mma<In, kBN, kAKMajor, kBKMajor>(acc1, DescA<Cfg, kAKMajor>(ss.a[stage], 1, kk), db);
+      }
+      ptx::WgmmaCommit();
+      if (prev_stage >= 0) {
+        ptx::WgmmaWait<1>();
+        if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+      }
+      prev_stage = stage;
+      AdvanceStage<Cfg>(stage, phase, 1);
+    }
+    if (warp_leader) ptx::MbarArrive(&ss.mainloop_done[consumer]);
+    ptx::WgmmaWait<0>();
+    if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+    Epilogue<Cfg, kBN>(p, acc0, t, 0);
+    Epilogue<Cfg, kBN>(p, acc1, t, 1);
+  }
+}
+
 // ---------------------------------------------------------------- kernel
 
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor>
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
 __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor>;
+  using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong>;
   static_assert(Cfg::kThreads == 384, "launch bounds assume 3 warpgroups");
   extern __shared__ uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg>*>(
@@ -303,13 +516,22 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   if (threadIdx.x == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
-      ptx::MbarInit(&ss.empty[s], Cfg::kConsumers * 4);  // one arrival per consumer warp
+      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals);
     }
+    ptx::MbarInit(&ss.mainloop_done[0], 4);
+    ptx::MbarInit(&ss.mainloop_done[1], 4);
     ptx::FenceBarrierInit();
     ptx::PrefetchTensorMap(&p.tma_a);
     ptx::PrefetchTensorMap(&p.tma_b);
   }
   __syncthreads();
+  // NOTES: launched with programmatic stream serialization, this grid's CTAs
+  // may start while the previous kernel in the stream drains; the setup above
+  // overlaps its tail, and nothing touches global memory before the wait. The
+  // next grid may start launching at once: it waits for our completion too,
+  // and can only take an SM once our CTA there has exited.
+  ptx::GridDependencyWait();
+  ptx::LaunchDependents();
   // NOTES: the producer needs few registers; giving them to the consumers
   // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
   if (warpgroup == 0) {
@@ -317,7 +539,11 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     if (threadIdx.x == 0) ProducerLoop<Cfg, kAKMajor, kBKMajor>(p, ss);
   } else {
     ptx::SetMaxNRegInc<232>();
-    ConsumerLoop<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    if constexpr (kPingPong) {
+      ConsumerLoopPingPong<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    } else {
+      ConsumerLoop<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+    }
   }
 #endif
 }

@@ -71,38 +71,54 @@ struct KernelInfo {
   int bk;
 };
 
-template <typename In, int kBN, bool kAK, bool kBK>
+template <typename In, int kBN, bool kAK, bool kBK, bool kPP>
 KernelInfo Info() {
-  using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK>;
+  using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK, kPP>;
   static_assert(sm90::SmemBytes<Cfg>() <= 227 * 1024, "stage ring exceeds Hopper shared memory");
-  return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK>),
+  return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP>),
           sm90::SmemBytes<Cfg>(), Cfg::kStages, Cfg::kBK};
 }
 
-template <typename In, int kBN>
+template <typename In, int kBN, bool kPP>
 KernelInfo InfoForLayouts(bool a_k, bool b_k) {
   if constexpr (sizeof(In) == 4) {
-    return Info<In, kBN, true, true>();  // Sm90Supports admits only K-major tf32
+    return Info<In, kBN, true, true, kPP>();  // Sm90Supports admits only K-major tf32
   } else {
-    if (a_k && b_k) return Info<In, kBN, true, true>();
-    if (a_k) return Info<In, kBN, true, false>();
-    if (b_k) return Info<In, kBN, false, true>();
-    return Info<In, kBN, false, false>();
+    if (a_k && b_k) return Info<In, kBN, true, true, kPP>();
+    if (a_k) return Info<In, kBN, true, false, kPP>();
+    if (b_k) return Info<In, kBN, false, true, kPP>();
+    return Info<In, kBN, false, false, kPP>();
   }
 }
 
 template <typename In>
 KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
-  return tile == Sm90Tile::k128x256 ? InfoForLayouts<In, 256>(a_k, b_k)
-                                    : InfoForLayouts<In, 128>(a_k, b_k);
+  switch (tile) {
+    case Sm90Tile::k128x256:
+      return InfoForLayouts<In, 256, false>(a_k, b_k);
+    case Sm90Tile::k128x128:
+      return InfoForLayouts<In, 128, false>(a_k, b_k);
+    case Sm90Tile::k128x128PingPong:
+      break;
+  }
+  return InfoForLayouts<In, 128, true>(a_k, b_k);
 }
 
 class Sm90Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
     void* args[] = {const_cast<KernelParams*>(&params_)};
-    const cudaError_t e = cudaLaunchKernel(info_.func, dim3(grid_), dim3(384), args,
-                                           info_.smem_bytes, static_cast<cudaStream_t>(stream));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(grid_);
+    config.blockDim = dim3(384);
+    config.dynamicSmemBytes = info_.smem_bytes;
+    config.stream = static_cast<cudaStream_t>(stream);
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelExC(&config, info_.func, args);
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
   }
   const std::string& name() const override { return name_; }
@@ -227,10 +243,14 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile ti
   };
   kp.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
                (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
+  kp.vec16_ok = reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * os) % 16 == 0 &&
+                (p.batch == 1 || (p.batch_stride_d * os) % 16 == 0);
 
   const int64_t total_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
   plan->grid_ = PersistentGridSize(total_tiles, num_sms);
-  plan->name_ = std::string("sm90_tma_wgmma_ws_") + InName(p.in_dtype, tf32) + "_" +
+  plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"
+                                                               : "sm90_tma_wgmma_coop_") +
+                InName(p.in_dtype, tf32) + "_" +
                 std::to_string(shape.bm) + "x" + std::to_string(shape.bn) + "x" +
                 std::to_string(plan->info_.bk) + "_s" + std::to_string(plan->info_.stages) + "_" +
                 (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n");
