@@ -1,6 +1,7 @@
 #include "service/request_queue.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -74,32 +75,11 @@ void RequestQueue::DropDeadLocked(Dropped* dropped) {
 }
 
 std::vector<std::shared_ptr<WorkItem>> RequestQueue::Pop(size_t max_items, absl::Duration wait) {
-  std::vector<std::shared_ptr<WorkItem>> out;
-  Dropped dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time give_up = absl::Now() + wait;
-    while (true) {
-      DropDeadLocked(&dropped);
-      if (!entries_.empty() || closed_) break;
-      if (ready_.WaitWithDeadline(&mu_, give_up)) break;
-    }
-    DropDeadLocked(&dropped);
-    const absl::Time now = clock_->Now();
-    while (!entries_.empty() && out.size() < max_items) {
-      auto it = entries_.begin();
-      it->item->report.queue_wait = now - it->item->enqueued;
-      out.push_back(it->item);
-      entries_.erase(it);
-    }
-    if (!out.empty()) {
-      const double interval = absl::ToDoubleSeconds(now - last_pop_) / out.size();
-      pop_interval_s_ = 0.9 * pop_interval_s_ + 0.1 * interval;
-      last_pop_ = now;
-    }
-  }
-  CompleteAll(dropped);
-  return out;
+  BatchBudget unbounded;
+  unbounded.max_requests = max_items;
+  unbounded.max_flops = std::numeric_limits<double>::infinity();
+  unbounded.max_bytes = std::numeric_limits<uint64_t>::max();
+  return PopBatch(unbounded, wait, absl::ZeroDuration());
 }
 
 bool RequestQueue::BudgetFullLocked(const BatchBudget& budget) const {
