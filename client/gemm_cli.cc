@@ -12,9 +12,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -38,6 +41,13 @@
 
 ABSL_FLAG(std::string, target, "localhost:50051",
           "Server: host:port, or dns:///name:port to balance over replicas");
+ABSL_FLAG(bool, tls, false, "Speak TLS, verifying the server against the system's roots");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle to verify the server with (implies --tls)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require mTLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, token, "",
+          "Bearer token sent with every call (visible in the process list: prefer --token_file)");
+ABSL_FLAG(std::string, token_file, "", "File holding the bearer token (surrounding spaces dropped)");
 ABSL_FLAG(int64_t, deadline_ms, 60000, "Deadline of each call, in ms");
 ABSL_FLAG(int, max_attempts, 5, "Attempts per call on UNAVAILABLE/RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, m, 256, "Rows of op(A) and of the result");
@@ -84,9 +94,38 @@ std::string Name(v1::DataType t) {
   return d.ok() ? Name(*d) : "unspecified";
 }
 
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// TLS and bearer-token settings from the flags.
+absl::Status SetSecurityOptions(ClientOptions* options) {
+  options->tls = absl::GetFlag(FLAGS_tls) || !absl::GetFlag(FLAGS_tls_ca).empty();
+  if (const std::string ca = absl::GetFlag(FLAGS_tls_ca); !ca.empty()) {
+    GEMM_ASSIGN_OR_RETURN(options->tls_root_certs_pem, ReadFile(ca));
+  }
+  if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
+    GEMM_ASSIGN_OR_RETURN(options->tls_cert_chain_pem, ReadFile(cert));
+  }
+  if (const std::string key = absl::GetFlag(FLAGS_tls_key); !key.empty()) {
+    GEMM_ASSIGN_OR_RETURN(options->tls_private_key_pem, ReadFile(key));
+  }
+  options->bearer_token = absl::GetFlag(FLAGS_token);
+  if (const std::string file = absl::GetFlag(FLAGS_token_file); !file.empty()) {
+    GEMM_ASSIGN_OR_RETURN(std::string token, ReadFile(file));
+    options->bearer_token = std::string(absl::StripAsciiWhitespace(token));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
+  GEMM_RETURN_IF_ERROR(SetSecurityOptions(&options));
   options.default_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));
   options.retry.max_attempts = absl::GetFlag(FLAGS_max_attempts);
   return Client::Create(options);

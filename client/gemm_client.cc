@@ -32,7 +32,28 @@ absl::Status ValidateOptions(const ClientOptions& o, bool need_target) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes must be positive, got ", o.max_message_bytes));
   }
+  if (o.tls_cert_chain_pem.empty() != o.tls_private_key_pem.empty()) {
+    return absl::InvalidArgumentError("tls_cert_chain_pem and tls_private_key_pem go together");
+  }
+  if (!o.tls && (!o.tls_root_certs_pem.empty() || !o.tls_cert_chain_pem.empty())) {
+    return absl::InvalidArgumentError("TLS certificates are set but tls is false");
+  }
+  for (char c : o.bearer_token) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError("bearer_token must be printable ASCII without spaces");
+    }
+  }
   return ValidateRetryPolicy(o.retry);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientOptions& o) {
+  if (o.credentials) return o.credentials;
+  if (!o.tls) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = o.tls_root_certs_pem;
+  ssl.pem_cert_chain = o.tls_cert_chain_pem;
+  ssl.pem_private_key = o.tls_private_key_pem;
+  return grpc::SslCredentials(ssl);
 }
 
 }  // namespace
@@ -140,8 +161,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetServiceConfigJSON(kServiceConfig);
-  std::shared_ptr<grpc::ChannelCredentials> creds =
-      options.credentials ? options.credentials : grpc::InsecureChannelCredentials();
+  if (!options.bearer_token.empty()) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  std::shared_ptr<grpc::ChannelCredentials> creds = ChannelCredentialsFor(options);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.target));
@@ -196,6 +217,9 @@ void Client::PrepareContext(grpc::ClientContext* ctx, const CallOptions& options
                             absl::Time deadline) const {
   if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
   ctx->set_wait_for_ready(options.wait_for_ready);
+  if (!options_.bearer_token.empty()) {
+    ctx->AddMetadata("authorization", "Bearer " + options_.bearer_token);
+  }
 }
 
 std::optional<absl::Duration> Client::RetryDelay(const CallOptions& options, int attempts_made,

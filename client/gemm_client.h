@@ -49,9 +49,20 @@ struct ClientOptions {
   // server's default limit of 1 GiB plus room for the message framing.
   int max_message_bytes = (1 << 30) + (16 << 20);
   RetryPolicy retry;
-  // Channel credentials; null means insecure (plaintext). Set
-  // grpc::SslCredentials(...) here for TLS.
+  // Channel credentials; null means the TLS settings below, or plaintext when
+  // `tls` is false. Takes precedence over them when set.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // TLS: the server is verified against tls_root_certs_pem (PEM; empty = the
+  // system's roots). tls_cert_chain_pem and tls_private_key_pem (both or
+  // neither) are the client certificate for a server that requires mutual TLS.
+  bool tls = false;
+  std::string tls_root_certs_pem;
+  std::string tls_cert_chain_pem;
+  std::string tls_private_key_pem;
+  // When non-empty, every call carries "authorization: Bearer <bearer_token>".
+  // The client then keeps connections of its own (a local subchannel pool):
+  // the server binds each connection to one caller (service/auth.h).
+  std::string bearer_token;
 };
 
 // Per-call settings.

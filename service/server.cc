@@ -21,6 +21,7 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("backend must be \"auto\", \"cuda\" or \"cpu\", got \"", backend, "\""));
   GEMM_RETURN_IF_ERROR(batcher.Validate());
+  GEMM_RETURN_IF_ERROR(security.Validate());
   return limits.Validate();
 }
 
@@ -76,7 +77,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  GEMM_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                        MakeServerCredentials(options.security));
+  builder.AddListeningPort(options.listen_address, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);

@@ -14,6 +14,7 @@
 #include "service/cuda_executor.h"
 #include "service/executor.h"
 #include "service/limits.h"
+#include "service/transport_security.h"
 
 namespace grpc {
 class Server;
@@ -39,6 +40,8 @@ struct ServerOptions {
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
   // private interface) to keep it off the public one.
   std::string metrics_listen;
+  // TLS, mutual TLS and bearer tokens for the gRPC port; all off by default.
+  SecurityOptions security;
 
   absl::Status Validate() const;
 };

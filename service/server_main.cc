@@ -24,6 +24,14 @@ ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "host:port for Prometheus /metrics; empty turns it off; 127.0.0.1:PORT keeps it "
           "off the public interface");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the server; with --tls_key turns TLS on for the gRPC port");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "lines \"<caller-name> <token>\"; every call then needs \"authorization: Bearer "
+          "<token>\" (UNAUTHENTICATED otherwise). Without TLS only loopback peers may connect");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
           "\"auto\" (CUDA when a GPU is visible, else the CPU), \"cuda\" or \"cpu\"");
 ABSL_FLAG(int, cuda_device, kDefaults.cuda.device, "CUDA backend: device ordinal");
@@ -79,6 +87,10 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
   options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
   options.batcher.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
