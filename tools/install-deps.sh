@@ -13,6 +13,7 @@ packages=(
   libopenblas-dev
   libspdlog-dev libfmt-dev
   prometheus yamllint
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()
