@@ -272,6 +272,35 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& options)
   return info;
 }
 
+absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
+                                                      absl::string_view label,
+                                                      const CallOptions& options) {
+  if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
+  v1::RegisterMatrixRequest request;
+  request.set_dtype(ToProto(matrix.dtype()));
+  request.set_rows(matrix.rows());
+  request.set_cols(matrix.cols());
+  request.set_layout(ToProto(matrix.layout()));
+  request.mutable_data()->assign(static_cast<const char*>(matrix.data()), matrix.ref().bytes());
+  if (!label.empty()) request.set_label(std::string(label));
+  v1::RegisterMatrixResponse response;
+  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
+    return stub_->RegisterMatrix(ctx, request, &response);
+  });
+  if (!status.ok()) return status;
+  return ResidentHandle{response.handle(), matrix.rows(), matrix.cols(), matrix.layout(),
+                        matrix.dtype(), response.bytes()};
+}
+
+absl::Status Client::ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options) {
+  v1::ReleaseMatrixRequest request;
+  request.set_handle(matrix.handle);
+  v1::ReleaseMatrixResponse response;
+  return CallWithRetry(options, [&](grpc::ClientContext* ctx) {
+    return stub_->ReleaseMatrix(ctx, request, &response);
+  });
+}
+
 void Client::GemmAsync(std::shared_ptr<const v1::GemmRequest> request,
                        const CallOptions& options, GemmCallback done) {
   auto call = std::make_shared<AsyncCall>(std::move(request), options, DeadlineFor(options),

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/matrix_view.h"
 #include "client/retry_policy.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "gemm/v1/gemm.pb.h"
@@ -117,6 +118,18 @@ class Client {
   std::future<GemmResult> GemmFuture(v1::GemmRequest request, const CallOptions& options = {});
 
   absl::StatusOr<v1::ServerInfo> GetServerInfo(const CallOptions& options = {});
+
+  // Stores `matrix` on the server (in GPU memory on a GPU backend); problems
+  // then name the returned handle instead of sending the bytes (Operand in
+  // matrix_view.h). The handle works only for this client's identity (its
+  // bearer token). RESOURCE_EXHAUSTED past the server's max_resident_bytes
+  // is not retried. `label` is free text for the server's logs.
+  absl::StatusOr<ResidentHandle> RegisterMatrix(const MatrixView& matrix,
+                                                absl::string_view label = "",
+                                                const CallOptions& options = {});
+  // Frees a registered matrix once requests in flight are done with it.
+  // NOT_FOUND if unknown or already released.
+  absl::Status ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options = {});
 
   // Opens a GemmStream: see GemmStreamSession. The stream's deadline (from
   // `options`) bounds the whole stream; streams are not retried.

@@ -25,16 +25,21 @@ std::optional<uint64_t> CheckedBytes(uint64_t rows, uint64_t cols, uint64_t elem
   return elems * elem_size;
 }
 
-absl::Status CheckShape(absl::string_view name, const MatrixView& v, uint64_t rows,
+absl::Status CheckShape(absl::string_view name, const Operand& v, uint64_t rows,
                         uint64_t cols) {
   if (v.rows() == rows && v.cols() == cols) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(name, " is ", ShapeString(v.rows(), v.cols()),
                                                  ", expected ", ShapeString(rows, cols)));
 }
 
-void FillMatrix(v1::Matrix* out, const MatrixView& v) {
-  out->set_layout(ToProto(v.layout()));
+void FillMatrix(v1::Matrix* out, const Operand& operand) {
+  out->set_layout(ToProto(operand.layout()));
+  if (const ResidentHandle* r = operand.resident()) {
+    out->set_handle(r->handle);
+    return;
+  }
   // The one copy of the operand: into the message's bytes field.
+  const MatrixView& v = *operand.view();
   out->mutable_data()->assign(static_cast<const char*>(v.data()), v.ref().bytes());
 }
 
@@ -80,7 +85,18 @@ absl::Status MatrixView::Validate(absl::string_view name) const {
   return absl::OkStatus();
 }
 
-absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
+absl::Status Operand::Validate(absl::string_view name) const {
+  if (!resident_) return view_.Validate(name);
+  if (resident_->handle.empty())
+    return absl::InvalidArgumentError(absl::StrCat(name, ": the resident handle is empty"));
+  if (resident_->rows == 0 || resident_->cols == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": dimensions must be positive, got ", ShapeString(rows(), cols())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AddProblem(v1::GemmRequest* request, const Operand& a, const Operand& b,
                         const ProblemOptions& o) {
   GEMM_RETURN_IF_ERROR(a.Validate("a"));
   GEMM_RETURN_IF_ERROR(b.Validate("b"));
@@ -104,6 +120,10 @@ absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const Mat
   if (o.c.has_value()) {
     GEMM_RETURN_IF_ERROR(o.c->Validate("c"));
     GEMM_RETURN_IF_ERROR(CheckShape("c", *o.c, m, n));
+    if (o.c->resident() != nullptr && o.c->layout() != o.output_layout) {
+      return absl::InvalidArgumentError(
+          "c: a resident C must be stored in the output layout");
+    }
     if (o.c->dtype() != out_dtype) {
       return absl::InvalidArgumentError(absl::StrCat("c is ", TypeName(o.c->dtype()),
                                                      ", expected the output type ",
@@ -130,7 +150,7 @@ absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const Mat
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::GemmProblem> MakeProblem(const MatrixView& a, const MatrixView& b,
+absl::StatusOr<v1::GemmProblem> MakeProblem(const Operand& a, const Operand& b,
                                             const ProblemOptions& options) {
   v1::GemmRequest holder;
   GEMM_RETURN_IF_ERROR(AddProblem(&holder, a, b, options));

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -46,6 +47,43 @@ class MatrixView {
   bool dtype_matches_pointer_ = true;
 };
 
+// A matrix stored on the server by Client::RegisterMatrix: its handle and the
+// shape it was registered with. Problems name it instead of carrying bytes.
+struct ResidentHandle {
+  std::string handle;
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  Layout layout = Layout::kRowMajor;
+  DType dtype = DType::kFp32;
+  // Bytes it holds against the server's max_resident_bytes.
+  uint64_t bytes = 0;
+};
+
+// An operand of a problem: host data sent in the request, or a resident
+// matrix named by handle. Converts implicitly from either.
+class Operand {
+ public:
+  Operand(const MatrixView& view) : view_(view) {}  // NOLINT: implicit by design
+  Operand(const ResidentHandle& resident)           // NOLINT: implicit by design
+      : view_(static_cast<const float*>(nullptr), resident.rows, resident.cols, resident.layout),
+        resident_(resident) {}
+
+  uint64_t rows() const { return resident_ ? resident_->rows : view_.rows(); }
+  uint64_t cols() const { return resident_ ? resident_->cols : view_.cols(); }
+  Layout layout() const { return resident_ ? resident_->layout : view_.layout(); }
+  DType dtype() const { return resident_ ? resident_->dtype : view_.dtype(); }
+  // The host data, or nullptr for a resident matrix.
+  const MatrixView* view() const { return resident_ ? nullptr : &view_; }
+  const ResidentHandle* resident() const { return resident_ ? &*resident_ : nullptr; }
+
+  // MatrixView::Validate, or a non-empty handle and positive dimensions.
+  absl::Status Validate(absl::string_view name) const;
+
+ private:
+  MatrixView view_;
+  std::optional<ResidentHandle> resident_;
+};
+
 // Everything about a problem besides A and B.
 struct ProblemOptions {
   bool transpose_a = false;
@@ -58,24 +96,27 @@ struct ProblemOptions {
   double beta = 0.0;
   // Let fp32 inputs run on TF32 tensor cores.
   bool allow_tf32 = false;
-  // Required when beta != 0: M x N in the output type.
-  std::optional<MatrixView> c;
+  // Required when beta != 0: M x N in the output type. A resident C must be
+  // stored in `output_layout` (the server reads it in place).
+  std::optional<Operand> c;
 };
 
 // Builds a problem computing alpha * op(a) * op(b) + beta * c. M, N and K
 // follow from the stored shapes and transposes. InvalidArgument names the
 // operand at fault for a bad view, mismatched inner dimensions or types, a
-// missing or mis-shaped C.
-absl::StatusOr<v1::GemmProblem> MakeProblem(const MatrixView& a, const MatrixView& b,
+// missing or mis-shaped C. Host operands are copied into the request; a
+// resident one travels as its handle.
+absl::StatusOr<v1::GemmProblem> MakeProblem(const Operand& a, const Operand& b,
                                             const ProblemOptions& options = {});
 
 // The same, appended to `request` in place.
-absl::Status AddProblem(v1::GemmRequest* request, const MatrixView& a, const MatrixView& b,
+absl::Status AddProblem(v1::GemmRequest* request, const Operand& a, const Operand& b,
                         const ProblemOptions& options = {});
 
 // Views a problem message as the internal description (no copy; the message
 // must outlive the result), with d == nullptr. Checks byte lengths against
-// the shape, so the view can be read safely, e.g. by ReferenceGemm.
+// the shape, so the view can be read safely, e.g. by ReferenceGemm; a problem
+// that names a resident matrix has no bytes to view (InvalidArgument).
 absl::StatusOr<GemmProblemRef> ViewProblem(const v1::GemmProblem& problem);
 
 // Views a result message as a matrix (no copy), checking its byte length.

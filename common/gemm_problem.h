@@ -14,6 +14,9 @@ namespace gemm {
 
 enum class Layout { kRowMajor, kColMajor };
 
+// A matrix stored on the server by RegisterMatrix (service/resident_matrix.h).
+class ResidentMatrix;
+
 // A dense matrix in memory: rows x cols, leading dimension implied by layout.
 struct MatrixRef {
   const void* data = nullptr;
@@ -21,6 +24,13 @@ struct MatrixRef {
   uint64_t cols = 0;
   Layout layout = Layout::kRowMajor;
   DType dtype = DType::kFp32;
+  // Set when the matrix is a resident one: `data` is then its host copy, or
+  // nullptr when it lives only in device memory (the executor that made it
+  // knows where). Whoever holds the MatrixRef keeps the matrix alive.
+  const ResidentMatrix* resident = nullptr;
+
+  // Whether there is a matrix at all (in host or device memory).
+  bool present() const { return data != nullptr || resident != nullptr; }
 
   uint64_t ld() const { return layout == Layout::kRowMajor ? cols : rows; }
   uint64_t elements() const { return rows * cols; }
@@ -61,7 +71,7 @@ struct GemmProblemRef {
   double beta = 0.0;
   MatrixRef a;
   MatrixRef b;
-  MatrixRef c;  // data == nullptr when beta == 0
+  MatrixRef c;  // absent (!present()) when beta == 0
   void* d = nullptr;
 
   // Bytes of the result D (and of C, which has D's type and shape).
@@ -69,7 +79,7 @@ struct GemmProblemRef {
 
   // Bytes the problem must move at least once: A, B, C (if read) and D.
   uint64_t algorithmic_bytes() const {
-    return a.bytes() + b.bytes() + (c.data ? c.bytes() : 0) +
+    return a.bytes() + b.bytes() + (c.present() ? c.bytes() : 0) +
            shape.m * shape.n * SizeOf(shape.output_dtype);
   }
 };

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "kernels/gemm.h"
+#include "service/resident_matrix.h"
 
 namespace gemm {
 namespace {
@@ -70,11 +71,36 @@ const char* KernelFamily(gk::KernelKind k) {
   return "none";
 }
 
-// Where one problem's operands sit in the lane's buffers.
+// Where one problem's operands sit in the lane's buffers. A resident operand
+// is not staged: the kernel reads its device copy.
 struct Placement {
   size_t a = 0, b = 0, c = 0;  // offsets in the input region
   size_t d = 0;                // offset in the output region
   bool has_c = false;
+};
+
+// The device copy of a resident operand, or nullptr for one that is staged.
+const void* ResidentData(const MatrixRef& m) {
+  return m.resident != nullptr ? m.resident->device_data() : nullptr;
+}
+
+// A matrix registered with RegisterMatrix, in device memory. No host copy is
+// kept. cudaMalloc and cudaFree (not the stream pool): registration is rare
+// and the memory lives long.
+class DeviceResidentMatrix final : public ResidentMatrix {
+ public:
+  DeviceResidentMatrix(const MatrixRef& view, void* device, int ordinal)
+      : ResidentMatrix(view, device), device_(device), ordinal_(ordinal) {}
+  // The last holder is done with it: a request's kernels have finished before
+  // the request completes.
+  ~DeviceResidentMatrix() override {
+    cudaSetDevice(ordinal_);
+    cudaFree(device_);
+  }
+
+ private:
+  void* const device_;
+  const int ordinal_;
 };
 
 void CUDART_CB HostDone(void* lane);
@@ -261,13 +287,17 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
     const size_t d_stride = RoundUp(d_bytes, kAlign);
     for (const GemmProblemRef* p : g.problems) {
       Placement& pl = lane.placement[p];
-      pl.has_c = p->beta != 0.0 && p->c.data != nullptr;
+      pl.has_c = p->beta != 0.0 && p->c.present();
       if (!strided) {
-        pl.a = in;
-        in += RoundUp(p->a.bytes(), kAlign);
-        pl.b = in;
-        in += RoundUp(p->b.bytes(), kAlign);
-        if (pl.has_c) {
+        if (!ResidentData(p->a)) {
+          pl.a = in;
+          in += RoundUp(p->a.bytes(), kAlign);
+        }
+        if (!ResidentData(p->b)) {
+          pl.b = in;
+          in += RoundUp(p->b.bytes(), kAlign);
+        }
+        if (pl.has_c && !ResidentData(p->c)) {
           pl.c = in;
           in += RoundUp(p->d_bytes(), kAlign);
         }
@@ -276,15 +306,20 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
       }
     }
     if (strided) {
+      // Members share each resident operand (the plan's batch key includes
+      // it): one device copy read by every member, batch stride 0.
       const size_t count = g.problems.size();
-      const size_t a0 = in, b0 = a0 + count * a_stride, c0 = b0 + count * b_stride;
+      const size_t a_step = ResidentData(first.a) ? 0 : a_stride;
+      const size_t b_step = ResidentData(first.b) ? 0 : b_stride;
       const bool has_c = lane.placement[&first].has_c;
-      in = c0 + (has_c ? count * d_stride : 0);
+      const size_t c_step = has_c && !ResidentData(first.c) ? d_stride : 0;
+      const size_t a0 = in, b0 = a0 + count * a_step, c0 = b0 + count * b_step;
+      in = c0 + count * c_step;
       for (size_t i = 0; i < count; ++i) {
         Placement& pl = lane.placement[g.problems[i]];
-        pl.a = a0 + i * a_stride;
-        pl.b = b0 + i * b_stride;
-        pl.c = c0 + i * d_stride;
+        pl.a = a0 + i * a_step;
+        pl.b = b0 + i * b_step;
+        pl.c = c0 + i * c_step;
         pl.d = out + i * d_stride;
       }
       out += count * d_stride;
@@ -306,9 +341,10 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
     lane.staging_size = size;
   }
   for (const auto& [p, pl] : lane.placement) {
-    std::memcpy(lane.staging + pl.a, p->a.data, p->a.bytes());
-    std::memcpy(lane.staging + pl.b, p->b.data, p->b.bytes());
-    if (!pl.has_c) continue;
+    if (!ResidentData(p->a)) std::memcpy(lane.staging + pl.a, p->a.data, p->a.bytes());
+    if (!ResidentData(p->b)) std::memcpy(lane.staging + pl.b, p->b.data, p->b.bytes());
+    // A resident C is in D's layout already (request validation checks it).
+    if (!pl.has_c || ResidentData(p->c)) continue;
     if (p->c.layout == p->shape.layout_d) {
       std::memcpy(lane.staging + pl.c, p->c.data, p->c.bytes());
     } else {
@@ -353,16 +389,22 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
     args.n = static_cast<int64_t>(s.n);
     args.k = static_cast<int64_t>(s.k);
     args.batch_count = count;
-    args.a = {dev + pl.a, KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
-              static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2->a, s.input_dtype)};
-    args.b = {dev + pl.b, KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
-              static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2->b, s.input_dtype)};
+    auto operand = [dev](const MatrixRef& m, size_t offset) -> const void* {
+      const void* resident = ResidentData(m);
+      return resident != nullptr ? resident : dev + offset;
+    };
+    args.a = {operand(p.a, pl.a), KernelType(s.input_dtype),
+              OperandLayout(s.layout_a, s.transpose_a), static_cast<int64_t>(p.a.ld()),
+              stride(pl.a, pl2->a, s.input_dtype)};
+    args.b = {operand(p.b, pl.b), KernelType(s.input_dtype),
+              OperandLayout(s.layout_b, s.transpose_b), static_cast<int64_t>(p.b.ld()),
+              stride(pl.b, pl2->b, s.input_dtype)};
     const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
     args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
               stride(pl.d, pl2->d, s.output_dtype)};
     args.c = args.d;
     if (pl.has_c) {
-      args.c.ptr = dev + pl.c;
+      args.c.ptr = operand(p.c, pl.c);
       args.c.batch_stride = stride(pl.c, pl2->c, s.output_dtype);
     }
     args.alpha = static_cast<float>(p.alpha);
@@ -395,6 +437,30 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   lane.device = nullptr;
   CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
+    const MatrixRef& source) const {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  const uint64_t bytes = source.bytes();
+  void* device = nullptr;
+  if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "could not allocate ", bytes, " bytes of device memory: ", cudaGetErrorString(e)));
+  }
+  // A pageable copy may return before its DMA is done; the lanes' streams do
+  // not wait for the legacy stream, so wait here.
+  absl::Status st = CudaStatus(cudaMemcpy(device, source.data, bytes, cudaMemcpyHostToDevice),
+                               "copying a resident matrix");
+  if (st.ok()) st = CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "copying a resident matrix");
+  if (!st.ok()) {
+    cudaFree(device);
+    return st;
+  }
+  MatrixRef view = source;
+  view.data = nullptr;
+  return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, device, options_.device));
 }
 
 void CudaExecutor::OnLaneDone(Lane* lane) {

@@ -55,6 +55,10 @@ class CudaExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return options_.streams; }
   void Execute(Batch batch) override;
+  // Device memory holding a copy of `source` (no host copy is kept); launches
+  // read it in place. RESOURCE_EXHAUSTED when the device is out of memory.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
+      const MatrixRef& source) const override;
 
   // Implementation details follow.
   struct Lane;

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "service/launch_plan.h"
+#include "service/resident_matrix.h"
 #include "service/work_item.h"
 
 namespace gemm {
@@ -49,6 +51,17 @@ class Executor {
   // Whether grouped launches (problems of different shapes in one launch) are
   // native; otherwise the batcher plans single launches instead.
   virtual bool supports_grouped() const { return false; }
+
+  // Stores `source` (dense host bytes, as described) where this executor's
+  // launches read it, for RegisterMatrix: problems whose MatrixRef names the
+  // result (MatrixRef::resident) read it from there and copy nothing. The
+  // default keeps a host copy; a GPU executor keeps device memory. Allocates
+  // and copies before returning (registration is not the hot path).
+  // Thread-safe.
+  virtual absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
+      const MatrixRef& source) const {
+    return MakeHostResident(source);
+  }
 
   // Runs every launch of `batch` and completes each item (WorkItem::Complete)
   // with its outcome, after filling item->report; then calls batch.on_done.

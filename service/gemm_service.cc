@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <optional>
 #include <string>
+
+#include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "service/caller_identity.h"
 #include "service/request_validation.h"
 #include "service/version.h"
 
@@ -37,7 +41,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     const absl::Time received = service->clock()->Now();
     absl::Duration pushback;
     absl::Status st = service->Admit(
-        *request, response, DeadlineOf(*context), received,
+        *context, *request, response, DeadlineOf(*context), received,
         [this, received](const absl::Status& s) {
           service_->metrics()->RecordRequest("Gemm", static_cast<int>(s.code()),
                                              service_->clock()->Now() - received);
@@ -102,7 +106,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     } else {
       absl::Duration pushback;
       st = service_->Admit(
-          p->request, &p->response, DeadlineOf(*context_), received,
+          *context_, p->request, &p->response, DeadlineOf(*context_), received,
           [this, id, received](const absl::Status& s) { OnRequestDone(id, s, received); },
           &p->item, &pushback);
     }
@@ -266,18 +270,34 @@ void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmRes
 
 GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue,
                                  const Executor* executor, ServiceMetrics* metrics,
-                                 const Clock* clock)
-    : limits_(limits), queue_(queue), executor_(executor), metrics_(metrics), clock_(clock) {}
+                                 const Clock* clock, ResidentStore* residents)
+    : limits_(limits),
+      queue_(queue),
+      executor_(executor),
+      metrics_(metrics),
+      clock_(clock),
+      residents_(residents) {}
 
-absl::Status GemmServiceImpl::Admit(const v1::GemmRequest& request, v1::GemmResponse* response,
+absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
+                                    const v1::GemmRequest& request, v1::GemmResponse* response,
                                     absl::Time deadline, absl::Time received,
                                     std::function<void(const absl::Status&)> on_done,
                                     std::shared_ptr<WorkItem>* item_out,
                                     absl::Duration* pushback) {
-  auto problems = ValidateRequest(request, limits_, response);
+  ResidentOperands residents;
+  if (residents_ != nullptr) {
+    // The caller is looked up only for requests that name a handle.
+    residents.resolve = [this, &context, caller = std::optional<std::string>()](
+                            absl::string_view handle) mutable {
+      if (!caller.has_value()) caller = CallerIdentity(context);
+      return residents_->Lookup(*caller, handle);
+    };
+  }
+  auto problems = ValidateRequest(request, limits_, response, &residents);
   if (!problems.ok()) return problems.status();
   auto item = std::make_shared<WorkItem>();
   item->problems = std::move(*problems);
+  item->residents = std::move(residents.held);
   item->bytes = InflightBytes(item->problems);
   item->priority = request.priority();
   item->deadline = deadline;
@@ -347,12 +367,58 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   l->set_max_problems_per_request(limits_.max_problems_per_request);
   l->set_max_queued_requests(limits_.max_queued_requests);
   l->set_max_queued_bytes(limits_.max_inflight_bytes);
+  l->set_max_resident_bytes(residents_ != nullptr ? limits_.max_resident_bytes : 0);
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
   metrics_->RecordRequest("GetServerInfo", 0, absl::ZeroDuration());
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
+    grpc::CallbackServerContext* context, const v1::RegisterMatrixRequest* request,
+    v1::RegisterMatrixResponse* response) {
+  const absl::Time received = clock_->Now();
+  absl::Status st;
+  if (residents_ == nullptr) {
+    st = absl::UnimplementedError("this server keeps no resident matrices");
+  } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
+    st = source.status();
+  } else {
+    const std::string caller = CallerIdentity(*context);
+    auto registered = residents_->Register(caller, *source);
+    if (registered.ok()) {
+      response->set_handle(registered->handle);
+      response->set_bytes(registered->bytes);
+      spdlog::debug("registered a resident {} x {} matrix ({} bytes, label \"{}\") for \"{}\"",
+                    source->rows, source->cols, registered->bytes, request->label(), caller);
+    }
+    st = registered.status();
+  }
+  // Over the budget, waiting does not help: tell the client not to retry.
+  if (st.code() == absl::StatusCode::kResourceExhausted)
+    context->AddTrailingMetadata(kPushbackKey, "-1");
+  metrics_->RecordRequest("RegisterMatrix", static_cast<int>(st.code()),
+                          clock_->Now() - received);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::ReleaseMatrix(grpc::CallbackServerContext* context,
+                                                         const v1::ReleaseMatrixRequest* request,
+                                                         v1::ReleaseMatrixResponse*) {
+  const absl::Time received = clock_->Now();
+  absl::Status st = absl::UnimplementedError("this server keeps no resident matrices");
+  if (residents_ != nullptr) {
+    st = residents_->Release(CallerIdentity(*context), request->handle());
+    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("handle: ", st.message()));
+  }
+  metrics_->RecordRequest("ReleaseMatrix", static_cast<int>(st.code()), clock_->Now() - received);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(st));
   return reactor;
 }
 

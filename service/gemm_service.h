@@ -12,14 +12,18 @@
 #include "service/limits.h"
 #include "service/metrics.h"
 #include "service/request_queue.h"
+#include "service/resident_store.h"
 
 namespace gemm {
 
 class GemmServiceImpl final : public v1::GemmService::CallbackService {
  public:
-  // `queue`, `executor` and `metrics` must outlive the service.
+  // `queue`, `executor`, `metrics` and `residents` must outlive the service.
+  // Without `residents`, RegisterMatrix is UNIMPLEMENTED and handles are
+  // refused.
   GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue, const Executor* executor,
-                  ServiceMetrics* metrics, const Clock* clock);
+                  ServiceMetrics* metrics, const Clock* clock,
+                  ResidentStore* residents = nullptr);
 
   grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
                                  const v1::GemmRequest* request,
@@ -32,12 +36,25 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
                                           const v1::GetServerInfoRequest* request,
                                           v1::ServerInfo* info) override;
 
+  // Registration allocates and copies (into device memory on the CUDA
+  // backend) before answering: quick for the sizes allowed, and not on the
+  // hot path.
+  grpc::ServerUnaryReactor* RegisterMatrix(grpc::CallbackServerContext* context,
+                                           const v1::RegisterMatrixRequest* request,
+                                           v1::RegisterMatrixResponse* response) override;
+
+  grpc::ServerUnaryReactor* ReleaseMatrix(grpc::CallbackServerContext* context,
+                                          const v1::ReleaseMatrixRequest* request,
+                                          v1::ReleaseMatrixResponse* response) override;
+
   // Implementation details follow.
   struct Admission;
-  // Validates `request` and admits a work item whose completion calls
-  // `on_done`; on failure returns the status to answer with (and a retry
-  // pushback for RESOURCE_EXHAUSTED in *pushback).
-  absl::Status Admit(const v1::GemmRequest& request, v1::GemmResponse* response,
+  // Validates `request` (handles resolved for the caller of `context`) and
+  // admits a work item whose completion calls `on_done`; on failure returns
+  // the status to answer with (and a retry pushback for RESOURCE_EXHAUSTED in
+  // *pushback). Called from a reaction of `context`'s call.
+  absl::Status Admit(const grpc::CallbackServerContext& context,
+                     const v1::GemmRequest& request, v1::GemmResponse* response,
                      absl::Time deadline, absl::Time received,
                      std::function<void(const absl::Status&)> on_done,
                      std::shared_ptr<WorkItem>* item, absl::Duration* pushback);
@@ -53,6 +70,7 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   const Executor* const executor_;
   ServiceMetrics* const metrics_;
   const Clock* const clock_;
+  ResidentStore* const residents_;
 };
 
 // Fills a response's timing and backend fields from an executor's report.

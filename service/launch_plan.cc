@@ -8,13 +8,16 @@ namespace {
 
 // Everything but the data: two problems with equal keys can be one
 // strided-batched launch (one alpha, one beta, one shape for all members).
+// Resident operands are part of the key: members share one resident matrix
+// (a broadcast operand, batch stride 0) or none, never a mix.
 auto BatchKey(const GemmProblemRef& p) {
   const GemmShape& s = p.shape;
   return std::make_tuple(s.m, s.n, s.k, s.transpose_a, s.transpose_b,
                          static_cast<int>(s.input_dtype), static_cast<int>(s.output_dtype),
                          static_cast<int>(s.layout_a), static_cast<int>(s.layout_b),
                          static_cast<int>(s.layout_c), static_cast<int>(s.layout_d), s.allow_tf32,
-                         p.alpha, p.beta, p.c.data != nullptr);
+                         p.alpha, p.beta, p.c.present(), p.a.resident, p.b.resident,
+                         p.c.resident);
 }
 
 // Problems of one class can share a grouped launch: one kernel instantiation

@@ -114,3 +114,32 @@ TEST(LaunchPlanTest, SingleLaunchBatchHasOneLaunchPerProblem) {
 
 }  // namespace
 }  // namespace gemm
+
+namespace gemm {
+namespace {
+
+TEST(LaunchPlanTest, StridedBatchesShareOneResidentOperandOrNone) {
+  // Stand-ins: the plan compares resident pointers, it never reads them.
+  const auto* x = reinterpret_cast<const ResidentMatrix*>(0x1000);
+  const auto* y = reinterpret_cast<const ResidentMatrix*>(0x2000);
+  std::vector<std::shared_ptr<WorkItem>> items;
+  for (const ResidentMatrix* b : {x, x, y, y, static_cast<const ResidentMatrix*>(nullptr), x}) {
+    GemmProblemRef p = Problem(64, 64, 64);
+    p.b.resident = b;
+    items.push_back(Item({p}));
+  }
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  ASSERT_EQ(CountProblems(launches), 6u);
+  for (const LaunchGroup& l : launches) {
+    for (const GemmProblemRef* p : l.problems)
+      EXPECT_EQ(p->b.resident, l.problems.front()->b.resident);
+  }
+  // x (3 problems) and y (2) batch; the one without a resident B runs alone.
+  std::multiset<size_t> sizes;
+  for (const LaunchGroup& l : launches)
+    if (l.kind == LaunchGroup::Kind::kStridedBatched) sizes.insert(l.problems.size());
+  EXPECT_EQ(sizes, (std::multiset<size_t>{2, 3}));
+}
+
+}  // namespace
+}  // namespace gemm

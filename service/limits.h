@@ -28,6 +28,10 @@ struct ServiceLimits {
   // Requests one GemmStream may have admitted and unanswered at once; the
   // stream stops reading until some complete (flow control, not an error).
   uint32_t max_stream_inflight = 64;
+  // Bytes of all matrices stored with RegisterMatrix together (device memory
+  // on the CUDA backend); registering past it is RESOURCE_EXHAUSTED. 0 turns
+  // resident operands off.
+  uint64_t max_resident_bytes = uint64_t{8} << 30;  // 8 GiB
 
   // InvalidArgument naming the first bad field, or OK.
   absl::Status Validate() const;

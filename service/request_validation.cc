@@ -9,6 +9,8 @@
 namespace gemm {
 namespace {
 
+constexpr size_t kMaxLabelBytes = 256;
+
 std::string Field(int index, absl::string_view name) {
   return absl::StrCat("problems[", index, "].", name);
 }
@@ -55,10 +57,45 @@ absl::StatusOr<uint64_t> MatrixBytes(uint64_t rows, uint64_t cols, DType t, int 
   return bytes;
 }
 
+// Whether a Matrix message carries a matrix: a handle, or non-empty bytes.
+bool HasMatrix(const v1::Matrix& m) {
+  return m.source_case() == v1::Matrix::kHandle || !m.data().empty();
+}
+
+absl::Status CheckResident(const v1::Matrix& m, uint64_t rows, uint64_t cols, DType t, int index,
+                           absl::string_view name, ResidentOperands* residents, MatrixRef* out) {
+  const std::string field = absl::StrCat(name, ".handle");
+  if (residents == nullptr || !residents->resolve)
+    return BadField(index, field, "resident matrices are not available here");
+  auto matrix = residents->resolve(m.handle());
+  if (!matrix.ok())
+    return absl::Status(matrix.status().code(),
+                        absl::StrCat(Field(index, field), ": ", matrix.status().message()));
+  const MatrixRef& v = (*matrix)->view();
+  if (v.dtype != t || v.rows != rows || v.cols != cols)
+    return BadField(index, field,
+                    absl::StrCat("the resident matrix is ", v.rows, " x ", v.cols, " ",
+                                 DTypeName(v.dtype), ", the problem needs ", rows, " x ", cols,
+                                 " ", DTypeName(t)));
+  if (m.layout() != v1::LAYOUT_UNSPECIFIED) {
+    auto layout = ParseLayout(m.layout(), index, absl::StrCat(name, ".layout"));
+    if (!layout.ok()) return layout.status();
+    if (*layout != v.layout)
+      return BadField(index, absl::StrCat(name, ".layout"),
+                      "differs from the layout the resident matrix was registered in");
+  }
+  *out = v;
+  residents->held.push_back(std::move(*matrix));
+  return absl::OkStatus();
+}
+
 absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DType t, int index,
-                          absl::string_view name, const ServiceLimits& limits, MatrixRef* out) {
+                          absl::string_view name, const ServiceLimits& limits,
+                          ResidentOperands* residents, MatrixRef* out) {
   auto bytes = MatrixBytes(rows, cols, t, index, absl::StrCat(name, ".data"), limits);
   if (!bytes.ok()) return bytes.status();
+  if (m.source_case() == v1::Matrix::kHandle)
+    return CheckResident(m, rows, cols, t, index, name, residents, out);
   auto layout = ParseLayout(m.layout(), index, absl::StrCat(name, ".layout"));
   if (!layout.ok()) return layout.status();
   if (m.data().size() != *bytes)
@@ -72,7 +109,8 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
 }  // namespace
 
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
-                                               const ServiceLimits& limits) {
+                                               const ServiceLimits& limits,
+                                               ResidentOperands* residents) {
   GemmProblemRef out;
   GemmShape& s = out.shape;
   for (auto [v, name] : {std::pair{p.m(), "m"}, std::pair{p.n(), "n"}, std::pair{p.k(), "k"}}) {
@@ -104,12 +142,12 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   if (!std::isfinite(out.beta)) return BadField(index, "beta", "must be finite");
 
   if (absl::Status st = CheckOperand(p.a(), s.a_rows(), s.a_cols(), s.input_dtype, index, "a",
-                                     limits, &out.a);
+                                     limits, residents, &out.a);
       !st.ok())
     return st;
   s.layout_a = out.a.layout;
   if (absl::Status st = CheckOperand(p.b(), s.b_rows(), s.b_cols(), s.input_dtype, index, "b",
-                                     limits, &out.b);
+                                     limits, residents, &out.b);
       !st.ok())
     return st;
   s.layout_b = out.b.layout;
@@ -118,19 +156,24 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   auto d_bytes = MatrixBytes(s.m, s.n, s.output_dtype, index, "output", limits);
   if (!d_bytes.ok()) return d_bytes.status();
 
+  const bool has_c = p.has_c() && HasMatrix(p.c());
   if (out.beta != 0.0) {
-    if (!p.has_c() || p.c().data().empty())
-      return BadField(index, "c", "beta is non-zero but C is missing");
+    if (!has_c) return BadField(index, "c", "beta is non-zero but C is missing");
     if (absl::Status st = CheckOperand(p.c(), s.m, s.n, s.output_dtype, index, "c", limits,
-                                       &out.c);
+                                       residents, &out.c);
         !st.ok())
       return st;
     s.layout_c = out.c.layout;
-  } else if (p.has_c() && !p.c().data().empty()) {
+    // Kernels read C in D's layout; a request's C is transposed while it is
+    // staged, a resident one is read where it lies.
+    if (out.c.resident != nullptr && out.c.layout != s.layout_d)
+      return BadField(index, "c.handle",
+                      "a resident C must be registered in the output layout (output_layout)");
+  } else if (has_c) {
     // C is ignored when beta == 0, but a malformed one is still an error.
     MatrixRef unused;
     if (absl::Status st = CheckOperand(p.c(), s.m, s.n, s.output_dtype, index, "c", limits,
-                                       &unused);
+                                       residents, &unused);
         !st.ok())
       return st;
   }
@@ -139,7 +182,8 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
 
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
                                                             const ServiceLimits& limits,
-                                                            v1::GemmResponse* response) {
+                                                            v1::GemmResponse* response,
+                                                            ResidentOperands* residents) {
   if (request.problems_size() == 0)
     return absl::InvalidArgumentError("problems: the request holds no problem");
   if (static_cast<uint64_t>(request.problems_size()) > limits.max_problems_per_request)
@@ -150,7 +194,7 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
   problems.reserve(request.problems_size());
   uint64_t result_bytes = 0;
   for (int i = 0; i < request.problems_size(); ++i) {
-    auto p = ValidateProblem(request.problems(i), i, limits);
+    auto p = ValidateProblem(request.problems(i), i, limits, residents);
     if (!p.ok()) return p.status();
     result_bytes += p->shape.m * p->shape.n * SizeOf(p->shape.output_dtype);
     problems.push_back(*p);
@@ -177,8 +221,44 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
 
 uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems) {
   uint64_t total = 0;
-  for (const GemmProblemRef& p : problems) total += p.algorithmic_bytes();
+  for (const GemmProblemRef& p : problems) {
+    total += p.d_bytes();
+    for (const MatrixRef* m : {&p.a, &p.b, &p.c})
+      if (m->data != nullptr && m->resident == nullptr) total += m->bytes();
+  }
   return total;
+}
+
+absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest& request,
+                                                 const ServiceLimits& limits) {
+  auto bad = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (request.dtype() == v1::DATA_TYPE_UNSPECIFIED)
+    return bad("dtype", "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
+  auto dtype = FromProto(request.dtype());
+  if (!dtype.ok()) return bad("dtype", dtype.status().message());
+  auto layout = FromProto(request.layout());
+  if (!layout.ok()) return bad("layout", layout.status().message());
+  for (auto [v, name] : {std::pair{request.rows(), "rows"}, std::pair{request.cols(), "cols"}}) {
+    if (v == 0) return bad(name, "must be at least 1");
+    if (v > limits.max_dimension)
+      return bad(name, absl::StrCat(v, " exceeds the limit of ", limits.max_dimension));
+  }
+  // Both are below 2^31, so rows * cols cannot overflow; the byte count can.
+  const uint64_t elements = request.rows() * request.cols();
+  const uint64_t bytes = elements * SizeOf(*dtype);
+  if (elements > limits.max_matrix_bytes / SizeOf(*dtype))
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "data: ", request.rows(), " x ", request.cols(), " ", DTypeName(*dtype),
+        " is over the limit of ", limits.max_matrix_bytes, " bytes (max_matrix_bytes)"));
+  if (request.data().size() != bytes)
+    return bad("data", absl::StrCat("expected ", bytes, " bytes (", request.rows(), " x ",
+                                    request.cols(), " ", DTypeName(*dtype), "), got ",
+                                    request.data().size()));
+  if (request.label().size() > kMaxLabelBytes)
+    return bad("label", absl::StrCat("longer than ", kMaxLabelBytes, " bytes"));
+  return MatrixRef{request.data().data(), request.rows(), request.cols(), *layout, *dtype};
 }
 
 }  // namespace gemm

@@ -4,30 +4,57 @@
 #ifndef GEMM_SERVICE_REQUEST_VALIDATION_H_
 #define GEMM_SERVICE_REQUEST_VALIDATION_H_
 
+#include <functional>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/gemm_problem.h"
 #include "gemm/v1/gemm.pb.h"
 #include "service/limits.h"
+#include "service/resident_matrix.h"
 
 namespace gemm {
+
+// How operands named by handle (Matrix.handle) are found: `resolve` looks a
+// handle up for the calling client (ResidentStore::Lookup: NOT_FOUND,
+// PERMISSION_DENIED); every matrix it returns is appended to `held`, which
+// the caller keeps until the request is done. Without one, a handle is
+// INVALID_ARGUMENT.
+struct ResidentOperands {
+  std::function<absl::StatusOr<std::shared_ptr<const ResidentMatrix>>(absl::string_view handle)>
+      resolve;
+  std::vector<std::shared_ptr<const ResidentMatrix>> held;
+};
 
 // Checks one problem against the API's rules and `limits`. Errors are
 // INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a size limit) with a message
 // that names the field, e.g. "problems[2].a.data: expected 96 bytes, got 95".
+// An operand given by handle must match the problem's dtype and stored shape
+// (and its layout field, when set); a resident C must be stored in the
+// output layout. Its MatrixRef is the resident matrix's view.
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
-                                               const ServiceLimits& limits);
+                                               const ServiceLimits& limits,
+                                               ResidentOperands* residents = nullptr);
 
 // Validates every problem of `request`. On success the returned problems point
 // into `request` (which must outlive them) and into `response`, whose results
 // are resized to hold each output (the `d` pointers).
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
                                                             const ServiceLimits& limits,
-                                                            v1::GemmResponse* response);
+                                                            v1::GemmResponse* response,
+                                                            ResidentOperands* residents = nullptr);
 
-// Bytes a validated request holds while in flight: operands plus results.
+// Bytes a validated request holds while in flight: operands carried in the
+// request (resident ones are counted by their store) plus results.
 uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems);
+
+// Checks a RegisterMatrix request against the API and `limits` and returns
+// a view of its bytes (pointing into `request`). INVALID_ARGUMENT names the
+// field; RESOURCE_EXHAUSTED for max_matrix_bytes.
+absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest& request,
+                                                 const ServiceLimits& limits);
 
 }  // namespace gemm
 

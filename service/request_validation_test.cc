@@ -465,3 +465,128 @@ TEST(RequestValidationTest, DtypeConversionsRoundTrip) {
 
 }  // namespace
 }  // namespace gemm
+
+namespace gemm {
+namespace {
+
+// Resident matrices by handle, as a ResidentStore would resolve them for one
+// caller: "b" is 4 x 5 fp32 row-major (B of GoodProblem), "c" 3 x 5 fp32
+// column-major, "denied" another caller's.
+class ResidentOperandTest : public ::testing::Test {
+ protected:
+  ResidentOperandTest() : zeros_(64, 0.0f) {
+    b_ = *MakeHostResident(MatrixRef{zeros_.data(), 4, 5, Layout::kRowMajor, DType::kFp32});
+    c_ = *MakeHostResident(MatrixRef{zeros_.data(), 3, 5, Layout::kColMajor, DType::kFp32});
+    residents_.resolve = [this](absl::string_view handle)
+        -> absl::StatusOr<std::shared_ptr<const ResidentMatrix>> {
+      if (handle == "b") return b_;
+      if (handle == "c") return c_;
+      if (handle == "denied") return absl::PermissionDeniedError("another caller's");
+      return absl::NotFoundError("no such handle");
+    };
+  }
+
+  absl::StatusOr<GemmProblemRef> Validate(const v1::GemmProblem& p) {
+    return ValidateProblem(p, 0, ServiceLimits{}, &residents_);
+  }
+
+  std::vector<float> zeros_;
+  std::shared_ptr<ResidentMatrix> b_, c_;
+  ResidentOperands residents_;
+};
+
+TEST_F(ResidentOperandTest, AHandleResolvesToTheResidentMatrixAndIsHeld) {
+  v1::GemmProblem p = GoodProblem();
+  p.mutable_b()->set_handle("b");
+  auto r = Validate(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->b.resident, b_.get());
+  EXPECT_EQ(r->b.data, b_->view().data);
+  EXPECT_EQ(r->a.resident, nullptr);
+  ASSERT_EQ(residents_.held.size(), 1u);
+  EXPECT_EQ(residents_.held[0], b_);
+  // Only the bytes the request carries count as in flight.
+  EXPECT_EQ(InflightBytes({*r}), (3 * 4 + 3 * 5) * 4u);
+}
+
+TEST_F(ResidentOperandTest, LookupErrorsKeepTheirCodeAndNameTheField) {
+  v1::GemmProblem p = GoodProblem();
+  p.mutable_b()->set_handle("gone");
+  ExpectError(Validate(p).status(), absl::StatusCode::kNotFound, "problems[0].b.handle");
+  p.mutable_a()->set_handle("denied");
+  ExpectError(Validate(p).status(), absl::StatusCode::kPermissionDenied, "problems[0].a.handle");
+}
+
+TEST_F(ResidentOperandTest, AMismatchedHandleIsInvalidNamingTheField) {
+  v1::GemmProblem p = GoodProblem();
+  p.mutable_a()->set_handle("b");  // A must be 3 x 4
+  ExpectInvalid(Validate(p).status(), "problems[0].a.handle");
+  p = GoodProblem(3, 5, 4, v1::DATA_TYPE_BF16);
+  p.mutable_b()->set_handle("b");  // fp32, the problem is bf16
+  ExpectInvalid(Validate(p).status(), "problems[0].b.handle");
+  p = GoodProblem();
+  p.set_transpose_b(true);  // B must then be 5 x 4
+  p.mutable_b()->set_handle("b");
+  ExpectInvalid(Validate(p).status(), "problems[0].b.handle");
+  p = GoodProblem();
+  p.mutable_b()->set_handle("b");
+  p.mutable_b()->set_layout(v1::LAYOUT_COL_MAJOR);  // registered row-major
+  ExpectInvalid(Validate(p).status(), "problems[0].b.layout");
+}
+
+TEST_F(ResidentOperandTest, AResidentCMustBeInTheOutputLayout) {
+  v1::GemmProblem p = GoodProblem();
+  p.set_beta(1.0);
+  p.mutable_c()->set_handle("c");  // column-major; D is row-major
+  ExpectInvalid(Validate(p).status(), "problems[0].c.handle");
+  p.set_output_layout(v1::LAYOUT_COL_MAJOR);
+  auto r = Validate(p);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->c.resident, c_.get());
+  EXPECT_TRUE(r->c.present());
+}
+
+TEST_F(ResidentOperandTest, WithoutAResolverAHandleIsInvalid) {
+  v1::GemmProblem p = GoodProblem();
+  p.mutable_b()->set_handle("b");
+  ExpectInvalid(ValidateProblem(p, 0, ServiceLimits{}).status(), "problems[0].b.handle");
+}
+
+TEST(RegisterMatrixValidationTest, ChecksEveryField) {
+  v1::RegisterMatrixRequest r;
+  r.set_dtype(v1::DATA_TYPE_BF16);
+  r.set_rows(3);
+  r.set_cols(5);
+  r.set_layout(v1::LAYOUT_COL_MAJOR);
+  r.set_data(std::string(30, '\0'));
+  auto m = ValidateRegisterMatrix(r, ServiceLimits{});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->rows, 3u);
+  EXPECT_EQ(m->cols, 5u);
+  EXPECT_EQ(m->dtype, DType::kBf16);
+  EXPECT_EQ(m->layout, Layout::kColMajor);
+  EXPECT_EQ(m->data, r.data().data());
+
+  v1::RegisterMatrixRequest bad = r;
+  bad.set_dtype(v1::DATA_TYPE_UNSPECIFIED);
+  ExpectInvalid(ValidateRegisterMatrix(bad, ServiceLimits{}).status(), "dtype");
+  bad = r;
+  bad.set_rows(0);
+  ExpectInvalid(ValidateRegisterMatrix(bad, ServiceLimits{}).status(), "rows");
+  bad = r;
+  bad.set_cols(kTwoTo40);
+  ExpectInvalid(ValidateRegisterMatrix(bad, ServiceLimits{}).status(), "cols");
+  bad = r;
+  bad.set_data(std::string(29, '\0'));
+  ExpectInvalid(ValidateRegisterMatrix(bad, ServiceLimits{}).status(), "data");
+  bad = r;
+  bad.set_label(std::string(300, 'x'));
+  ExpectInvalid(ValidateRegisterMatrix(bad, ServiceLimits{}).status(), "label");
+  ServiceLimits small;
+  small.max_matrix_bytes = 16;
+  ExpectError(ValidateRegisterMatrix(r, small).status(), absl::StatusCode::kResourceExhausted,
+              "max_matrix_bytes");
+}
+
+}  // namespace
+}  // namespace gemm

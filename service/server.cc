@@ -11,6 +11,7 @@
 #include "service/gemm_service.h"
 #include "service/metrics.h"
 #include "service/request_queue.h"
+#include "service/resident_store.h"
 #include "service/version.h"
 
 namespace gemm {
@@ -67,12 +68,25 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                             return used.ok() ? static_cast<double>(*used) : 0.0;
                           });
   }
+  s->residents_ = std::make_unique<ResidentStore>(
+      ResidentStore::Options{options.limits.max_resident_bytes},
+      [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); });
+  ResidentStore* residents = s->residents_.get();
+  s->metrics_->AddProbe("gemm_resident_bytes",
+                        "Bytes of matrices stored with RegisterMatrix (device memory on a GPU).",
+                        {}, [residents] { return static_cast<double>(residents->bytes()); });
+  s->metrics_->AddProbe("gemm_resident_matrices", "Matrices stored with RegisterMatrix.", {},
+                        [residents] { return static_cast<double>(residents->count()); });
+  s->metrics_->AddProbe("gemm_resident_limit_bytes", "The max_resident_bytes limit.", {},
+                        [max = options.limits.max_resident_bytes] {
+                          return static_cast<double>(max);
+                        });
   if (!options.metrics_listen.empty()) {
     GEMM_RETURN_IF_ERROR(s->metrics_->StartExposer(options.metrics_listen));
   }
   s->service_ = std::make_unique<GemmServiceImpl>(options.limits, s->queue_.get(),
                                                   s->executor_.get(), s->metrics_.get(),
-                                                  Clock::Real());
+                                                  Clock::Real(), s->residents_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -25,6 +25,7 @@ namespace gemm {
 class GemmServiceImpl;
 class ServiceMetrics;
 class RequestQueue;
+class ResidentStore;
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see GemmServer::port).
@@ -69,6 +70,8 @@ class GemmServer {
   ServerOptions options_;
   std::unique_ptr<ServiceMetrics> metrics_;
   std::unique_ptr<Executor> executor_;
+  // After executor_: resident matrices are freed before their executor.
+  std::unique_ptr<ResidentStore> residents_;
   std::unique_ptr<RequestQueue> queue_;
   std::unique_ptr<GemmServiceImpl> service_;
   std::unique_ptr<Batcher> batcher_;

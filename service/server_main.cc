@@ -67,6 +67,9 @@ ABSL_FLAG(uint64_t, max_inflight_bytes, kLimits.max_inflight_bytes,
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint32_t, max_stream_inflight, kLimits.max_stream_inflight,
           "unanswered requests one GemmStream may hold before the server stops reading it");
+ABSL_FLAG(uint64_t, max_resident_bytes, kLimits.max_resident_bytes,
+          "bytes of all matrices stored with RegisterMatrix (GPU memory on the CUDA backend); "
+          "0 turns resident operands off");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long calls in flight may take to finish");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
@@ -109,6 +112,7 @@ int main(int argc, char** argv) {
   l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
+  l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
 
   auto server = gemm::GemmServer::Start(options);
   if (!server.ok()) {

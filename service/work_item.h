@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct WorkItem {
   absl::Time received;
   absl::Time enqueued;
   uint64_t bytes = 0;  // operands + results, counted against in-flight limits
+  // Resident matrices the problems read (MatrixRef::resident), kept alive
+  // until the item is destroyed, even if released meanwhile.
+  std::vector<std::shared_ptr<const ResidentMatrix>> residents;
   std::atomic<bool> cancelled{false};
   ExecutionReport report;
 

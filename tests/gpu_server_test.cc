@@ -56,6 +56,13 @@ class GpuServerTest : public ::testing::Test {
   // Sends every request at once (so the batcher sees them together) and
   // checks every response.
   void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests) {
+    SendAllAndCheck(requests, requests);
+  }
+
+  // The same, checking response i against checked[i] (requests[i] with the
+  // bytes of the resident operands it names by handle).
+  void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests,
+                       const std::vector<v1::GemmRequest>& checked) {
     struct Call {
       grpc::ClientContext ctx;
       v1::GemmResponse response;
@@ -76,8 +83,31 @@ class GpuServerTest : public ::testing::Test {
       calls[i]->done.WaitForNotification();
       ASSERT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
       EXPECT_EQ(calls[i]->response.backend(), "cuda");
-      EXPECT_TRUE(ResponseMatches(requests[i], calls[i]->response)) << i;
+      EXPECT_TRUE(ResponseMatches(checked[i], calls[i]->response)) << i;
     }
+  }
+
+  // Stores `m` (rows x cols of `dtype`) with RegisterMatrix; its handle.
+  std::string Register(const v1::Matrix& m, uint64_t rows, uint64_t cols, v1::DataType dtype) {
+    v1::RegisterMatrixRequest r;
+    r.set_dtype(dtype);
+    r.set_rows(rows);
+    r.set_cols(cols);
+    r.set_layout(m.layout());
+    r.set_data(m.data());
+    grpc::ClientContext ctx;
+    v1::RegisterMatrixResponse response;
+    grpc::Status st = stub_->RegisterMatrix(&ctx, r, &response);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+    return response.handle();
+  }
+
+  grpc::Status Release(const std::string& handle) {
+    v1::ReleaseMatrixRequest r;
+    r.set_handle(handle);
+    grpc::ClientContext ctx;
+    v1::ReleaseMatrixResponse response;
+    return stub_->ReleaseMatrix(&ctx, r, &response);
   }
 
   std::unique_ptr<GemmServer> server_;
@@ -157,6 +187,77 @@ TEST_F(GpuServerTest, MixedShapesInOneRequest) {
     *r.add_problems() = MakeProblem(s, &rng);
   }
   SendAllAndCheck({r});
+}
+
+// Resident operands in device memory: one registered B shared by many
+// requests (strided-batched launches broadcast it), a resident A (transposed,
+// column-major) and C, mixed with requests that carry every operand. Each
+// result is checked against the same problem with the resident bytes inline.
+TEST_F(GpuServerTest, ResidentOperandsAreReadInPlace) {
+  std::mt19937 rng(14);
+  ProblemSpec s;
+  s.m = 128;
+  s.n = 256;
+  s.k = 192;
+  s.input = DType::kBf16;
+  s.transpose_b = true;
+  s.layout_b = Layout::kColMajor;
+  const v1::GemmProblem weights = MakeProblem(s, &rng);
+  const std::string b = Register(weights.b(), s.n, s.k, v1::DATA_TYPE_BF16);
+  ASSERT_FALSE(b.empty());
+
+  ProblemSpec t;  // fp16, A^T col-major resident, C resident in D's layout
+  t.m = 96;
+  t.n = 80;
+  t.k = 64;
+  t.input = DType::kFp16;
+  t.output = DType::kFp32;
+  t.transpose_a = true;
+  t.layout_a = Layout::kColMajor;
+  t.layout_c = t.layout_d = Layout::kColMajor;
+  t.beta = 0.75;
+  const v1::GemmProblem fixed = MakeProblem(t, &rng);
+  const std::string a = Register(fixed.a(), t.k, t.m, v1::DATA_TYPE_FP16);
+  const std::string c = Register(fixed.c(), t.m, t.n, v1::DATA_TYPE_FP32);
+
+  std::vector<v1::GemmRequest> sent, checked;
+  for (int i = 0; i < 300; ++i) {
+    v1::GemmRequest r;
+    r.set_request_id(std::to_string(i));
+    v1::GemmProblem p;
+    if (i % 10 == 9) {  // resident A and C
+      p = MakeProblem(t, &rng);
+      *p.mutable_a() = fixed.a();
+      *p.mutable_c() = fixed.c();
+    } else {  // resident B; every 7th of another M, so a launch of its own
+      ProblemSpec si = s;
+      if (i % 7 == 0) si.m = 1 + i;
+      p = MakeProblem(si, &rng);
+      *p.mutable_b() = weights.b();
+    }
+    *r.add_problems() = p;
+    if (i % 25 == 24) *r.add_problems() = MakeProblem(s, &rng);  // all inline
+    checked.push_back(r);
+    v1::GemmProblem* q = r.mutable_problems(0);
+    if (i % 10 == 9) {
+      q->mutable_a()->set_handle(a);
+      q->mutable_c()->set_handle(c);
+    } else {
+      q->mutable_b()->set_handle(b);
+    }
+    sent.push_back(std::move(r));
+  }
+  SendAllAndCheck(sent, checked);
+  std::string metrics = server_->metrics()->Scrape();
+  EXPECT_NE(metrics.find("kernel_kind=\"strided_batched/"), std::string::npos) << metrics;
+  EXPECT_GT(test::MetricValue(metrics, "gemm_resident_bytes"), 0.0);
+
+  for (const std::string& h : {a, b, c}) EXPECT_TRUE(Release(h).ok());
+  metrics = server_->metrics()->Scrape();
+  EXPECT_EQ(test::MetricValue(metrics, "gemm_resident_bytes"), 0.0);
+  grpc::ClientContext ctx;
+  v1::GemmResponse response;
+  EXPECT_EQ(stub_->Gemm(&ctx, sent[0], &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 // Mixed good, bad and cancelled requests for --soak_seconds; every good

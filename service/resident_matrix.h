@@ -1,0 +1,43 @@
+// A matrix registered with RegisterMatrix and kept by the executor where its
+// launches read it: host memory on the CPU backend, device memory on a GPU.
+// Requests that name it hold a shared_ptr, so a matrix released while a
+// request still uses it is freed when that request is done.
+#ifndef GEMM_SERVICE_RESIDENT_MATRIX_H_
+#define GEMM_SERVICE_RESIDENT_MATRIX_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/gemm_problem.h"
+
+namespace gemm {
+
+class ResidentMatrix {
+ public:
+  virtual ~ResidentMatrix() = default;
+  ResidentMatrix(const ResidentMatrix&) = delete;
+  ResidentMatrix& operator=(const ResidentMatrix&) = delete;
+
+  // Shape, layout and dtype. `view().data` is the host copy, or nullptr when
+  // the matrix is on a device only; `view().resident` is this matrix.
+  const MatrixRef& view() const { return view_; }
+  // Where a GPU executor's kernels read it; nullptr for a host matrix.
+  const void* device_data() const { return device_data_; }
+  uint64_t bytes() const { return view_.bytes(); }
+
+ protected:
+  // `view.data` and `device_data` as described above; both owned by the
+  // subclass, which frees them in its destructor.
+  ResidentMatrix(const MatrixRef& view, const void* device_data);
+
+ private:
+  MatrixRef view_;
+  const void* device_data_;
+};
+
+// A resident matrix in host memory: a copy of `source` (dense, as described).
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResident(const MatrixRef& source);
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_RESIDENT_MATRIX_H_
