@@ -67,6 +67,9 @@ ABSL_FLAG(uint64_t, seed, 42, "Seed of the random inputs");
 ABSL_FLAG(int, concurrency, 8, "bench: requests in flight");
 ABSL_FLAG(double, duration_s, 10.0, "bench: how long to run, unless --requests is set");
 ABSL_FLAG(int64_t, requests, 0, "bench: stop after this many requests (0 = use --duration_s)");
+ABSL_FLAG(bool, resident_b, false,
+          "bench: register each problem's B on the server once (RegisterMatrix) and send only "
+          "its handle");
 ABSL_FLAG(int64_t, verify_every, 0, "bench: check every N-th response against the reference (0 = never)");
 
 namespace gemm {
@@ -340,12 +343,35 @@ int Run() {
 // ---------------------------------------------------------------------------
 // bench
 
+// `request` with each problem's B registered on the server and named by
+// handle; the handles are appended to `residents`.
+absl::StatusOr<v1::GemmRequest> WithResidentB(Client* client, const v1::GemmRequest& request,
+                                              std::vector<ResidentHandle>* residents) {
+  v1::GemmRequest sent = request;
+  for (v1::GemmProblem& p : *sent.mutable_problems()) {
+    GEMM_ASSIGN_OR_RETURN(const GemmProblemRef ref, ViewProblem(p));
+    const MatrixRef& b = ref.b;
+    const MatrixView view =
+        b.dtype == DType::kFp32
+            ? MatrixView(static_cast<const float*>(b.data), b.rows, b.cols, b.layout)
+            : MatrixView(static_cast<const uint16_t*>(b.data), b.rows, b.cols, b.dtype, b.layout);
+    GEMM_ASSIGN_OR_RETURN(ResidentHandle handle, client->RegisterMatrix(view, "gemm_cli bench"));
+    residents->push_back(handle);
+    p.mutable_b()->set_handle(handle.handle);
+  }
+  return sent;
+}
+
 class Bench {
  public:
+  // `checked` is `request` with every operand's bytes (they differ when B is
+  // resident); checks read its shapes and types.
   Bench(Client* client, std::shared_ptr<const v1::GemmRequest> request,
+        std::shared_ptr<const v1::GemmRequest> checked,
         std::vector<std::vector<double>> references)
-      : client_(client), request_(std::move(request)), references_(std::move(references)),
-        request_bytes_(request_->ByteSizeLong()), flops_(RequestFlops(*request_)) {}
+      : client_(client), request_(std::move(request)), checked_(std::move(checked)),
+        references_(std::move(references)), request_bytes_(request_->ByteSizeLong()),
+        flops_(RequestFlops(*request_)) {}
 
   int Main() {
     const int concurrency = absl::GetFlag(FLAGS_concurrency);
@@ -395,7 +421,7 @@ class Bench {
   void Verify(const v1::GemmResponse& response) {
     bool ok = response.results_size() == request_->problems_size();
     for (int i = 0; ok && i < response.results_size(); ++i) {
-      absl::StatusOr<Check> c = CheckResult(request_->problems(i), response.results(i), references_[i]);
+      absl::StatusOr<Check> c = CheckResult(checked_->problems(i), response.results(i), references_[i]);
       ok = c.ok() && c->ok();
     }
     absl::MutexLock lock(&mu_);
@@ -452,6 +478,7 @@ class Bench {
 
   Client* const client_;
   const std::shared_ptr<const v1::GemmRequest> request_;
+  const std::shared_ptr<const v1::GemmRequest> checked_;
   const std::vector<std::vector<double>> references_;
   const size_t request_bytes_;
   const double flops_;
@@ -487,9 +514,18 @@ int RunBench() {
   }
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return absl::FPrintF(stderr, "error: %s\n", client.status().ToString()), kExitError;
-  Bench bench(client->get(), std::make_shared<const v1::GemmRequest>(*std::move(request)),
-              std::move(refs));
-  return bench.Main();
+  auto checked = std::make_shared<const v1::GemmRequest>(*std::move(request));
+  auto sent = checked;
+  std::vector<ResidentHandle> residents;
+  if (absl::GetFlag(FLAGS_resident_b)) {
+    absl::StatusOr<v1::GemmRequest> r = WithResidentB(client->get(), *checked, &residents);
+    if (!r.ok()) return absl::FPrintF(stderr, "error: %s\n", r.status().ToString()), kExitError;
+    sent = std::make_shared<const v1::GemmRequest>(*std::move(r));
+  }
+  Bench bench(client->get(), sent, checked, std::move(refs));
+  const int exit_code = bench.Main();
+  for (const ResidentHandle& h : residents) (*client)->ReleaseMatrix(h).IgnoreError();
+  return exit_code;
 }
 
 }  // namespace
