@@ -48,16 +48,20 @@ void Batcher::OnBatchDone() {
 
 void Batcher::Run() {
   const int slots = std::max(1, executor_->max_concurrent_batches());
+  // Idleness is judged when a request is there to dispatch, not when the
+  // batcher starts waiting for one: a batch that finishes in between makes the
+  // backend idle, and its client's next request should not wait for company.
+  auto linger = [this]() -> absl::Duration {
+    absl::MutexLock lock(&mu_);
+    return in_flight_ == 0 && options_.dispatch_when_idle ? absl::ZeroDuration()
+                                                          : options_.max_queue_delay;
+  };
   while (true) {
-    bool idle;
     {
       absl::MutexLock lock(&mu_);
       while (!stopping_ && in_flight_ >= slots) changed_.Wait(&mu_);
       if (stopping_) return;
-      idle = in_flight_ == 0;
     }
-    const absl::Duration linger =
-        idle && options_.dispatch_when_idle ? absl::ZeroDuration() : options_.max_queue_delay;
     // A short wait so that Stop() is noticed promptly.
     std::vector<std::shared_ptr<WorkItem>> items =
         queue_->PopBatch(options_.budget, absl::Milliseconds(50), linger);

@@ -132,6 +132,22 @@ TEST_F(BatcherTest, RequestsArrivingWhileBusyShareTheNextBatch) {
   EXPECT_EQ(b.launches[0].problems.size(), 10u);
 }
 
+// A request that arrives after the batch in flight finished finds the backend
+// idle and goes at once, though the batcher began waiting while it was busy.
+TEST_F(BatcherTest, IdlenessIsJudgedWhenTheRequestArrives) {
+  BatcherOptions o;
+  o.max_queue_delay = absl::Seconds(5);
+  Start(o, 2);
+  Push(64);
+  ASSERT_EQ(executor_->WaitBatch(0), 1u);
+  absl::SleepFor(absl::Milliseconds(20));  // the batcher now waits for work, busy
+  executor_->Finish(0);
+  const absl::Time t0 = absl::Now();
+  Push(64);
+  ASSERT_EQ(executor_->WaitBatch(1), 1u);
+  EXPECT_LT(executor_->dispatched_at(1) - t0, absl::Seconds(1));
+}
+
 TEST_F(BatcherTest, LingersUpToTheDelayBoundWhenNotDispatchingIdle) {
   BatcherOptions o;
   o.dispatch_when_idle = false;

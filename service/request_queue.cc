@@ -98,6 +98,12 @@ bool RequestQueue::BudgetFullLocked(const BatchBudget& budget) const {
 std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(const BatchBudget& budget,
                                                               absl::Duration wait,
                                                               absl::Duration linger) {
+  return PopBatch(budget, wait, [linger] { return linger; });
+}
+
+std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
+    const BatchBudget& budget, absl::Duration wait,
+    const std::function<absl::Duration()>& linger_for) {
   std::vector<std::shared_ptr<WorkItem>> out;
   Dropped dropped;
   {
@@ -111,6 +117,8 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(const BatchBudget&
     // Linger for more work while the batch is not full, bounded by the age of
     // the oldest queued item (measured on the injected clock, waited out on
     // the real one).
+    const absl::Duration linger =
+        entries_.empty() || closed_ ? absl::ZeroDuration() : linger_for();
     if (!entries_.empty() && !closed_ && linger > absl::ZeroDuration()) {
       absl::Time oldest = absl::InfiniteFuture();
       for (const Entry& e : entries_) oldest = std::min(oldest, e.item->enqueued);

@@ -9,6 +9,7 @@
 #define GEMM_SERVICE_REQUEST_QUEUE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <set>
 #include <vector>
@@ -56,6 +57,11 @@ class RequestQueue {
   // than the budget runs alone).
   std::vector<std::shared_ptr<WorkItem>> PopBatch(const BatchBudget& budget, absl::Duration wait,
                                                   absl::Duration linger);
+  // The same, with the linger decided once the first item is there (by then
+  // the caller may know better whether waiting for company is worth it).
+  // `linger` runs under the queue's lock and must not call into the queue.
+  std::vector<std::shared_ptr<WorkItem>> PopBatch(const BatchBudget& budget, absl::Duration wait,
+                                                  const std::function<absl::Duration()>& linger);
 
   // Removes `item` if still queued and completes it (CANCELLED, or
   // DEADLINE_EXCEEDED if its deadline has passed). Safe to call at any time.
