@@ -51,7 +51,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     if (!st.ok()) {
       service->metrics()->RecordRequest("Gemm", static_cast<int>(st.code()),
                                         service->clock()->Now() - received);
-      if (st.code() == absl::StatusCode::kResourceExhausted && pushback > absl::ZeroDuration())
+      if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
         context_->AddTrailingMetadata(kPushbackKey,
                                       std::to_string(absl::ToInt64Milliseconds(pushback)));
       Finish(ToGrpcStatus(st));
@@ -294,7 +294,12 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     };
   }
   auto problems = ValidateRequest(request, limits_, response, &residents);
-  if (!problems.ok()) return problems.status();
+  if (!problems.ok()) {
+    // A request over a size limit fails the same way every time: tell
+    // clients not to retry it (a negative pushback).
+    *pushback = absl::Milliseconds(-1);
+    return problems.status();
+  }
   auto item = std::make_shared<WorkItem>();
   item->problems = std::move(*problems);
   item->residents = std::move(residents.held);

@@ -496,6 +496,23 @@ TEST_F(ServerIntegrationTest, EveryBadInputGetsItsCodeNamingTheField) {
   EXPECT_TRUE(ResponseMatches(good, response));
 }
 
+// A size limit fails the same way on every attempt: the server says so with a
+// negative pushback, which tells clients (ours included) not to retry.
+TEST_F(ServerIntegrationTest, SizeLimitRejectionsSayDoNotRetry) {
+  v1::GemmRequest request = GoodRequestForBadCases(&rng_);
+  request.mutable_problems(0)->set_m(1024);  // A would be 4 MiB, over 2 MiB
+  request.mutable_problems(0)->set_k(1024);
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx, absl::Seconds(30));
+  v1::GemmResponse response;
+  const grpc::Status st = stub_->Gemm(&ctx, request, &response);
+  ASSERT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+  const auto& trailers = ctx.GetServerTrailingMetadata();
+  auto it = trailers.find(kPushbackKey);
+  ASSERT_NE(it, trailers.end());
+  EXPECT_EQ(std::string(it->second.data(), it->second.size()), "-1");
+}
+
 TEST_F(ServerIntegrationTest, MessageOverTheSizeLimitIsResourceExhausted) {
   // 5 MiB of A against a 4 MiB message limit: gRPC refuses it before the
   // service sees it.
