@@ -104,8 +104,9 @@ Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms) {
     if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
       best.choice.schedule = Sm90Schedule::kSplitK;
       best.choice.splits = s;
+      best.choice.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
       best.choice.grid = static_cast<int>(tiles * s);
-      best.choice.workspace_slots = tiles * (s - 1);
+      best.choice.workspace_slots = tiles * s;  // one per CTA (stream-K slots)
       best.cost = cost;
     }
   }
@@ -156,15 +157,8 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
       return c.choice;
     }
     case Sm90Schedule::kSplitK: {
-      Candidate c = SplitK(tile, tiles, kb, num_sms);
-      if (c.choice.schedule == Sm90Schedule::kDataParallel && kb >= 2) {
-        // More tiles than SMs: two splits anyway, walked persistently.
-        c.choice.schedule = Sm90Schedule::kSplitK;
-        c.choice.splits = 2;
-        c.choice.grid = PersistentGridSize(tiles * 2, num_sms);
-        c.choice.workspace_slots = tiles;
-      }
-      return c.choice;
+      // Data-parallel where two splits of every tile would not fit one wave.
+      return SplitK(tile, tiles, kb, num_sms).choice;
     }
   }
   return DataParallel(tile, tiles, kb, num_sms).choice;

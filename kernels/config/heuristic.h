@@ -28,8 +28,15 @@ enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
 struct Sm90LaunchChoice {
   Sm90Tile tile = Sm90Tile::k128x256;
   Sm90Schedule schedule = Sm90Schedule::kDataParallel;
-  int64_t sk_tiles = 0;  // kStreamK: tiles left to stream-K (HybridStreamKTiles)
-  int splits = 1;        // kSplitK: k-ranges per tile
+  // Tiles left to stream-K (the last ones in tile order). kStreamK: the
+  // hybrid split (HybridStreamKTiles); kSplitK: all tiles.
+  int64_t sk_tiles = 0;
+  // kSplitK: k-ranges per tile. NOTES: split-K with tiles x splits <= SMs is
+  // stream-K over exactly tiles x splits CTAs (CTA t * splits + s gets the
+  // same balanced k-range as SplitKScheduler's split s of tile t), so the
+  // kernel runs it through the stream-K walker and its fixup; the persistent
+  // multi-wave SplitKScheduler is not launched.
+  int splits = 1;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };
@@ -45,7 +52,8 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
                                   int num_sms, bool allow_reduction);
 
 // The launch for a given tile and schedule kind (tests, forced benchmarks).
-// Falls back to data-parallel where the schedule does not apply (one k-block).
+// Falls back to data-parallel where the schedule does not apply (one k-block;
+// split-K when two splits of every tile exceed the SMs).
 Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
                                 int64_t k, int64_t batch, int bk, int num_sms);
 

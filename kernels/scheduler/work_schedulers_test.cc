@@ -198,6 +198,30 @@ TEST(SplitKScheduler, RandomShapesAndGrids) {
   }
 }
 
+// Split-K in one wave is stream-K over tiles x splits CTAs: same tiles, same
+// k-ranges (the kernel relies on this to launch split-K through stream-K).
+TEST(SplitKScheduler, OneWaveEqualsStreamKRanges) {
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const int tm = 1 + rng() % 6, tn = 1 + rng() % 6, kb = 1 + rng() % 3000;
+    const int splits = 1 + rng() % std::min(kb, 32);
+    const int grid = tm * tn * splits;
+    for (int cta = 0; cta < grid; ++cta) {
+      SplitKScheduler a(tm, tn, 1, 8, kb, splits, grid, cta);
+      StreamKScheduler b(tm, tn, 1, 8, kb, int64_t(tm) * tn, grid, cta);
+      WorkUnit wa, wb;
+      ASSERT_TRUE(a.Next(&wa));
+      ASSERT_TRUE(b.Next(&wb));
+      ASSERT_EQ(wa.tile.m_block, wb.tile.m_block);
+      ASSERT_EQ(wa.tile.n_block, wb.tile.n_block);
+      ASSERT_EQ(wa.k_begin, wb.k_begin);
+      ASSERT_EQ(wa.k_end, wb.k_end);
+      ASSERT_FALSE(a.Next(&wa));
+      ASSERT_FALSE(b.Next(&wb));
+    }
+  }
+}
+
 TEST(GroupedTileScheduler, RandomProblemLists) {
   std::mt19937 rng(7);
   for (int iter = 0; iter < 2000; ++iter) {
@@ -265,8 +289,10 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
         break;
       case Sm90Schedule::kSplitK:
         ++reducing;
+        ASSERT_EQ(c.grid, int64_t(tm) * tn * batch * c.splits);
+        ASSERT_EQ(c.sk_tiles, int64_t(tm) * tn * batch);
         s = Walk(c.grid, [&](int cta) {
-          return SplitKScheduler(tm, tn, int(batch), 8, kb, c.splits, c.grid, cta);
+          return StreamKScheduler(tm, tn, int(batch), 8, kb, c.sk_tiles, c.grid, cta);
         });
         break;
     }
