@@ -40,5 +40,10 @@ for f in "bf16 8192" "bf16 256x256"; do
   echo "rc=$?"
 done
 grep "^| bf16" "$OUT/kernel_bench.log" | cut -d'|' -f2-7
+echo "== ncu: one grouped launch (64 x M~U[32,256] N=K=256)"
+timeout 90 ncu --clock-control none -k regex:Sm90GemmKernel -c 1 --section SpeedOfLight \
+  --section WarpStateStats --section SourceCounters "$D/schedule_bench" "grouped 64" \
+  >"$OUT/ncu_grouped64.txt" 2>&1
+echo "rc=$?"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Stall|stall" "$OUT/ncu_grouped64.txt" | head -12
 echo "after: $(smi)" >>"$OUT/device.txt"
 cat "$OUT/device.txt"

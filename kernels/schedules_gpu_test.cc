@@ -142,6 +142,10 @@ View PickView(std::mt19937_64& rng, Layout layout, int64_t rows, int64_t cols) {
   v.ld = (min_ld + 7) / 8 * 8 + 8 * std::uniform_int_distribution<int>(0, 2)(rng);
   const int64_t outer = layout == Layout::kRowMajor ? rows : cols;
   const int64_t span = outer * v.ld;
+  if (span + 8 > kPoolElems) {
+    ADD_FAILURE() << "operand of " << span << " elements exceeds the random pool";
+    return v;
+  }
   v.offset = 8 * std::uniform_int_distribution<int64_t>(0, (kPoolElems - span) / 8 - 1)(rng);
   return v;
 }
@@ -207,8 +211,11 @@ float DecodeOut(DataType t, const uint8_t* p) {
   }
 }
 
-double OutTolerance(DataType out) {
-  return out == DataType::kBF16 ? 1e-2 : out == DataType::kF16 ? 2e-3 : 1e-5;
+// fp32 outputs of two summation orders differ by roughly eps * sqrt(K).
+double OutTolerance(DataType out, int64_t k = 1) {
+  return out == DataType::kBF16 ? 1e-2
+         : out == DataType::kF16 ? 2e-3
+                                 : std::max(1e-5, 3e-7 * std::sqrt(double(k)));
 }
 
 // ||x - y|| / ||y|| over all elements; counts non-finite values of x.
@@ -300,7 +307,7 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
   int64_t bad = 0;
   const double rel = RelDiff(s.out, got, want, &bad);
   EXPECT_EQ(bad, 0) << *name << ": non-finite outputs (unwritten or NaN)";
-  EXPECT_LE(rel, OutTolerance(s.out)) << *name << " vs data-parallel";
+  EXPECT_LE(rel, OutTolerance(s.out, s.k)) << *name << " vs data-parallel";
   if (check_reference) {
     const double ref = ReferenceError(s, o, got, rng);
     EXPECT_LE(ref, std::max(1e-2, OutTolerance(s.out))) << *name << " vs float64";
@@ -386,7 +393,7 @@ TEST_F(SchedulesGpuTest, HybridAndIssueShapes) {
 // the same bits.
 TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
   const Shape shapes[] = {{128, 128, 65536, DataType::kBF16, DataType::kF32},
-                          {256, 4096, 16384, DataType::kBF16, DataType::kF32},
+                          {256, 2048, 16384, DataType::kBF16, DataType::kF32},
                           {1920, 1920, 8192, DataType::kBF16, DataType::kBF16},
                           {3072, 3072, 3072, DataType::kF16, DataType::kF32}};
   for (Shape s : shapes) {
@@ -402,7 +409,8 @@ TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
       const GemmArguments args = Args(s, o);
       ASSERT_LE(Gemm::WorkspaceSize(args, s.tile, s.schedule), kWorkspaceBytes);
       Gemm g;
-      ASSERT_TRUE(g.Initialize(args, Workspace(), s.tile, s.schedule).ok());
+      const absl::Status init = g.Initialize(args, Workspace(), s.tile, s.schedule);
+      ASSERT_TRUE(init.ok()) << init;
       std::vector<uint8_t> first(bytes), again(bytes);
       for (int run = 0; run < 5; ++run) {
         CUDA_OK(cudaMemset(o.d, 0xFF, bytes));

@@ -47,7 +47,7 @@ struct Sm90LaunchChoice {
 // per partial reduced; split-K = one wave of ceil(k_blocks / splits) + the
 // reduction of splits - 1 partials. A reducing schedule must beat the best
 // data-parallel estimate by kReductionMargin (5%), so shapes that tile well stay
-// data-parallel. allow_reduction false (no workspace) gives data-parallel.
+// data-parallel, and K must span at least kMinReductionKBlocks k-blocks. allow_reduction false (no workspace) gives data-parallel.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                                   int num_sms, bool allow_reduction);
 

@@ -317,6 +317,9 @@ TEST(Heuristic, IssueShapes) {
   EXPECT_NE(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
+  // Short K: the fixed cost per unit dominates (measured), data-parallel.
+  EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
   // No workspace: data-parallel always.
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, false).schedule,
             Sm90Schedule::kDataParallel);

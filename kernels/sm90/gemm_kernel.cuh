@@ -180,6 +180,8 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss) {
         // cached descriptor of an earlier launch at the same address.
         ptx::FenceTensorMapAcquire(tma_a);
         ptx::FenceTensorMapAcquire(tma_b);
+        ptx::PrefetchTensorMap(tma_a);
+        ptx::PrefetchTensorMap(tma_b);
         loaded_problem = t.batch;
       }
     }
@@ -272,7 +274,7 @@ struct OutTraits<__half> {
 // compact rolled loop.
 template <typename Out, int kBN, bool kHasC>
 __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const float (&acc)[kBN / 2],
-                                              int row, int col, int batch) {
+                                              int row, int col, int batch, bool r0, bool r8) {
   using T = OutTraits<Out>;
   using Pair = typename T::Pair;
   Pair* d0 = reinterpret_cast<Pair*>(static_cast<Out*>(p.d) + batch * p.batch_stride_d +
@@ -292,15 +294,15 @@ __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const flo
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = alpha * acc[4 * j + e];
     if constexpr (kHasC) {
-      const float2 x = T::Unpack(c0[4 * j]);
-      const float2 y = T::Unpack(c8[4 * j]);
+      const float2 x = r0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
+      const float2 y = r8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
       v[0] += beta * x.x;
       v[1] += beta * x.y;
       v[2] += beta * y.x;
       v[3] += beta * y.y;
     }
-    d0[4 * j] = T::Pack(v[0], v[1]);
-    d8[4 * j] = T::Pack(v[2], v[3]);
+    if (r0) d0[4 * j] = T::Pack(v[0], v[1]);
+    if (r8) d8[4 * j] = T::Pack(v[2], v[3]);
   }
 }
 
@@ -336,7 +338,8 @@ __device__ __forceinline__ uint32_t PackBits(float a, float b) {
 // (store queue full) for most of their cycles in small-K problems.
 template <typename Out, int kBN>
 __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const float (&acc)[kBN / 2],
-                                                  int row, int tile_col, int batch, int q) {
+                                                  int row, int tile_col, int batch, int q, bool r0,
+                                                  bool r8) {
   Out* d0 = static_cast<Out*>(p.d) + batch * p.batch_stride_d + int64_t(row) * p.ldd + tile_col;
   Out* d8 = d0 + 8 * p.ldd;
   const float alpha = p.alpha;
@@ -352,7 +355,9 @@ __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const
           u[jj] = PackBits<Out>(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
         }
         TransposeQuad(u, q);
-        *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+        if (h ? r8 : r0) {
+          *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+        }
       }
     }
   } else {
@@ -371,7 +376,7 @@ __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const
         if (odd) a = recv;
         else b = recv;
         const int col = odd ? 8 * j1 + 2 * (q - 1) : 8 * j0 + 2 * q;
-        *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
+        if (h ? r8 : r0) *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
       }
     }
   }
@@ -407,17 +412,25 @@ __device__ __forceinline__ void StoreFromFloat(DataType t, void* base, int64_t i
 template <int kBN>
 __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* vals, int row, int col,
                                        int batch) {
-  const int64_t es = p.out_dtype == DataType::kF32 ? 4 : 2;
+  // NOTES: the fields are copied to registers first; read through `p` inside
+  // the loop they were reloaded after every store (p may alias d), which for
+  // grouped launches, whose `p` lives in global memory, meant several
+  // dependent loads per element.
+  const DataType out_dtype = p.out_dtype;
+  const int m = p.m, n = p.n;
+  const int64_t ldc = p.ldc, ldd = p.ldd;
+  const float alpha = p.alpha, beta = p.beta;
+  const int64_t es = out_dtype == DataType::kF32 ? 4 : 2;
   void* d = static_cast<uint8_t*>(p.d) + batch * p.batch_stride_d * es;
   const void* c = p.c ? static_cast<const uint8_t*>(p.c) + batch * p.batch_stride_c * es : nullptr;
 #pragma unroll 1
   for (int i = 0; i < kBN / 2; ++i) {
     const int r = row + 8 * ((i >> 1) & 1);
     const int cc = col + 8 * (i >> 2) + (i & 1);
-    if (r >= p.m || cc >= p.n) continue;
-    float v = p.alpha * vals[i];
-    if (c) v += p.beta * LoadAsFloat(p.out_dtype, c, int64_t(r) * p.ldc + cc);
-    StoreFromFloat(p.out_dtype, d, int64_t(r) * p.ldd + cc, v);
+    if (r >= m || cc >= n) continue;
+    float v = alpha * vals[i];
+    if (c) v += beta * LoadAsFloat(out_dtype, c, int64_t(r) * ldc + cc);
+    StoreFromFloat(out_dtype, d, int64_t(r) * ldd + cc, v);
   }
 }
 
@@ -429,37 +442,40 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   const int slice_row = t.m_block * Cfg::kBM + consumer * 64;
   const int row = slice_row + warp * 16 + lane / 4;
   const int col = t.n_block * kBN + (lane % 4) * 2;
-  const bool interior =
-      p.vec2_ok && slice_row + 64 <= p.m && (t.n_block + 1) * kBN <= p.n;
+  // Full column range: the vector paths, with rows past M predicated off
+  // (M-ragged tiles are common: grouped members, small M). Otherwise the
+  // rolled element-wise path.
+  const bool interior = p.vec2_ok && (t.n_block + 1) * kBN <= p.n;
   if (interior) {
+    const bool r0 = row < p.m, r8 = row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
     if (!has_c && p.vec16_ok) {
       switch (p.out_dtype) {
         case DataType::kBF16:
-          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
         case DataType::kF16:
-          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
         case DataType::kF32:
-          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
       }
       return;
     }
     switch (p.out_dtype) {
       case DataType::kBF16:
-        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
       case DataType::kF16:
-        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
       case DataType::kF32:
-        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
     }
   } else {
