@@ -434,7 +434,10 @@ __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* val
   }
 }
 
-template <class Cfg, int kBN>
+// kRowPredicates: M-ragged tiles with full columns take the vector paths
+// with per-row predicates. NOTES: off for the dense 128 x 256 kernels, where
+// the predicates plus the stream-K fixup code made ptxas spill 232 bytes.
+template <class Cfg, int kBN, bool kRowPredicates = true>
 __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&acc)[kBN / 2],
                                          const TileCoord& t, int consumer) {
   const int lane = threadIdx.x % 32;
@@ -445,9 +448,11 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // Full column range: the vector paths, with rows past M predicated off
   // (M-ragged tiles are common: grouped members, small M). Otherwise the
   // rolled element-wise path.
-  const bool interior = p.vec2_ok && (t.n_block + 1) * kBN <= p.n;
+  const bool interior =
+      p.vec2_ok && (t.n_block + 1) * kBN <= p.n && (kRowPredicates || slice_row + 64 <= p.m);
   if (interior) {
-    const bool r0 = row < p.m, r8 = row + 8 < p.m;
+    const bool r0 = !kRowPredicates || row < p.m;
+    const bool r8 = !kRowPredicates || row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
     if (!has_c && p.vec16_ok) {
@@ -581,7 +586,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         continue;
       }
       if (w.role == UnitRole::kFinalize) ReducePartials<Cfg>(p, acc, w, consumer);
-      Epilogue<Cfg, kBN>(p.epi, acc, w.tile, consumer);
+      Epilogue<Cfg, kBN, kBN == 128>(p.epi, acc, w.tile, consumer);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
