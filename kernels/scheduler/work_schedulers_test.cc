@@ -309,13 +309,18 @@ TEST(Heuristic, IssueShapes) {
             Sm90Schedule::kDataParallel);
   EXPECT_EQ(ChooseSm90Launch(4096, 4096, 4096, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  // Wave quantization and K-heavy: a reducing schedule.
-  EXPECT_NE(ChooseSm90Launch(3072, 3072, 3072, 1, 64, sms, true).schedule,
+  // Wave quantization: stream-K where it measured faster (3072^3: 2.18
+  // waves), data-parallel where it did not (4224^3, 1920 x 1920 x 8192).
+  EXPECT_EQ(ChooseSm90Launch(3072, 3072, 3072, 1, 64, sms, true).schedule,
+            Sm90Schedule::kStreamK);
+  EXPECT_EQ(ChooseSm90Launch(4224, 4224, 4224, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  EXPECT_NE(ChooseSm90Launch(1920, 1920, 8192, 1, 64, sms, true).schedule,
+  EXPECT_EQ(ChooseSm90Launch(1920, 1920, 8192, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  EXPECT_NE(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).schedule,
-            Sm90Schedule::kDataParallel);
+  // K-heavy: split-K.
+  EXPECT_EQ(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).schedule,
+            Sm90Schedule::kSplitK);
+  EXPECT_EQ(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
   // Short K: the fixed cost per unit dominates (measured), data-parallel.
   EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
