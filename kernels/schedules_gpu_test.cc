@@ -125,7 +125,8 @@ void* Workspace() {
   return ws;
 }
 
-// An operand view into a pool.
+// An operand view into a pool: `offset` (elements) is folded into the device
+// pointer by Args(); Index() addresses the pool's host image.
 struct View {
   int64_t offset = 0;  // elements
   Layout layout = Layout::kRowMajor;
@@ -190,8 +191,6 @@ GemmArguments Args(const Shape& s, const Operands& o) {
   g.c = {o.c, s.out, s.ld, ldd, 0};
   g.alpha = s.alpha;
   g.beta = s.beta;
-  // The View offsets are element offsets from the pool base; Args already
-  // folded them into the pointers, so the descs index from 0.
   return g;
 }
 

@@ -302,6 +302,24 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
   EXPECT_GT(reducing, 100);
 }
 
+// Shapes whose tiles fill whole waves, or many waves, never take a reducing
+// schedule (the "no loss on shapes that tile well" rule).
+TEST(Heuristic, WholeWavesStayDataParallel) {
+  std::mt19937 rng(31);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int sms = 1 + rng() % 160;
+    const int64_t waves = 1 + rng() % 12;
+    // A 128 x 256-tiled grid of exactly waves x sms tiles.
+    const int64_t tiles = waves * sms;
+    int64_t tm = 1 + rng() % tiles;
+    while (tiles % tm != 0) --tm;
+    const int64_t m = 128 * tm, n = 256 * (tiles / tm), k = 64 * (1 + rng() % 512);
+    const Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, 1, 64, sms, true);
+    ASSERT_EQ(c.schedule, Sm90Schedule::kDataParallel)
+        << m << "x" << n << "x" << k << " on " << sms << " SMs";
+  }
+}
+
 TEST(Heuristic, IssueShapes) {
   const int sms = 132;
   // Whole waves or many waves: data-parallel.
