@@ -1,6 +1,7 @@
 #include "bench/cublas_baseline.h"
 
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 
 namespace gemm_bench {
 
@@ -39,6 +40,49 @@ std::string CublasBaseline::Gemm(DataType dtype, bool tf32, int64_t batch, int64
                                     m * n, int(batch), compute, CUBLAS_GEMM_DEFAULT);
   }
   return st == CUBLAS_STATUS_SUCCESS ? "" : "cublas status " + std::to_string(int(st));
+}
+
+CublasGrouped::CublasGrouped(const CublasBaseline& base, DataType dtype,
+                             const std::vector<GroupedMember>& members)
+    : handle_(base.handle()),
+      dtype_(dtype == DataType::kBF16 ? CUDA_R_16BF : CUDA_R_16F),
+      count_(static_cast<int>(members.size())) {
+  std::vector<const void*> ptrs(3 * members.size());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const GroupedMember& g = members[i];
+    // Column-major view as in Gemm(): D^T (n x m) = B^T * A^T.
+    m_.push_back(g.n);
+    n_.push_back(g.m);
+    k_.push_back(g.k);
+    ld_a_.push_back(g.k);
+    ld_b_.push_back(g.k);
+    ld_d_.push_back(g.n);
+    sizes_.push_back(1);
+    trans_a_.push_back(CUBLAS_OP_T);
+    trans_b_.push_back(CUBLAS_OP_N);
+    alpha_.push_back(1.0f);
+    beta_.push_back(0.0f);
+    ptrs[i] = g.b;
+    ptrs[members.size() + i] = g.a;
+    ptrs[2 * members.size() + i] = g.d;
+  }
+  if (cudaMalloc(reinterpret_cast<void**>(&dev_ptrs_), ptrs.size() * sizeof(void*)) == cudaSuccess) {
+    cudaMemcpy(dev_ptrs_, ptrs.data(), ptrs.size() * sizeof(void*), cudaMemcpyHostToDevice);
+  }
+}
+
+CublasGrouped::~CublasGrouped() { cudaFree(dev_ptrs_); }
+
+std::string CublasGrouped::Run() const {
+  auto t = static_cast<cudaDataType_t>(dtype_);
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      static_cast<cublasHandle_t>(handle_),
+      reinterpret_cast<const cublasOperation_t*>(trans_a_.data()),
+      reinterpret_cast<const cublasOperation_t*>(trans_b_.data()), m_.data(), n_.data(), k_.data(),
+      alpha_.data(), const_cast<const void* const*>(dev_ptrs_), t, ld_a_.data(),
+      const_cast<const void* const*>(dev_ptrs_ + count_), t, ld_b_.data(), beta_.data(),
+      dev_ptrs_ + 2 * count_, t, ld_d_.data(), count_, sizes_.data(), CUBLAS_COMPUTE_32F);
+  return st == CUBLAS_STATUS_SUCCESS ? "" : "cublasGemmGroupedBatchedEx status " + std::to_string(int(st));
 }
 
 }  // namespace gemm_bench

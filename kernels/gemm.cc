@@ -124,13 +124,42 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
   return absl::OkStatus();
 }
 
-size_t Gemm::WorkspaceSize(const GemmArguments& args) {
-  (void)args;
-  return 0;
+namespace {
+
+// The Hopper launch (tile, schedule, grid) for these hints; `allow_reduction`
+// false gives data-parallel.
+Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev, TileHint hint,
+                              ScheduleHint schedule, bool allow_reduction) {
+  const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
+  Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction);
+  Sm90Tile tile = c.tile;
+  if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
+  if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
+  if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
+  Sm90Schedule sched = c.schedule;
+  if (schedule == ScheduleHint::kDataParallel || !allow_reduction) {
+    sched = Sm90Schedule::kDataParallel;
+  }
+  if (schedule == ScheduleHint::kStreamK) sched = Sm90Schedule::kStreamK;
+  if (schedule == ScheduleHint::kSplitK) sched = Sm90Schedule::kSplitK;
+  if (tile == c.tile && sched == c.schedule) return c;
+  return MakeSm90Launch(tile, sched, p.m, p.n, p.k, p.batch, bk, dev.num_sms);
 }
 
-absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint) {
-  (void)workspace;
+}  // namespace
+
+size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHint schedule) {
+  if (!CanImplement(args).ok()) return 0;
+  DeviceInfo dev;
+  if (!CurrentDeviceInfo(&dev).ok() || dev.major != 9 || dev.minor != 0) return 0;
+  const NormalizedProblem p = Normalize(args);
+  std::string why;
+  if (!Sm90Supports(p, &why)) return 0;
+  return ScheduleWorkspaceBytes(ChooseLaunch(p, dev, hint, schedule, true));
+}
+
+absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint,
+                              ScheduleHint schedule) {
   impl_->plan.reset();
   kind_ = KernelKind::kNone;
   kernel_name_.clear();
@@ -144,12 +173,10 @@ absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHi
   std::string why;
   // sm_90a machine code runs on compute capability 9.0 only.
   if (dev.major == 9 && dev.minor == 0 && Sm90Supports(p, &why)) {
-    Sm90Tile tile = ChooseSm90Tile(p.m, p.n, p.k, p.batch, dev.num_sms);
-    if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
-    if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
-    if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
+    const Sm90LaunchChoice choice =
+        ChooseLaunch(p, dev, hint, schedule, workspace != nullptr);
     std::string error;
-    impl_->plan = MakeSm90Plan(p, tile, dev.num_sms, &error);
+    impl_->plan = MakeSm90Plan(p, choice, workspace, &error);
     if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 kernel setup: ", error));
     kind_ = KernelKind::kSm90TmaWgmma;
   } else {

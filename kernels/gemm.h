@@ -67,6 +67,13 @@ struct GemmArguments {
 // choose (production); the others force a tile, for benchmarks and tuning.
 enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong };
 
+// How the Hopper kernel schedules its tiles. kAuto lets the heuristic choose
+// (data-parallel unless stream-K or split-K is estimated clearly faster, and
+// only when a workspace is given); the others force a schedule, for tests and
+// benchmarks. Stream-K and split-K need cooperative tiles (not ping-pong) and
+// at least two k-blocks; where they do not apply the launch is data-parallel.
+enum class ScheduleHint { kAuto, kDataParallel, kStreamK, kSplitK };
+
 // Which kernel family an initialized Gemm launches.
 enum class KernelKind {
   kNone,
@@ -80,15 +87,22 @@ class Gemm {
   // GPU. InvalidArgument names the offending field.
   static absl::Status CanImplement(const GemmArguments& args);
 
-  // Bytes of device workspace Initialize() needs. Currently always 0; callers
-  // should still ask, as a future transpose pre-pass for TF32 would need some.
-  static size_t WorkspaceSize(const GemmArguments& args);
+  // Bytes of device workspace that let Initialize() use a stream-K or
+  // split-K schedule on the current device (0 where none would be chosen or
+  // no GPU is usable). The same arguments and hints must go to Initialize().
+  static size_t WorkspaceSize(const GemmArguments& args, TileHint hint = TileHint::kAuto,
+                              ScheduleHint schedule = ScheduleHint::kAuto);
 
   // Picks a kernel and configuration for the current CUDA device and
   // precomputes its launch parameters (tensor maps). Does not launch anything.
-  // `hint` only affects the Hopper kernel.
+  // `hint` and `schedule` only affect the Hopper kernel. `workspace`: device
+  // memory of WorkspaceSize() bytes, or nullptr (then data-parallel only).
+  // Initialize zeroes the workspace's flag words (cudaMemsetAsync on the
+  // legacy default stream) and every launch leaves them zero; runs that share
+  // one workspace must not overlap in time.
   absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr,
-                          TileHint hint = TileHint::kAuto);
+                          TileHint hint = TileHint::kAuto,
+                          ScheduleHint schedule = ScheduleHint::kAuto);
 
   // Enqueues the GEMM on `stream` (a cudaStream_t). Returns an error if the
   // launch fails; asynchronous kernel faults surface at the next sync.
@@ -96,7 +110,8 @@ class Gemm {
 
   // E.g. "sm90_tma_wgmma_coop_bf16_128x256x64_s4_kk" (Hopper kernel, cooperative
   // or pingpong consumers, input type, tile MxNxK, pipeline stages, A and B
-  // k-major or m/n-major) or "portable_simt_f32_f32_64x64x16".
+  // k-major or m/n-major; "_streamk<tiles>" or "_splitk<splits>" when the
+  // schedule reduces partial tiles) or "portable_simt_f32_f32_64x64x16".
   const std::string& kernel_name() const { return kernel_name_; }
   KernelKind kernel_kind() const { return kind_; }
 

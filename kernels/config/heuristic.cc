@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kernels/scheduler/stream_k_scheduler.h"
+
 namespace gemm_kernels {
 
 Sm90TileShape ShapeOf(Sm90Tile tile) {
@@ -38,6 +40,157 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
   const double wide = EstimatedCost(Sm90Tile::k128x256, m, n, batch, num_sms);
   const double narrow = EstimatedCost(Sm90Tile::k128x128, m, n, batch, num_sms);
   return narrow < wide ? Sm90Tile::k128x128 : Sm90Tile::k128x256;
+}
+
+namespace {
+
+// NOTES: costs in k-block iterations of the tile at hand. Storing a partial
+// tile (64 KB or 128 KB of fp32) is about one iteration of loads; reducing one
+// means a flag wait plus reading it back from L2, counted as two. Guesses to
+// be refined from measurements (bench/KERNEL_NOTES.md).
+constexpr double kStoreIters = 1.0;
+constexpr double kReduceIters = 2.0;
+constexpr double kReductionMargin = 0.95;
+constexpr int kMaxSplits = 32;
+// NOTES: below 32 k-blocks (K < 2048 for 16-bit inputs) the fixed costs of a
+// unit (pipeline fill, epilogue) dominate and reducing schedules lost on the
+// H200 (1000^3: data-parallel 75 TFLOP/s, split-K 70, stream-K 66).
+constexpr int64_t kMinReductionKBlocks = 32;
+// NOTES: measured on the H200 (bench/results/streamk_v2_*), the stream-K
+// part of a hybrid schedule ran 1.18-1.63x longer than its iteration count
+// predicts: 3072^3 647 TFLOP/s against data-parallel 561 (won), 4224^3 503
+// vs 510 (3 data-parallel waves first: lost), 1920 x 1920 x 8192 489 vs 570
+// (lost). The cause is not established. Until it is, stream-K is considered
+// only with at most kMaxStreamKDpWaves data-parallel waves before it (where
+// quantization costs most) and its part is weighted by kStreamKInefficiency,
+// which reproduces all three outcomes.
+constexpr double kStreamKInefficiency = 1.25;
+constexpr int64_t kMaxStreamKDpWaves = 1;
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct Candidate {
+  Sm90LaunchChoice choice;
+  double cost;
+};
+
+int64_t TilesOf(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return batch * CeilDiv(m, s.bm) * CeilDiv(n, s.bn);
+}
+
+double TileScale(Sm90Tile tile) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
+}
+
+Candidate DataParallel(Sm90Tile tile, int64_t tiles, int64_t kb, int sms) {
+  Candidate c;
+  c.choice.tile = tile;
+  c.choice.grid = PersistentGridSize(tiles, sms);
+  c.cost = double(CeilDiv(tiles, sms)) * kb * TileScale(tile);
+  return c;
+}
+
+// `forced`: a stream-K candidate whenever one exists (tests, benchmarks).
+Candidate StreamK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, bool forced = false) {
+  Candidate c = DataParallel(tile, tiles, kb, sms);
+  const int64_t sk_tiles = HybridStreamKTiles(tiles, sms);
+  if (sk_tiles == 0 || kb < 2) return c;
+  const int64_t dp_waves = (tiles - sk_tiles) / sms;
+  if (dp_waves > kMaxStreamKDpWaves && !forced) return c;
+  const int64_t per_cta_min = sk_tiles * kb / sms;
+  if (per_cta_min < 1) return c;  // more CTAs than iterations: split-K's ground
+  const int64_t per_cta = CeilDiv(sk_tiles * kb, sms);
+  const int64_t peers = CeilDiv(kb, per_cta_min);  // CTAs touching one tile, at most
+  c.choice.schedule = Sm90Schedule::kStreamK;
+  c.choice.sk_tiles = sk_tiles;
+  c.choice.grid = sms;
+  c.choice.workspace_slots = sms;
+  c.cost = (double(dp_waves * kb) +
+            kStreamKInefficiency *
+                (double(per_cta) + kStoreIters + double(peers - 1) * kReduceIters)) *
+           TileScale(tile);
+  return c;
+}
+
+Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms) {
+  Candidate best = DataParallel(tile, tiles, kb, sms);
+  for (int s = 2; s <= kMaxSplits && s <= kb && tiles * s <= sms; ++s) {
+    const double cost =
+        (double(CeilDiv(kb, s)) + kStoreIters + double(s - 1) * kReduceIters) * TileScale(tile);
+    if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
+      best.choice.schedule = Sm90Schedule::kSplitK;
+      best.choice.splits = s;
+      best.choice.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
+      best.choice.grid = static_cast<int>(tiles * s);
+      best.choice.workspace_slots = tiles * s;  // one per CTA (stream-K slots)
+      best.cost = cost;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
+                                  int num_sms, bool allow_reduction) {
+  if (num_sms < 1) num_sms = 1;
+  const int64_t kb = CeilDiv(k, bk);
+  const Sm90Tile dp_tile = ChooseSm90Tile(m, n, k, batch, num_sms);
+  Candidate best = DataParallel(dp_tile, TilesOf(dp_tile, m, n, batch), kb, num_sms);
+  if (!allow_reduction || kb < kMinReductionKBlocks) return best.choice;
+  const double dp_cost = best.cost;
+  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+    const int64_t tiles = TilesOf(tile, m, n, batch);
+    for (const Candidate& c : {StreamK(tile, tiles, kb, num_sms), SplitK(tile, tiles, kb, num_sms)}) {
+      if (c.choice.schedule != Sm90Schedule::kDataParallel &&
+          c.cost < kReductionMargin * dp_cost && c.cost < best.cost) {
+        best = c;
+      }
+    }
+  }
+  return best.choice;
+}
+
+Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
+                                int64_t k, int64_t batch, int bk, int num_sms) {
+  if (num_sms < 1) num_sms = 1;
+  const int64_t kb = CeilDiv(k, bk);
+  const int64_t tiles = TilesOf(tile, m, n, batch);
+  if (tile == Sm90Tile::k128x128PingPong) schedule = Sm90Schedule::kDataParallel;
+  switch (schedule) {
+    case Sm90Schedule::kDataParallel:
+      break;
+    case Sm90Schedule::kStreamK: {
+      Candidate c = StreamK(tile, tiles, kb, num_sms, /*forced=*/true);
+      if (c.choice.schedule == Sm90Schedule::kDataParallel && kb >= 2 && tiles < num_sms) {
+        // Fewer iterations than CTAs: stream-K over as many CTAs as iterations.
+        const int grid = static_cast<int>(std::min<int64_t>(tiles * kb, num_sms));
+        c.choice.schedule = Sm90Schedule::kStreamK;
+        c.choice.sk_tiles = tiles;
+        c.choice.grid = grid;
+        c.choice.workspace_slots = grid;
+      }
+      return c.choice;
+    }
+    case Sm90Schedule::kSplitK: {
+      // Data-parallel where two splits of every tile would not fit one wave.
+      return SplitK(tile, tiles, kb, num_sms).choice;
+    }
+  }
+  return DataParallel(tile, tiles, kb, num_sms).choice;
+}
+
+size_t ScheduleFlagBytes(int64_t slots) {
+  return static_cast<size_t>((slots * 2 * 4 + 255) / 256 * 256);
+}
+
+size_t ScheduleWorkspaceBytes(const Sm90LaunchChoice& c) {
+  if (c.schedule == Sm90Schedule::kDataParallel || c.workspace_slots == 0) return 0;
+  const Sm90TileShape s = ShapeOf(c.tile);
+  return ScheduleFlagBytes(c.workspace_slots) +
+         static_cast<size_t>(c.workspace_slots) * s.bm * s.bn * sizeof(float);
 }
 
 int ChooseGroupM(int64_t tiles_m, int64_t tiles_n) {

@@ -1,6 +1,7 @@
 // Tile-configuration choice for the Hopper kernel. Plain C++, tested on the CPU.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace gemm_kernels {
@@ -20,6 +21,47 @@ Sm90TileShape ShapeOf(Sm90Tile tile);
 // SMs (a partial last wave costs a full one) times the work of one tile,
 // weighted by how efficiently each tile shape feeds the tensor cores.
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms);
+
+// How the tiles of a launch are scheduled (see kernels/scheduler/).
+enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
+
+struct Sm90LaunchChoice {
+  Sm90Tile tile = Sm90Tile::k128x256;
+  Sm90Schedule schedule = Sm90Schedule::kDataParallel;
+  // Tiles left to stream-K (the last ones in tile order). kStreamK: the
+  // hybrid split (HybridStreamKTiles); kSplitK: all tiles.
+  int64_t sk_tiles = 0;
+  // kSplitK: k-ranges per tile. NOTES: split-K with tiles x splits <= SMs is
+  // stream-K over exactly tiles x splits CTAs (CTA t * splits + s gets the
+  // same balanced k-range as SplitKScheduler's split s of tile t), so the
+  // kernel runs it through the stream-K walker and its fixup; the persistent
+  // multi-wave SplitKScheduler is not launched.
+  int splits = 1;
+  int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
+  int64_t workspace_slots = 0;  // partial tiles the schedule may store
+};
+
+// Picks tile and schedule together. Estimated time, in tile-iterations of
+// the 128x256 tile: data-parallel = waves x k_blocks; stream-K = its data-
+// parallel waves + the longest stream-K range + a cost per partial stored and
+// per partial reduced; split-K = one wave of ceil(k_blocks / splits) + the
+// reduction of splits - 1 partials. A reducing schedule must beat the best
+// data-parallel estimate by kReductionMargin (5%), so shapes that tile well stay
+// data-parallel, and K must span at least kMinReductionKBlocks k-blocks. allow_reduction false (no workspace) gives data-parallel.
+Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
+                                  int num_sms, bool allow_reduction);
+
+// The launch for a given tile and schedule kind (tests, forced benchmarks).
+// Falls back to data-parallel where the schedule does not apply (one k-block;
+// split-K when two splits of every tile exceed the SMs).
+Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
+                                int64_t k, int64_t batch, int bk, int num_sms);
+
+// Workspace layout of a reducing schedule: `slots` x 2 flag words (one per
+// consumer warpgroup), padded to 256 bytes, then `slots` fp32 tiles of
+// bm x bn.
+size_t ScheduleFlagBytes(int64_t slots);
+size_t ScheduleWorkspaceBytes(const Sm90LaunchChoice& c);
 
 // Height, in tile-rows, of the L2 swizzle groups of the tile scheduler.
 int ChooseGroupM(int64_t tiles_m, int64_t tiles_n);

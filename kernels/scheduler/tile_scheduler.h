@@ -22,6 +22,22 @@ struct TileCoord {
   int batch;
 };
 
+// Tile r of one tiles_m x tiles_n grid in the grouped order: bands of group_m
+// tile-rows, each walked column by column (batch left 0).
+GEMM_HOST_DEVICE TileCoord SwizzledTile(int64_t r64, int tiles_m, int tiles_n, int group_m) {
+  const int r = static_cast<int>(r64);
+  const int per_group = group_m * tiles_n;
+  const int group = r / per_group;
+  const int first_m = group * group_m;
+  const int rows_here = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
+  const int local = r - group * per_group;
+  TileCoord c;
+  c.m_block = first_m + local % rows_here;
+  c.n_block = local / rows_here;
+  c.batch = 0;
+  return c;
+}
+
 struct PersistentTileScheduler {
   int tiles_m;
   int tiles_n;
@@ -48,16 +64,9 @@ struct PersistentTileScheduler {
   GEMM_HOST_DEVICE void advance() { current += stride; }
 
   GEMM_HOST_DEVICE TileCoord TileAt(int64_t t) const {
-    TileCoord c;
-    c.batch = static_cast<int>(t / tiles_per_batch);
-    const int r = static_cast<int>(t - c.batch * tiles_per_batch);
-    const int per_group = group_m * tiles_n;
-    const int group = r / per_group;
-    const int first_m = group * group_m;
-    const int rows_here = tiles_m - first_m < group_m ? tiles_m - first_m : group_m;
-    const int local = r - group * per_group;
-    c.m_block = first_m + local % rows_here;
-    c.n_block = local / rows_here;
+    const int b = static_cast<int>(t / tiles_per_batch);
+    TileCoord c = SwizzledTile(t - b * tiles_per_batch, tiles_m, tiles_n, group_m);
+    c.batch = b;
     return c;
   }
 };

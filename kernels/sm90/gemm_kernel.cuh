@@ -1,6 +1,9 @@
 // Hopper GEMM: TMA + wgmma, warp-specialized, persistent.
 //
-// One CTA per SM walks output tiles from PersistentTileScheduler. Warpgroup 0
+// One CTA per SM walks work units (a tile and a k-range) from the stream-K
+// or grouped scheduler (kernels/scheduler/); the ping-pong variant walks
+// whole tiles from PersistentTileScheduler, the same order the producer's
+// data-parallel stream-K walk produces. Warpgroup 0
 // is the producer: one thread issues TMA loads of A and B k-blocks into a ring
 // of kStages shared-memory stages, each guarded by a "full" mbarrier (TMA
 // transaction bytes) and an "empty" mbarrier (one arrival per consumer warp).
@@ -22,11 +25,33 @@
 #include <type_traits>
 
 #include "kernels/gemm.h"
+#include "kernels/scheduler/grouped_tile_scheduler.h"
+#include "kernels/scheduler/stream_k_scheduler.h"
 #include "kernels/scheduler/tile_scheduler.h"
 #include "kernels/sm90/ptx.cuh"
 #include "kernels/sm90/wgmma_ops.cuh"
 
 namespace gemm_kernels::sm90 {
+
+// What the epilogue of one problem reads.
+struct EpilogueParams {
+  int m, n;
+  void* d;
+  const void* c;  // nullptr when beta == 0
+  int64_t ldd, ldc, batch_stride_d, batch_stride_c;
+  float alpha, beta;
+  DataType out_dtype;
+  int vec2_ok;   // column pairs of C and D are 2-element aligned
+  int vec16_ok;  // D rows and batch members are 16-byte aligned
+};
+
+// One member of a grouped launch, in device memory (an array built on the
+// host and copied there before the launch).
+struct GroupedProblem {  // 64-byte aligned through its CUtensorMap members
+  CUtensorMap tma_a;
+  CUtensorMap tma_b;
+  EpilogueParams epi;
+};
 
 // Everything the kernel reads, passed as one __grid_constant__ parameter so
 // the tensor maps stay in parameter space (TMA reads them from there).
@@ -37,13 +62,36 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int tiles_m, tiles_n, batch, group_m;
   int k_blocks;
   int a_batch_step, b_batch_step;  // 0 when the operand is broadcast
-  void* d;
-  const void* c;  // nullptr when beta == 0
-  int64_t ldd, ldc, batch_stride_d, batch_stride_c;
-  float alpha, beta;
-  DataType out_dtype;
-  int vec2_ok;   // column pairs of C and D are 2-element aligned
-  int vec16_ok;  // D rows and batch members are 16-byte aligned
+  EpilogueParams epi;
+  // Stream-K (and split-K, which is stream-K over tiles x splits CTAs): the
+  // last sk_tiles tiles are shared out by k-ranges; 0 = data-parallel.
+  int64_t sk_tiles;
+  float* partials;  // workspace: one 128 x BN fp32 tile per slot
+  int* flags;       // workspace: 2 words per slot (one per consumer); 0 between launches
+  // Grouped launches (kGrouped kernels) only.
+  const GroupedProblemShape* group_shapes;
+  const GroupedProblem* group;
+  int num_problems;
+  int64_t group_tiles;
+};
+
+// One schedule loop for every kernel: stream-K (data-parallel when
+// sk_tiles == 0) for dense launches, the grouped walk for grouped ones.
+template <bool kGrouped>
+struct KernelScheduler;
+
+template <>
+struct KernelScheduler<false> : StreamKScheduler {
+  __device__ explicit KernelScheduler(const KernelParams& p)
+      : StreamKScheduler(p.tiles_m, p.tiles_n, p.batch, p.group_m, p.k_blocks, p.sk_tiles,
+                         gridDim.x, blockIdx.x) {}
+};
+
+template <>
+struct KernelScheduler<true> : GroupedTileScheduler {
+  __device__ explicit KernelScheduler(const KernelParams& p)
+      : GroupedTileScheduler(p.group_shapes, p.num_problems, p.group_tiles, gridDim.x,
+                             blockIdx.x) {}
 };
 
 // kPingPong: each consumer warpgroup takes whole 128 x kBN tiles in turn
@@ -109,22 +157,43 @@ __device__ __forceinline__ void LoadOperand(const CUtensorMap* tmap, uint8_t* ds
   }
 }
 
-template <class Cfg, bool kAKMajor, bool kBKMajor>
+template <class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss) {
-  PersistentTileScheduler sched(p.tiles_m, p.tiles_n, p.batch, p.group_m, blockIdx.x, gridDim.x);
+  KernelScheduler<kGrouped> sched(p);
+  WorkUnit w;
   int stage = 0;
   uint32_t phase = 0;
-  for (; sched.is_valid(); sched.advance()) {
-    const TileCoord t = sched.get();
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+  int loaded_problem = -1;
+  while (sched.Next(&w)) {
+    const TileCoord& t = w.tile;
+    const CUtensorMap* tma_a = &p.tma_a;
+    const CUtensorMap* tma_b = &p.tma_b;
+    int a_batch = t.batch * p.a_batch_step;
+    int b_batch = t.batch * p.b_batch_step;
+    if constexpr (kGrouped) {
+      tma_a = &p.group[t.batch].tma_a;
+      tma_b = &p.group[t.batch].tma_b;
+      a_batch = b_batch = 0;
+      if (t.batch != loaded_problem) {
+        // NOTES: the tensor maps were written to global memory by a copy from
+        // the host; the acquire fence keeps the TMA unit from using a stale
+        // cached descriptor of an earlier launch at the same address.
+        ptx::FenceTensorMapAcquire(tma_a);
+        ptx::FenceTensorMapAcquire(tma_b);
+        ptx::PrefetchTensorMap(tma_a);
+        ptx::PrefetchTensorMap(tma_b);
+        loaded_problem = t.batch;
+      }
+    }
+    for (int kb = w.k_begin; kb < w.k_end; ++kb) {
       // The first pass over the ring finds every stage free: waiting on the
       // parity before a fresh barrier's first phase returns at once.
       ptx::MbarWait(&ss.empty[stage], phase ^ 1);
       ptx::MbarArriveExpectTx(&ss.full[stage], Cfg::kStageBytes);
-      LoadOperand<Cfg, kAKMajor>(&p.tma_a, ss.a[stage], &ss.full[stage], t.m_block * Cfg::kBM,
-                                 kb * Cfg::kBK, t.batch * p.a_batch_step, Cfg::kBM);
-      LoadOperand<Cfg, kBKMajor>(&p.tma_b, ss.b[stage], &ss.full[stage], t.n_block * Cfg::kBN_,
-                                 kb * Cfg::kBK, t.batch * p.b_batch_step, Cfg::kBN_);
+      LoadOperand<Cfg, kAKMajor>(tma_a, ss.a[stage], &ss.full[stage], t.m_block * Cfg::kBM,
+                                 kb * Cfg::kBK, a_batch, Cfg::kBM);
+      LoadOperand<Cfg, kBKMajor>(tma_b, ss.b[stage], &ss.full[stage], t.n_block * Cfg::kBN_,
+                                 kb * Cfg::kBK, b_batch, Cfg::kBN_);
       if (++stage == Cfg::kStages) {
         stage = 0;
         phase ^= 1;
@@ -204,8 +273,8 @@ struct OutTraits<__half> {
 // predicate-free unrolled path per output dtype, and edge slices go through a
 // compact rolled loop.
 template <typename Out, int kBN, bool kHasC>
-__device__ __forceinline__ void StoreInterior(const KernelParams& p, const float (&acc)[kBN / 2],
-                                              int row, int col, int batch) {
+__device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                              int row, int col, int batch, bool r0, bool r8) {
   using T = OutTraits<Out>;
   using Pair = typename T::Pair;
   Pair* d0 = reinterpret_cast<Pair*>(static_cast<Out*>(p.d) + batch * p.batch_stride_d +
@@ -225,15 +294,15 @@ __device__ __forceinline__ void StoreInterior(const KernelParams& p, const float
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = alpha * acc[4 * j + e];
     if constexpr (kHasC) {
-      const float2 x = T::Unpack(c0[4 * j]);
-      const float2 y = T::Unpack(c8[4 * j]);
+      const float2 x = r0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
+      const float2 y = r8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
       v[0] += beta * x.x;
       v[1] += beta * x.y;
       v[2] += beta * y.x;
       v[3] += beta * y.y;
     }
-    d0[4 * j] = T::Pack(v[0], v[1]);
-    d8[4 * j] = T::Pack(v[2], v[3]);
+    if (r0) d0[4 * j] = T::Pack(v[0], v[1]);
+    if (r8) d8[4 * j] = T::Pack(v[2], v[3]);
   }
 }
 
@@ -268,8 +337,9 @@ __device__ __forceinline__ uint32_t PackBits(float a, float b) {
 // per row per instruction; ncu showed the consumers stalled on lg_throttle
 // (store queue full) for most of their cycles in small-K problems.
 template <typename Out, int kBN>
-__device__ __forceinline__ void StoreInteriorWide(const KernelParams& p, const float (&acc)[kBN / 2],
-                                                  int row, int tile_col, int batch, int q) {
+__device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                                  int row, int tile_col, int batch, int q, bool r0,
+                                                  bool r8) {
   Out* d0 = static_cast<Out*>(p.d) + batch * p.batch_stride_d + int64_t(row) * p.ldd + tile_col;
   Out* d8 = d0 + 8 * p.ldd;
   const float alpha = p.alpha;
@@ -285,7 +355,9 @@ __device__ __forceinline__ void StoreInteriorWide(const KernelParams& p, const f
           u[jj] = PackBits<Out>(alpha * acc[4 * j + 2 * h], alpha * acc[4 * j + 2 * h + 1]);
         }
         TransposeQuad(u, q);
-        *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+        if (h ? r8 : r0) {
+          *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+        }
       }
     }
   } else {
@@ -304,7 +376,7 @@ __device__ __forceinline__ void StoreInteriorWide(const KernelParams& p, const f
         if (odd) a = recv;
         else b = recv;
         const int col = odd ? 8 * j1 + 2 * (q - 1) : 8 * j0 + 2 * q;
-        *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
+        if (h ? r8 : r0) *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
       }
     }
   }
@@ -338,61 +410,77 @@ __device__ __forceinline__ void StoreFromFloat(DataType t, void* base, int64_t i
 // Ragged or unaligned slices: element-wise, bounds-checked, rolled. The copy
 // into `vals` keeps the dynamic indexing off the accumulator registers.
 template <int kBN>
-__device__ __noinline__ void StoreEdge(const KernelParams& p, const float* vals, int row, int col,
+__device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* vals, int row, int col,
                                        int batch) {
-  const int64_t es = p.out_dtype == DataType::kF32 ? 4 : 2;
+  // NOTES: the fields are copied to registers first; read through `p` inside
+  // the loop they were reloaded after every store (p may alias d), which for
+  // grouped launches, whose `p` lives in global memory, meant several
+  // dependent loads per element.
+  const DataType out_dtype = p.out_dtype;
+  const int m = p.m, n = p.n;
+  const int64_t ldc = p.ldc, ldd = p.ldd;
+  const float alpha = p.alpha, beta = p.beta;
+  const int64_t es = out_dtype == DataType::kF32 ? 4 : 2;
   void* d = static_cast<uint8_t*>(p.d) + batch * p.batch_stride_d * es;
   const void* c = p.c ? static_cast<const uint8_t*>(p.c) + batch * p.batch_stride_c * es : nullptr;
 #pragma unroll 1
   for (int i = 0; i < kBN / 2; ++i) {
     const int r = row + 8 * ((i >> 1) & 1);
     const int cc = col + 8 * (i >> 2) + (i & 1);
-    if (r >= p.m || cc >= p.n) continue;
-    float v = p.alpha * vals[i];
-    if (c) v += p.beta * LoadAsFloat(p.out_dtype, c, int64_t(r) * p.ldc + cc);
-    StoreFromFloat(p.out_dtype, d, int64_t(r) * p.ldd + cc, v);
+    if (r >= m || cc >= n) continue;
+    float v = alpha * vals[i];
+    if (c) v += beta * LoadAsFloat(out_dtype, c, int64_t(r) * ldc + cc);
+    StoreFromFloat(out_dtype, d, int64_t(r) * ldd + cc, v);
   }
 }
 
-template <class Cfg, int kBN>
-__device__ __forceinline__ void Epilogue(const KernelParams& p, const float (&acc)[kBN / 2],
+// kRowPredicates: M-ragged tiles with full columns take the vector paths
+// with per-row predicates. NOTES: off for the dense 128 x 256 kernels, where
+// the predicates plus the stream-K fixup code made ptxas spill 232 bytes.
+template <class Cfg, int kBN, bool kRowPredicates = true>
+__device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&acc)[kBN / 2],
                                          const TileCoord& t, int consumer) {
   const int lane = threadIdx.x % 32;
   const int warp = (threadIdx.x / 32) % 4;
   const int slice_row = t.m_block * Cfg::kBM + consumer * 64;
   const int row = slice_row + warp * 16 + lane / 4;
   const int col = t.n_block * kBN + (lane % 4) * 2;
+  // Full column range: the vector paths, with rows past M predicated off
+  // (M-ragged tiles are common: grouped members, small M). Otherwise the
+  // rolled element-wise path.
   const bool interior =
-      p.vec2_ok && slice_row + 64 <= p.m && (t.n_block + 1) * kBN <= p.n;
+      p.vec2_ok && (t.n_block + 1) * kBN <= p.n && (kRowPredicates || slice_row + 64 <= p.m);
   if (interior) {
+    const bool r0 = !kRowPredicates || row < p.m;
+    const bool r8 = !kRowPredicates || row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
     if (!has_c && p.vec16_ok) {
       switch (p.out_dtype) {
         case DataType::kBF16:
-          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
         case DataType::kF16:
-          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
         case DataType::kF32:
-          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4);
+          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
           break;
       }
       return;
     }
     switch (p.out_dtype) {
       case DataType::kBF16:
-        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
       case DataType::kF16:
-        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
       case DataType::kF32:
-        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch);
-        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch);
+        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch, r0, r8);
+        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch, r0, r8);
         break;
     }
   } else {
@@ -403,20 +491,73 @@ __device__ __forceinline__ void Epilogue(const KernelParams& p, const float (&ac
   }
 }
 
-template <typename In, class Cfg, bool kAKMajor, bool kBKMajor>
+// ---------------------------------------------------------------- stream-K fixup
+//
+// A partial tile is stored in the accumulator fragment's own order: thread
+// t of a consumer writes float4 i at [i][t], so both the store and the
+// finalizer's read are fully coalesced and need no index arithmetic. Each
+// consumer warpgroup owns its 64-row half of a slot and its own flag, so the
+// two consumers never wait on each other.
+
+template <class Cfg>
+__device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, int consumer) {
+  return reinterpret_cast<float4*>(p.partials + (int64_t(slot) * 2 + consumer) * (64 * Cfg::kBN_));
+}
+
+template <class Cfg>
+__device__ __forceinline__ void StorePartial(const KernelParams& p, const float (&acc)[Cfg::kAccRegs],
+                                             int slot, int consumer) {
+  const int tid = threadIdx.x % 128;
+  float4* dst = PartialHalf<Cfg>(p, slot, consumer);
+#pragma unroll
+  for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
+    __stcg(dst + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+  }
+  ptx::NamedBarrierSync(1 + consumer, 128);
+  if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
+}
+
+// Adds the partials of slots first_peer, first_peer + 1, ... in that order
+// (fixed: results do not depend on arrival order), resetting each flag for
+// the next launch.
+template <class Cfg>
+__device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&acc)[Cfg::kAccRegs],
+                                               const WorkUnit& w, int consumer) {
+  const int tid = threadIdx.x % 128;
+#pragma unroll 1
+  for (int i = 0; i < w.num_peers; ++i) {
+    const int slot = w.first_peer + i;
+    if (tid == 0) {
+      ptx::WaitFlag(&p.flags[slot * 2 + consumer]);
+      p.flags[slot * 2 + consumer] = 0;
+    }
+    ptx::NamedBarrierSync(1 + consumer, 128);
+    const float4* src = PartialHalf<Cfg>(p, slot, consumer);
+#pragma unroll
+    for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
+      const float4 v = __ldcg(src + j * 128 + tid);
+      acc[4 * j] += v.x;
+      acc[4 * j + 1] += v.y;
+      acc[4 * j + 2] += v.z;
+      acc[4 * j + 3] += v.w;
+    }
+  }
+}
+
+template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
   constexpr int kBN = Cfg::kBN_;
-  PersistentTileScheduler sched(p.tiles_m, p.tiles_n, p.batch, p.group_m, blockIdx.x, gridDim.x);
+  KernelScheduler<kGrouped> sched(p);
+  WorkUnit w;
   const bool warp_leader = threadIdx.x % 32 == 0;
   int stage = 0;
   uint32_t phase = 0;
-  for (; sched.is_valid(); sched.advance()) {
-    const TileCoord t = sched.get();
+  while (sched.Next(&w)) {
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
     int prev_stage = -1;
-    for (int kb = 0; kb < p.k_blocks; ++kb) {
+    for (int kb = w.k_begin; kb < w.k_end; ++kb) {
       ptx::MbarWait(&ss.full[stage], phase);
       ptx::WgmmaFence();
 #pragma unroll
@@ -439,7 +580,18 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     }
     ptx::WgmmaWait<0>();
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
-    Epilogue<Cfg, kBN>(p, acc, t, consumer);
+    if constexpr (!kGrouped) {
+      if (w.role == UnitRole::kPartial) {
+        StorePartial<Cfg>(p, acc, w.slot, consumer);
+        continue;
+      }
+      if (w.role == UnitRole::kFinalize) ReducePartials<Cfg>(p, acc, w, consumer);
+      Epilogue<Cfg, kBN, kBN == 128>(p.epi, acc, w.tile, consumer);
+    } else {
+      TileCoord t = w.tile;
+      t.batch = 0;
+      Epilogue<Cfg, kBN>(p.group[w.tile.batch].epi, acc, t, consumer);
+    }
   }
 }
 
@@ -497,14 +649,18 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
     if (warp_leader) ptx::MbarArrive(&ss.mainloop_done[consumer]);
     ptx::WgmmaWait<0>();
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
-    Epilogue<Cfg, kBN>(p, acc0, t, 0);
-    Epilogue<Cfg, kBN>(p, acc1, t, 1);
+    Epilogue<Cfg, kBN>(p.epi, acc0, t, 0);
+    Epilogue<Cfg, kBN>(p.epi, acc1, t, 1);
   }
 }
 
 // ---------------------------------------------------------------- kernel
 
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
+// kGrouped: the tiles of p.num_problems problems (descriptors in p.group),
+// cooperative consumers only. Otherwise one strided-batched problem, stream-K
+// when p.sk_tiles > 0 (cooperative only; ping-pong kernels are launched
+// data-parallel).
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped = false>
 __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong>;
@@ -521,8 +677,10 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     ptx::MbarInit(&ss.mainloop_done[0], 4);
     ptx::MbarInit(&ss.mainloop_done[1], 4);
     ptx::FenceBarrierInit();
-    ptx::PrefetchTensorMap(&p.tma_a);
-    ptx::PrefetchTensorMap(&p.tma_b);
+    if constexpr (!kGrouped) {
+      ptx::PrefetchTensorMap(&p.tma_a);
+      ptx::PrefetchTensorMap(&p.tma_b);
+    }
   }
   __syncthreads();
   // NOTES: launched with programmatic stream serialization, this grid's CTAs
@@ -536,13 +694,14 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
   if (warpgroup == 0) {
     ptx::SetMaxNRegDec<40>();
-    if (threadIdx.x == 0) ProducerLoop<Cfg, kAKMajor, kBKMajor>(p, ss);
+    if (threadIdx.x == 0) ProducerLoop<Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss);
   } else {
     ptx::SetMaxNRegInc<232>();
     if constexpr (kPingPong) {
+      static_assert(!kGrouped, "grouped launches use cooperative consumers");
       ConsumerLoopPingPong<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
     } else {
-      ConsumerLoop<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
+      ConsumerLoop<In, Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, warpgroup - 1);
     }
   }
 #endif

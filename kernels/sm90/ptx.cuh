@@ -88,6 +88,41 @@ __device__ __forceinline__ void SetMaxNRegInc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
 
+// Makes a tensor map written to global memory through the generic proxy
+// (here: copied from the host before the launch) visible to the TMA unit.
+__device__ __forceinline__ void FenceTensorMapAcquire(const void* tmap) {
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(
+                   reinterpret_cast<uint64_t>(tmap))
+               : "memory");
+}
+
+// Barrier over `threads` threads (a multiple of 32) with id 1..15 (0 is
+// __syncthreads).
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Stream-K flags. The signal follows a barrier over the writers of the
+// partial; the fence makes their stores visible at GPU scope before the flag.
+__device__ __forceinline__ void SignalFlag(int* flag) {
+  __threadfence();
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
+}
+
+// Spins until *flag == 1 (acquire). NOTES: a schedule bug would otherwise
+// hang the GPU; after ~10 s of spinning the kernel traps, so the launch fails
+// with an error instead.
+__device__ __forceinline__ void WaitFlag(const int* flag) {
+  const long long start = clock64();
+  while (true) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+    if (v == 1) return;
+    __nanosleep(64);
+    if (clock64() - start > (1ll << 34)) asm volatile("trap;");
+  }
+}
+
 // wgmma shared-memory matrix descriptor for a 128-byte-swizzled tile.
 // K-major: 8-row groups of 128-byte rows, `sbo` bytes apart (lbo unused).
 // MN-major: 64-element MN chunks `lbo` bytes apart, 8-k groups `sbo` apart.

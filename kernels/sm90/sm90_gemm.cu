@@ -6,7 +6,9 @@
 
 #include <memory>
 #include <mutex>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/sm90/gemm_kernel.cuh"
 #include "kernels/sm90/sm90_gemm.h"
@@ -71,24 +73,31 @@ struct KernelInfo {
   int bk;
 };
 
-template <typename In, int kBN, bool kAK, bool kBK, bool kPP>
+template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
 KernelInfo Info() {
   using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK, kPP>;
   static_assert(sm90::SmemBytes<Cfg>() <= 227 * 1024, "stage ring exceeds Hopper shared memory");
-  return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP>),
+  return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
           sm90::SmemBytes<Cfg>(), Cfg::kStages, Cfg::kBK};
 }
 
-template <typename In, int kBN, bool kPP>
+template <typename In, int kBN, bool kPP, bool kGrouped = false>
 KernelInfo InfoForLayouts(bool a_k, bool b_k) {
   if constexpr (sizeof(In) == 4) {
-    return Info<In, kBN, true, true, kPP>();  // Sm90Supports admits only K-major tf32
+    return Info<In, kBN, true, true, kPP, kGrouped>();  // Sm90Supports admits only K-major tf32
   } else {
-    if (a_k && b_k) return Info<In, kBN, true, true, kPP>();
-    if (a_k) return Info<In, kBN, true, false, kPP>();
-    if (b_k) return Info<In, kBN, false, true, kPP>();
-    return Info<In, kBN, false, false, kPP>();
+    if (a_k && b_k) return Info<In, kBN, true, true, kPP, kGrouped>();
+    if (a_k) return Info<In, kBN, true, false, kPP, kGrouped>();
+    if (b_k) return Info<In, kBN, false, true, kPP, kGrouped>();
+    return Info<In, kBN, false, false, kPP, kGrouped>();
   }
+}
+
+// Grouped kernels: 16-bit inputs, cooperative tiles.
+template <typename In>
+KernelInfo GroupedInfoFor(Sm90Tile tile, bool a_k, bool b_k) {
+  if (tile == Sm90Tile::k128x256) return InfoForLayouts<In, 256, false, true>(a_k, b_k);
+  return InfoForLayouts<In, 128, false, true>(a_k, b_k);
 }
 
 template <typename In>
@@ -107,6 +116,8 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
 class Sm90Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
+    // Grouped launches read their descriptors from device memory: Initialize
+    // copied them there synchronously, so nothing is enqueued here.
     void* args[] = {const_cast<KernelParams*>(&params_)};
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(grid_);
@@ -132,6 +143,60 @@ class Sm90Plan final : public KernelPlan {
 const char* InName(DataType t, bool tf32) {
   if (tf32) return "tf32";
   return t == DataType::kBF16 ? "bf16" : "f16";
+}
+
+sm90::EpilogueParams MakeEpilogue(const NormalizedProblem& p) {
+  sm90::EpilogueParams e;
+  e.m = static_cast<int>(p.m);
+  e.n = static_cast<int>(p.n);
+  e.d = p.d;
+  e.c = p.c;
+  e.ldd = p.ldd;
+  e.ldc = p.ldc;
+  e.batch_stride_d = p.batch_stride_d;
+  e.batch_stride_c = p.batch_stride_c;
+  e.alpha = p.alpha;
+  e.beta = p.beta;
+  e.out_dtype = p.out_dtype;
+  const size_t os = DataTypeSize(p.out_dtype);
+  auto pair_aligned = [&](const void* ptr, int64_t ld, int64_t bs) {
+    return reinterpret_cast<uintptr_t>(ptr) % (2 * os) == 0 && ld % 2 == 0 &&
+           (p.batch == 1 || bs % 2 == 0);
+  };
+  e.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
+              (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
+  e.vec16_ok = reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * os) % 16 == 0 &&
+               (p.batch == 1 || (p.batch_stride_d * os) % 16 == 0);
+  return e;
+}
+
+CUtensorMapDataType TmaDataType(DataType t) {
+  return t == DataType::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : t == DataType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+bool PrepareKernel(const KernelInfo& info, std::string* error) {
+  int device = 0, smem_optin = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (static_cast<size_t>(smem_optin) < info.smem_bytes) {
+    *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
+             "kernel needs " + std::to_string(info.smem_bytes);
+    return false;
+  }
+  cudaError_t e = cudaFuncSetAttribute(info.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(info.smem_bytes));
+  if (e != cudaSuccess) {
+    *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
+    return false;
+  }
+  return true;
+}
+
+std::string TileName(const Sm90TileShape& shape, const KernelInfo& info) {
+  return std::to_string(shape.bm) + "x" + std::to_string(shape.bn) + "x" +
+         std::to_string(info.bk) + "_s" + std::to_string(info.stages);
 }
 
 }  // namespace
@@ -165,8 +230,10 @@ bool Sm90Supports(const NormalizedProblem& p, std::string* why) {
   return true;
 }
 
-std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile tile, int num_sms,
+std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
+                                         const Sm90LaunchChoice& choice, void* workspace,
                                          std::string* error) {
+  const Sm90Tile tile = choice.tile;
   std::string why;
   if (!Sm90Supports(p, &why)) {
     *error = why;
@@ -188,24 +255,8 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile ti
       break;
   }
 
-  int device = 0, smem_optin = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-  if (static_cast<size_t>(smem_optin) < plan->info_.smem_bytes) {
-    *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
-             "kernel needs " + std::to_string(plan->info_.smem_bytes);
-    return nullptr;
-  }
-  cudaError_t e = cudaFuncSetAttribute(plan->info_.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(plan->info_.smem_bytes));
-  if (e != cudaSuccess) {
-    *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
-    return nullptr;
-  }
-
-  const CUtensorMapDataType tdt = tf32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                  : p.in_dtype == DataType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-                                                                  : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  if (!PrepareKernel(plan->info_, error)) return nullptr;
+  const CUtensorMapDataType tdt = TmaDataType(p.in_dtype);
   TmaOperandParams ta, tb;
   std::string sub;
   if (!OperandParams(p.a, p.m, p.k, p.batch, es, shape.bm, &ta, &sub) ||
@@ -214,6 +265,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile ti
     return nullptr;
   }
   KernelParams& kp = plan->params_;
+  std::memset(&kp, 0, sizeof(kp));
   if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error) || !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error)) {
     return nullptr;
   }
@@ -227,33 +279,118 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile ti
   kp.k_blocks = static_cast<int>((p.k + plan->info_.bk - 1) / plan->info_.bk);
   kp.a_batch_step = ta.broadcast_batch ? 0 : 1;
   kp.b_batch_step = tb.broadcast_batch ? 0 : 1;
-  kp.d = p.d;
-  kp.c = p.c;
-  kp.ldd = p.ldd;
-  kp.ldc = p.ldc;
-  kp.batch_stride_d = p.batch_stride_d;
-  kp.batch_stride_c = p.batch_stride_c;
-  kp.alpha = p.alpha;
-  kp.beta = p.beta;
-  kp.out_dtype = p.out_dtype;
-  const size_t os = DataTypeSize(p.out_dtype);
-  auto pair_aligned = [&](const void* ptr, int64_t ld, int64_t bs) {
-    return reinterpret_cast<uintptr_t>(ptr) % (2 * os) == 0 && ld % 2 == 0 &&
-           (p.batch == 1 || bs % 2 == 0);
-  };
-  kp.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
-               (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
-  kp.vec16_ok = reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * os) % 16 == 0 &&
-                (p.batch == 1 || (p.batch_stride_d * os) % 16 == 0);
+  kp.epi = MakeEpilogue(p);
 
-  const int64_t total_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
-  plan->grid_ = PersistentGridSize(total_tiles, num_sms);
+  const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
+  if (reducing && (workspace == nullptr || tile == Sm90Tile::k128x128PingPong)) {
+    *error = "stream-K/split-K needs a workspace and cooperative consumers";
+    return nullptr;
+  }
+  kp.sk_tiles = reducing ? choice.sk_tiles : 0;
+  kp.flags = reducing ? static_cast<int*>(workspace) : nullptr;
+  kp.partials = reducing ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
+                                                    ScheduleFlagBytes(choice.workspace_slots))
+                         : nullptr;
+  if (reducing) {
+    // Flags start at zero; every launch leaves them at zero.
+    const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice.workspace_slots));
+    if (e != cudaSuccess) {
+      *error = std::string("workspace flags: ") + cudaGetErrorString(e);
+      return nullptr;
+    }
+  }
+  plan->grid_ = choice.grid;
+  std::string schedule;
+  if (reducing) {
+    schedule = choice.schedule == Sm90Schedule::kSplitK
+                   ? "_splitk" + std::to_string(choice.splits)
+                   : "_streamk" + std::to_string(choice.sk_tiles);
+  }
   plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"
                                                                : "sm90_tma_wgmma_coop_") +
-                InName(p.in_dtype, tf32) + "_" +
-                std::to_string(shape.bm) + "x" + std::to_string(shape.bn) + "x" +
-                std::to_string(plan->info_.bk) + "_s" + std::to_string(plan->info_.stages) + "_" +
-                (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n");
+                InName(p.in_dtype, tf32) + "_" + TileName(shape, plan->info_) + "_" +
+                (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n") + schedule;
+  return plan;
+}
+
+size_t Sm90GroupedWorkspaceSize(size_t num_problems) {
+  return (num_problems * sizeof(sm90::GroupedProblem) + 255) / 256 * 256 +
+         num_problems * sizeof(GroupedProblemShape);
+}
+
+std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
+                                                Sm90Tile tile, int num_sms, void* workspace,
+                                                std::string* error) {
+  if (problems.empty() || workspace == nullptr) {
+    *error = "grouped launch needs problems and a workspace";
+    return nullptr;
+  }
+  const NormalizedProblem& first = problems[0];
+  if (first.in_dtype == DataType::kF32 || tile == Sm90Tile::k128x128PingPong) {
+    *error = "grouped kernel: 16-bit inputs and cooperative tiles only";
+    return nullptr;
+  }
+  auto plan = std::make_unique<Sm90Plan>();
+  plan->info_ = first.in_dtype == DataType::kBF16
+                    ? GroupedInfoFor<__nv_bfloat16>(tile, first.a.k_major, first.b.k_major)
+                    : GroupedInfoFor<__half>(tile, first.a.k_major, first.b.k_major);
+  if (!PrepareKernel(plan->info_, error)) return nullptr;
+  const Sm90TileShape shape = ShapeOf(tile);
+  const int es = static_cast<int>(DataTypeSize(first.in_dtype));
+  const CUtensorMapDataType tdt = TmaDataType(first.in_dtype);
+  std::vector<sm90::GroupedProblem> descs(problems.size());
+  std::vector<GroupedProblemShape> shapes(problems.size());
+  int64_t tiles = 0;
+  for (size_t i = 0; i < problems.size(); ++i) {
+    const NormalizedProblem& p = problems[i];
+    std::string why;
+    if (p.in_dtype != first.in_dtype || p.out_dtype != first.out_dtype ||
+        p.a.k_major != first.a.k_major || p.b.k_major != first.b.k_major || p.batch != 1 ||
+        !Sm90Supports(p, &why)) {
+      *error = "problem " + std::to_string(i) + " does not fit the group's kernel " + why;
+      return nullptr;
+    }
+    TmaOperandParams ta, tb;
+    if (!OperandParams(p.a, p.m, p.k, 1, es, shape.bm, &ta, &why) ||
+        !OperandParams(p.b, p.n, p.k, 1, es, shape.bn, &tb, &why)) {
+      *error = "problem " + std::to_string(i) + ": " + why;
+      return nullptr;
+    }
+    if (!Encode(ta, p.a.ptr, tdt, &descs[i].tma_a, error) ||
+        !Encode(tb, p.b.ptr, tdt, &descs[i].tma_b, error)) {
+      return nullptr;
+    }
+    descs[i].epi = MakeEpilogue(p);
+    GroupedProblemShape& gs = shapes[i];
+    gs.tiles_m = static_cast<int>((p.m + shape.bm - 1) / shape.bm);
+    gs.tiles_n = static_cast<int>((p.n + shape.bn - 1) / shape.bn);
+    gs.k_blocks = static_cast<int>((p.k + plan->info_.bk - 1) / plan->info_.bk);
+    gs.group_m = ChooseGroupM(gs.tiles_m, gs.tiles_n);
+    gs.tile_start = tiles;
+    tiles += int64_t(gs.tiles_m) * gs.tiles_n;
+  }
+  const size_t desc_bytes = (descs.size() * sizeof(sm90::GroupedProblem) + 255) / 256 * 256;
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  cudaError_t e = cudaMemcpy(ws, descs.data(), descs.size() * sizeof(sm90::GroupedProblem),
+                             cudaMemcpyHostToDevice);
+  if (e == cudaSuccess) {
+    e = cudaMemcpy(ws + desc_bytes, shapes.data(), shapes.size() * sizeof(GroupedProblemShape),
+                   cudaMemcpyHostToDevice);
+  }
+  if (e != cudaSuccess) {
+    *error = std::string("grouped descriptors: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  KernelParams& kp = plan->params_;
+  std::memset(&kp, 0, sizeof(kp));
+  kp.group = reinterpret_cast<const sm90::GroupedProblem*>(ws);
+  kp.group_shapes = reinterpret_cast<const GroupedProblemShape*>(ws + desc_bytes);
+  kp.num_problems = static_cast<int>(problems.size());
+  kp.group_tiles = tiles;
+  plan->grid_ = PersistentGridSize(tiles, num_sms);
+  plan->name_ = std::string("sm90_tma_wgmma_grouped_") + InName(first.in_dtype, false) + "_" +
+                TileName(shape, plan->info_) + "_" + (first.a.k_major ? "k" : "m") +
+                (first.b.k_major ? "k" : "n");
   return plan;
 }
 

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/config/heuristic.h"
 #include "kernels/kernel_plan.h"
@@ -14,9 +15,25 @@ namespace gemm_kernels {
 // alignment of every operand); otherwise `why` says what rules it out.
 bool Sm90Supports(const NormalizedProblem& p, std::string* why);
 
-// Builds the tensor maps and launch configuration. `num_sms` is the device's
-// multiprocessor count. Returns nullptr with `error` set on failure.
-std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p, Sm90Tile tile, int num_sms,
+// Builds the tensor maps and launch configuration for the tile, schedule and
+// grid in `choice` (ChooseSm90Launch / MakeSm90Launch). A stream-K or split-K
+// choice needs `workspace` of ScheduleWorkspaceBytes(choice) device bytes;
+// its flag words are zeroed here (cudaMemsetAsync on the legacy default
+// stream), and each launch leaves them zero. Launches sharing one workspace
+// must not overlap. Returns nullptr with `error` set on failure.
+std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
+                                         const Sm90LaunchChoice& choice, void* workspace,
                                          std::string* error);
+
+// Grouped launch: every problem's tiles in one persistent kernel. All
+// problems share input and output dtype (16-bit inputs) and operand layouts,
+// batch 1 each, and must pass Sm90Supports. Tensor maps and epilogue
+// descriptors are built here and copied (synchronously) into `workspace` of
+// Sm90GroupedWorkspaceSize(problems.size()) device bytes, which must stay
+// untouched while the plan is used.
+size_t Sm90GroupedWorkspaceSize(size_t num_problems);
+std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
+                                                Sm90Tile tile, int num_sms, void* workspace,
+                                                std::string* error);
 
 }  // namespace gemm_kernels

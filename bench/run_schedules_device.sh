@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Runs on the GPU box from the folder unpacked from .gpu/streamk.tar.xz
+# (bench/bundle_schedules.sh): SASS summary, the existing kernel GPU test,
+# the schedule/grouped GPU test, the schedule benchmark, and the dense
+# kernel benchmark on a few shapes (data-parallel regression check).
+# Logs go to $OUT.
+# usage: bash streamk/run_schedules_device.sh
+set -u
+D=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+smi() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv,noheader
+}
+{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+cuobjdump --dump-sass "$D/schedules_gpu_test" 2>&1 | awk '
+  /Function :/ { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l; name=$3; h=0; l=0 }
+  /HGMMA/ { h++ } /[^A-Z](LDL|STL)[^A-Z]/ { l++ }
+  END { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l }' >"$OUT/sass_summary.txt"
+echo "== SASS: $(grep -c Sm90 "$OUT/sass_summary.txt") sm90 kernels, $(grep Sm90 "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
+
+echo "== gemm_gpu_test"
+timeout 60 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
+echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
+echo "== schedules_gpu_test"
+timeout 120 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
+rc=$?
+echo "rc=$rc"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG|stream-K [0-9]|seed" "$OUT/schedules_test.log" | head -30
+if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
+  echo "hang: skipping benchmarks"; tail -5 "$OUT/schedules_test.log"; exit 1
+fi
+echo "== schedule_bench"
+timeout 150 "$D/schedule_bench" >"$OUT/schedule_bench.log" 2>&1
+echo "rc=$?"; cat "$OUT/schedule_bench.log"
+echo "== kernel_bench (data-parallel regression)"
+for f in "bf16 8192" "bf16 256x256"; do
+  timeout 40 "$D/kernel_bench" "$f" >>"$OUT/kernel_bench.log" 2>&1
+  echo "rc=$?"
+done
+grep "^| bf16" "$OUT/kernel_bench.log" | cut -d'|' -f2-7
+echo "== ncu: one grouped launch (64 x M~U[32,256] N=K=256)"
+timeout 90 ncu --clock-control none -k regex:Sm90GemmKernel -c 1 --section SpeedOfLight \
+  --section WarpStateStats --section SourceCounters "$D/schedule_bench" "grouped 64" \
+  >"$OUT/ncu_grouped64.txt" 2>&1
+echo "rc=$?"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Stall|stall" "$OUT/ncu_grouped64.txt" | head -12
+echo "after: $(smi)" >>"$OUT/device.txt"
+cat "$OUT/device.txt"

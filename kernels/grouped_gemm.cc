@@ -1,0 +1,167 @@
+#include "kernels/grouped_gemm.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/config/heuristic.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/problem.h"
+#include "kernels/sm90/sm90_gemm.h"
+
+namespace gemm_kernels {
+namespace {
+
+GemmArguments AsGemm(const GroupedProblemArguments& p, bool allow_tf32) {
+  GemmArguments g;
+  g.m = p.m;
+  g.n = p.n;
+  g.k = p.k;
+  g.batch_count = 1;
+  g.a = p.a;
+  g.b = p.b;
+  g.c = p.c;
+  g.d = p.d;
+  g.a.batch_stride = g.b.batch_stride = g.c.batch_stride = g.d.batch_stride = 0;
+  g.alpha = p.alpha;
+  g.beta = p.beta;
+  g.allow_tf32 = allow_tf32;
+  return g;
+}
+
+bool OnHopper(int* num_sms) {
+  int device = 0;
+  cudaDeviceProp prop;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    return false;
+  }
+  *num_sms = prop.multiProcessorCount;
+  return prop.major == 9 && prop.minor == 0;
+}
+
+// The normalized problems when one grouped kernel can run them all.
+bool GroupedKernelFits(const GroupedGemmArguments& args, std::vector<NormalizedProblem>* out) {
+  out->clear();
+  for (const GroupedProblemArguments& gp : args.problems) {
+    NormalizedProblem p = Normalize(AsGemm(gp, args.allow_tf32));
+    std::string why;
+    if (p.in_dtype == DataType::kF32 || !Sm90Supports(p, &why)) return false;
+    if (!out->empty()) {
+      const NormalizedProblem& f = out->front();
+      if (p.in_dtype != f.in_dtype || p.out_dtype != f.out_dtype || p.a.k_major != f.a.k_major ||
+          p.b.k_major != f.b.k_major) {
+        return false;
+      }
+    }
+    out->push_back(p);
+  }
+  return true;
+}
+
+// One tile for the group: the smaller estimated time of (all tile-iterations
+// spread over the SMs, the longest single tile), per tile shape.
+Sm90Tile ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms) {
+  double best_cost = 0;
+  Sm90Tile best = Sm90Tile::k128x256;
+  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+    const Sm90TileShape s = ShapeOf(tile);
+    const double scale = tile == Sm90Tile::k128x256 ? 1.0 : 0.56;  // PerElementCost x area
+    double work = 0, longest = 0;
+    for (const NormalizedProblem& p : ps) {
+      const double kb = double((p.k + 63) / 64);
+      work += double((p.m + s.bm - 1) / s.bm) * double((p.n + s.bn - 1) / s.bn) * kb * scale;
+      longest = std::max(longest, kb * scale);
+    }
+    const double cost = std::max(work / num_sms, longest);
+    if (tile == Sm90Tile::k128x256 || cost < best_cost) {
+      best_cost = cost;
+      best = tile;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+struct GroupedGemm::Impl {
+  std::unique_ptr<KernelPlan> plan;  // the grouped kernel, or
+  std::vector<Gemm> loop;            // one Gemm per problem
+};
+
+GroupedGemm::GroupedGemm() : impl_(new Impl) {}
+GroupedGemm::~GroupedGemm() = default;
+
+absl::Status GroupedGemm::CanImplement(const GroupedGemmArguments& args) {
+  if (args.problems.empty()) return absl::InvalidArgumentError("problems is empty");
+  if (args.problems.size() > (size_t{1} << 24)) {
+    return absl::InvalidArgumentError("more than 2^24 problems");
+  }
+  for (size_t i = 0; i < args.problems.size(); ++i) {
+    const absl::Status s = Gemm::CanImplement(AsGemm(args.problems[i], args.allow_tf32));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("problems[", i, "]: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+size_t GroupedGemm::WorkspaceSize(const GroupedGemmArguments& args) {
+  int num_sms = 0;
+  if (args.problems.empty() || !OnHopper(&num_sms)) return 0;
+  return Sm90GroupedWorkspaceSize(args.problems.size());
+}
+
+absl::Status GroupedGemm::Initialize(const GroupedGemmArguments& args, void* workspace,
+                                     TileHint hint) {
+  impl_->plan.reset();
+  impl_->loop.clear();
+  kind_ = KernelKind::kNone;
+  kernel_name_.clear();
+  absl::Status s = CanImplement(args);
+  if (!s.ok()) return s;
+  int num_sms = 0;
+  std::vector<NormalizedProblem> ps;
+  if (workspace != nullptr && OnHopper(&num_sms) && hint != TileHint::k128x128PingPong &&
+      GroupedKernelFits(args, &ps)) {
+    Sm90Tile tile = ChooseGroupTile(ps, num_sms);
+    if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
+    if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
+    std::string error;
+    impl_->plan = MakeSm90GroupedPlan(ps, tile, num_sms, workspace, &error);
+    if (!impl_->plan) return absl::InternalError(absl::StrCat("grouped kernel setup: ", error));
+    kind_ = KernelKind::kSm90TmaWgmma;
+    kernel_name_ = impl_->plan->name();
+    return absl::OkStatus();
+  }
+  impl_->loop = std::vector<Gemm>(args.problems.size());
+  for (size_t i = 0; i < args.problems.size(); ++i) {
+    s = impl_->loop[i].Initialize(AsGemm(args.problems[i], args.allow_tf32), nullptr, hint);
+    if (!s.ok()) {
+      impl_->loop.clear();
+      return absl::Status(s.code(), absl::StrCat("problems[", i, "]: ", s.message()));
+    }
+  }
+  kind_ = impl_->loop.front().kernel_kind();
+  kernel_name_ = absl::StrCat("loop_of_", args.problems.size(), "_gemms");
+  return absl::OkStatus();
+}
+
+absl::Status GroupedGemm::Run(void* stream) const {
+  if (impl_->plan) {
+    const std::string error = impl_->plan->Launch(stream);
+    if (!error.empty()) return absl::InternalError(absl::StrCat(kernel_name_, " launch failed: ", error));
+    return absl::OkStatus();
+  }
+  if (impl_->loop.empty()) {
+    return absl::FailedPreconditionError("GroupedGemm::Run before a successful Initialize");
+  }
+  for (const Gemm& g : impl_->loop) {
+    const absl::Status s = g.Run(stream);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gemm_kernels

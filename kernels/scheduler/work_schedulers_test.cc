@@ -1,0 +1,352 @@
+// CPU walk of every reducing and grouped schedule: each (tile, k-block) is
+// computed exactly once, each partial is stored once and reduced exactly once
+// by the finalizer of its own tile, the pieces of a tile are reduced in a
+// fixed order that covers its k-range, and a simulated persistent grid (all
+// CTAs resident, each running its units in order, a finalizer blocked until
+// its peers' flags are up) always runs to completion.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/config/heuristic.h"
+#include "kernels/scheduler/grouped_tile_scheduler.h"
+#include "kernels/scheduler/split_k_scheduler.h"
+#include "kernels/scheduler/stream_k_scheduler.h"
+
+namespace gemm_kernels {
+namespace {
+
+struct ProblemGrid {
+  int tiles_m, tiles_n, k_blocks;
+};
+
+// Each CTA's units, in the order it runs them.
+using Schedule = std::vector<std::vector<WorkUnit>>;
+
+template <class MakeScheduler>
+Schedule Walk(int grid, MakeScheduler make) {
+  Schedule s(grid);
+  for (int cta = 0; cta < grid; ++cta) {
+    auto sched = make(cta);
+    WorkUnit w;
+    while (sched.Next(&w)) {
+      s[cta].push_back(w);
+      if (s[cta].size() > 10000000) ADD_FAILURE() << "runaway schedule";
+    }
+  }
+  return s;
+}
+
+// problems[b] describes batch member / problem b.
+void CheckSchedule(const Schedule& s, const std::vector<ProblemGrid>& problems, int64_t max_slots,
+                   int grid, int num_sms) {
+  ASSERT_LE(grid, num_sms) << "persistent grid larger than the SMs: residency not guaranteed";
+  std::vector<int64_t> tile_base(problems.size() + 1, 0);
+  for (size_t p = 0; p < problems.size(); ++p) {
+    tile_base[p + 1] = tile_base[p] + int64_t(problems[p].tiles_m) * problems[p].tiles_n;
+  }
+  auto tile_id = [&](const TileCoord& t) {
+    const ProblemGrid& g = problems[t.batch];
+    return tile_base[t.batch] + int64_t(t.m_block) * g.tiles_n + t.n_block;
+  };
+  // (tile, k-block) coverage.
+  std::vector<std::vector<int>> covered(problems.size());
+  for (size_t p = 0; p < problems.size(); ++p) {
+    covered[p].assign(size_t(problems[p].tiles_m) * problems[p].tiles_n * problems[p].k_blocks, 0);
+  }
+  struct SlotInfo {
+    int64_t tile = -1;
+    int k_begin = 0, k_end = 0;
+    int stored = 0, reduced = 0;
+  };
+  std::map<int, SlotInfo> slots;
+  std::vector<int> finalized(tile_base.back(), 0);
+  for (const auto& units : s) {
+    for (const WorkUnit& w : units) {
+      ASSERT_GE(w.tile.batch, 0);
+      ASSERT_LT(w.tile.batch, int(problems.size()));
+      const ProblemGrid& g = problems[w.tile.batch];
+      ASSERT_GE(w.tile.m_block, 0);
+      ASSERT_LT(w.tile.m_block, g.tiles_m);
+      ASSERT_GE(w.tile.n_block, 0);
+      ASSERT_LT(w.tile.n_block, g.tiles_n);
+      ASSERT_GE(w.k_begin, 0);
+      ASSERT_GT(w.k_end, w.k_begin);
+      ASSERT_LE(w.k_end, g.k_blocks);
+      for (int k = w.k_begin; k < w.k_end; ++k) {
+        ++covered[w.tile.batch][(size_t(w.tile.m_block) * g.tiles_n + w.tile.n_block) * g.k_blocks + k];
+      }
+      if (w.role == UnitRole::kFull) {
+        ASSERT_EQ(w.k_begin, 0);
+        ASSERT_EQ(w.k_end, g.k_blocks);
+        ++finalized[tile_id(w.tile)];
+      } else if (w.role == UnitRole::kPartial) {
+        ASSERT_GE(w.slot, 0);
+        ASSERT_LT(w.slot, max_slots);
+        SlotInfo& si = slots[w.slot];
+        ++si.stored;
+        si.tile = tile_id(w.tile);
+        si.k_begin = w.k_begin;
+        si.k_end = w.k_end;
+      } else {
+        ++finalized[tile_id(w.tile)];
+      }
+    }
+  }
+  for (size_t p = 0; p < problems.size(); ++p) {
+    for (size_t i = 0; i < covered[p].size(); ++i) {
+      ASSERT_EQ(covered[p][i], 1) << "problem " << p << " (tile, k-block) " << i;
+    }
+  }
+  for (size_t t = 0; t < finalized.size(); ++t) ASSERT_EQ(finalized[t], 1) << "tile " << t;
+  for (const auto& kv : slots) ASSERT_EQ(kv.second.stored, 1) << "slot " << kv.first;
+
+  // Each finalizer's own range plus its peers' cover the tile's k-blocks
+  // exactly, every peer being a partial of the same tile.
+  for (const auto& units : s) {
+    for (const WorkUnit& w : units) {
+      if (w.role != UnitRole::kFinalize) continue;
+      ASSERT_GE(w.num_peers, 1);
+      std::vector<int> ks(problems[w.tile.batch].k_blocks, 0);
+      for (int k = w.k_begin; k < w.k_end; ++k) ++ks[k];
+      for (int i = 0; i < w.num_peers; ++i) {
+        auto it = slots.find(w.first_peer + i);
+        ASSERT_NE(it, slots.end()) << "finalizer reduces slot " << w.first_peer + i
+                                   << " that nothing stores";
+        ASSERT_EQ(it->second.tile, tile_id(w.tile)) << "slot of another tile";
+        ++it->second.reduced;
+        for (int k = it->second.k_begin; k < it->second.k_end; ++k) ++ks[k];
+      }
+      for (int c : ks) ASSERT_EQ(c, 1);
+    }
+  }
+  for (const auto& kv : slots) ASSERT_EQ(kv.second.reduced, 1) << "slot " << kv.first;
+
+  // Residency simulation: every CTA is running (grid <= SMs); a CTA's next
+  // unit completes unless it is a finalizer whose peers are not all stored.
+  std::vector<size_t> pos(s.size(), 0);
+  std::map<int, bool> flag;
+  size_t remaining = 0;
+  for (const auto& u : s) remaining += u.size();
+  while (remaining > 0) {
+    bool progress = false;
+    for (size_t c = 0; c < s.size(); ++c) {
+      while (pos[c] < s[c].size()) {
+        const WorkUnit& w = s[c][pos[c]];
+        if (w.role == UnitRole::kFinalize) {
+          bool ready = true;
+          for (int i = 0; i < w.num_peers; ++i) ready = ready && flag[w.first_peer + i];
+          if (!ready) break;
+        }
+        if (w.role == UnitRole::kPartial) flag[w.slot] = true;
+        ++pos[c];
+        --remaining;
+        progress = true;
+      }
+    }
+    ASSERT_TRUE(progress) << "deadlock: every unfinished CTA waits on a flag";
+  }
+}
+
+TEST(StreamKScheduler, HybridSplit) {
+  EXPECT_EQ(HybridStreamKTiles(264, 132), 0);
+  EXPECT_EQ(HybridStreamKTiles(120, 132), 120);
+  EXPECT_EQ(HybridStreamKTiles(200, 132), 200);
+  EXPECT_EQ(HybridStreamKTiles(288, 132), 24 + 132);
+}
+
+TEST(StreamKScheduler, RandomShapesAndGrids) {
+  std::mt19937 rng(1234);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int tm = 1 + rng() % 40, tn = 1 + rng() % 40, batch = 1 + rng() % 3;
+    const int kb = 1 + (rng() % 4 == 0 ? rng() % 2000 : rng() % 70);
+    const int sms = 1 + rng() % 160;
+    const int64_t tiles = int64_t(tm) * tn * batch;
+    const int64_t sk = rng() % 3 == 0 ? HybridStreamKTiles(tiles, sms) : rng() % (tiles + 1);
+    const int grid = sms;
+    SCOPED_TRACE(testing::Message() << tm << "x" << tn << "x" << batch << " kb " << kb << " sms "
+                                    << sms << " sk_tiles " << sk);
+    const Schedule s = Walk(grid, [&](int cta) {
+      return StreamKScheduler(tm, tn, batch, 8, kb, sk, grid, cta);
+    });
+    StreamKScheduler probe(tm, tn, batch, 8, kb, sk, grid, 0);
+    CheckSchedule(s, std::vector<ProblemGrid>(batch, {tm, tn, kb}), probe.NumSlots(), grid, sms);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(SplitKScheduler, RandomShapesAndGrids) {
+  std::mt19937 rng(99);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int tm = 1 + rng() % 12, tn = 1 + rng() % 12, batch = 1 + rng() % 2;
+    const int kb = 1 + rng() % 500;
+    const int splits = 1 + rng() % std::min(kb, 40);
+    const int sms = 1 + rng() % 160;
+    const int64_t units = int64_t(tm) * tn * batch * splits;
+    const int grid = static_cast<int>(std::min<int64_t>(units, sms));
+    SCOPED_TRACE(testing::Message() << tm << "x" << tn << "x" << batch << " kb " << kb
+                                    << " splits " << splits << " grid " << grid);
+    const Schedule s = Walk(grid, [&](int cta) {
+      return SplitKScheduler(tm, tn, batch, 8, kb, splits, grid, cta);
+    });
+    SplitKScheduler probe(tm, tn, batch, 8, kb, splits, grid, 0);
+    CheckSchedule(s, std::vector<ProblemGrid>(batch, {tm, tn, kb}), probe.NumSlots(), grid, sms);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// Split-K in one wave is stream-K over tiles x splits CTAs: same tiles, same
+// k-ranges (the kernel relies on this to launch split-K through stream-K).
+TEST(SplitKScheduler, OneWaveEqualsStreamKRanges) {
+  std::mt19937 rng(5);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const int tm = 1 + rng() % 6, tn = 1 + rng() % 6, kb = 1 + rng() % 3000;
+    const int splits = 1 + rng() % std::min(kb, 32);
+    const int grid = tm * tn * splits;
+    for (int cta = 0; cta < grid; ++cta) {
+      SplitKScheduler a(tm, tn, 1, 8, kb, splits, grid, cta);
+      StreamKScheduler b(tm, tn, 1, 8, kb, int64_t(tm) * tn, grid, cta);
+      WorkUnit wa, wb;
+      ASSERT_TRUE(a.Next(&wa));
+      ASSERT_TRUE(b.Next(&wb));
+      ASSERT_EQ(wa.tile.m_block, wb.tile.m_block);
+      ASSERT_EQ(wa.tile.n_block, wb.tile.n_block);
+      ASSERT_EQ(wa.k_begin, wb.k_begin);
+      ASSERT_EQ(wa.k_end, wb.k_end);
+      ASSERT_FALSE(a.Next(&wa));
+      ASSERT_FALSE(b.Next(&wb));
+    }
+  }
+}
+
+TEST(GroupedTileScheduler, RandomProblemLists) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const int n = 1 + rng() % (iter % 10 == 0 ? 512 : 40);
+    std::vector<GroupedProblemShape> shapes(n);
+    std::vector<ProblemGrid> grids(n);
+    int64_t total = 0;
+    for (int p = 0; p < n; ++p) {
+      const int tm = 1 + rng() % 17, tn = 1 + rng() % 9, kb = 1 + rng() % 40;
+      shapes[p] = {tm, tn, kb, std::min(8, tm), total};
+      grids[p] = {tm, tn, kb};
+      total += int64_t(tm) * tn;
+    }
+    const int sms = 1 + rng() % 160;
+    const int grid = static_cast<int>(std::min<int64_t>(total, sms));
+    SCOPED_TRACE(testing::Message() << n << " problems, grid " << grid);
+    const Schedule s = Walk(grid, [&](int cta) {
+      return GroupedTileScheduler(shapes.data(), n, total, grid, cta);
+    });
+    CheckSchedule(s, grids, 0, grid, sms);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The schedules the heuristic actually launches, for random GEMM shapes and
+// SM counts: same checks, with the heuristic's own grid.
+TEST(Heuristic, ChosenSchedulesAreSound) {
+  std::mt19937 rng(2024);
+  int reducing = 0;
+  for (int iter = 0; iter < 2500; ++iter) {
+    auto dim = [&]() -> int64_t {
+      switch (rng() % 4) {
+        case 0: return 1 + rng() % 64;
+        case 1: return 1 + rng() % 1024;
+        case 2: return 1 + rng() % 8192;
+        default: return 128 * (1 + rng() % 40);
+      }
+    };
+    const int64_t m = dim(), n = dim(), k = rng() % 5 == 0 ? 1 + rng() % 65536 : dim();
+    const int64_t batch = rng() % 6 == 0 ? 1 + rng() % 4 : 1;
+    const int sms = 1 + rng() % 160;
+    Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, batch, 64, sms, true);
+    if (rng() % 3 == 0) {
+      const Sm90Schedule forced = rng() % 2 ? Sm90Schedule::kStreamK : Sm90Schedule::kSplitK;
+      c = MakeSm90Launch(rng() % 2 ? Sm90Tile::k128x256 : Sm90Tile::k128x128, forced, m, n, k,
+                         batch, 64, sms);
+    }
+    SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k << " b" << batch << " sms " << sms
+                                    << " schedule " << int(c.schedule));
+    const Sm90TileShape shape = ShapeOf(c.tile);
+    const int tm = int((m + shape.bm - 1) / shape.bm), tn = int((n + shape.bn - 1) / shape.bn);
+    const int kb = int((k + 63) / 64);
+    Schedule s;
+    switch (c.schedule) {
+      case Sm90Schedule::kDataParallel:
+        s = Walk(c.grid, [&](int cta) {
+          return StreamKScheduler(tm, tn, int(batch), 8, kb, 0, c.grid, cta);
+        });
+        break;
+      case Sm90Schedule::kStreamK:
+        ++reducing;
+        s = Walk(c.grid, [&](int cta) {
+          return StreamKScheduler(tm, tn, int(batch), 8, kb, c.sk_tiles, c.grid, cta);
+        });
+        break;
+      case Sm90Schedule::kSplitK:
+        ++reducing;
+        ASSERT_EQ(c.grid, int64_t(tm) * tn * batch * c.splits);
+        ASSERT_EQ(c.sk_tiles, int64_t(tm) * tn * batch);
+        s = Walk(c.grid, [&](int cta) {
+          return StreamKScheduler(tm, tn, int(batch), 8, kb, c.sk_tiles, c.grid, cta);
+        });
+        break;
+    }
+    CheckSchedule(s, std::vector<ProblemGrid>(batch, {tm, tn, kb}), c.workspace_slots, c.grid, sms);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_GT(reducing, 100);
+}
+
+// Shapes whose tiles fill whole waves, or many waves, never take a reducing
+// schedule (the "no loss on shapes that tile well" rule).
+TEST(Heuristic, WholeWavesStayDataParallel) {
+  std::mt19937 rng(31);
+  for (int iter = 0; iter < 3000; ++iter) {
+    const int sms = 1 + rng() % 160;
+    const int64_t waves = 1 + rng() % 12;
+    // A 128 x 256-tiled grid of exactly waves x sms tiles.
+    const int64_t tiles = waves * sms;
+    int64_t tm = 1 + rng() % tiles;
+    while (tiles % tm != 0) --tm;
+    const int64_t m = 128 * tm, n = 256 * (tiles / tm), k = 64 * (1 + rng() % 512);
+    const Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, 1, 64, sms, true);
+    ASSERT_EQ(c.schedule, Sm90Schedule::kDataParallel)
+        << m << "x" << n << "x" << k << " on " << sms << " SMs";
+  }
+}
+
+TEST(Heuristic, IssueShapes) {
+  const int sms = 132;
+  // Whole waves or many waves: data-parallel.
+  EXPECT_EQ(ChooseSm90Launch(8192, 8192, 8192, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
+  EXPECT_EQ(ChooseSm90Launch(4096, 4096, 4096, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
+  // Wave quantization: stream-K where it measured faster (3072^3: 2.18
+  // waves), data-parallel where it did not (4224^3, 1920 x 1920 x 8192).
+  EXPECT_EQ(ChooseSm90Launch(3072, 3072, 3072, 1, 64, sms, true).schedule,
+            Sm90Schedule::kStreamK);
+  EXPECT_EQ(ChooseSm90Launch(4224, 4224, 4224, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
+  EXPECT_EQ(ChooseSm90Launch(1920, 1920, 8192, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
+  // K-heavy: split-K.
+  EXPECT_EQ(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).schedule,
+            Sm90Schedule::kSplitK);
+  EXPECT_EQ(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
+  EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
+  // Short K: the fixed cost per unit dominates (measured), data-parallel.
+  EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
+            Sm90Schedule::kDataParallel);
+  // No workspace: data-parallel always.
+  EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, false).schedule,
+            Sm90Schedule::kDataParallel);
+}
+
+}  // namespace
+}  // namespace gemm_kernels

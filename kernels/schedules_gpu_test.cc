@@ -1,0 +1,525 @@
+// GPU tests of the reducing schedules (stream-K, split-K) and of grouped
+// launches.
+//
+// Inputs come from two large random device buffers (bf16 and fp16 images of
+// the same uniform [-1, 1) values), each case taking its operands at random
+// 16-byte-aligned offsets with random padded leading dimensions, so every case
+// sees fresh data without a host fill per case. Outputs are poisoned with
+// 0xFF (NaN in every output dtype) before each run.
+//
+// Checks: a reducing schedule against the data-parallel schedule of the same
+// tile on the same inputs (fp32 outputs: only the summation order differs),
+// a float64 CPU reference on sampled rows for a share of the cases,
+// bit-identical outputs across repeated stream-K runs, and grouped launches
+// bit-identical to one data-parallel Gemm per problem with the same tile.
+// Every synchronization has a watchdog: a kernel still running after
+// kWatchdogSeconds fails the test and ends the process (a hung persistent
+// kernel would otherwise stall CI); the kernel's own flag waits trap after
+// about 10 s.
+//
+// Without a usable CUDA device, or on a non-Hopper one (where no reducing
+// schedule or grouped kernel exists), every test skips with the reason.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/gemm.h"
+#include "kernels/grouped_gemm.h"
+#include "kernels/testing/host_types.h"
+
+namespace gemm_kernels {
+namespace {
+
+constexpr double kWatchdogSeconds = 30;
+constexpr int64_t kPoolElems = int64_t(48) << 20;  // per input dtype
+constexpr size_t kWorkspaceBytes = size_t(96) << 20;
+
+std::string SkipReason() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+  if (count == 0) return "no CUDA device on this machine";
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cudaGetDeviceProperties failed";
+  if (prop.major != 9 || prop.minor != 0) {
+    return "stream-K, split-K and grouped kernels exist for compute capability 9.0 only";
+  }
+  return "";
+}
+
+// Waits for the device; a kernel still running after the deadline is a hang.
+void SyncWithWatchdog(const std::string& what) {
+  cudaEvent_t ev;
+  if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) return;
+  cudaEventRecord(ev, nullptr);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(kWatchdogSeconds);
+  while (cudaEventQuery(ev) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::fprintf(stderr, "WATCHDOG: %s still running after %.0f s: hang\n", what.c_str(),
+                   kWatchdogSeconds);
+      std::fflush(stderr);
+      std::_Exit(3);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaEventDestroy(ev);
+}
+
+#define CUDA_OK(expr)                                                      \
+  do {                                                                     \
+    const cudaError_t e_ = (expr);                                         \
+    ASSERT_EQ(e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(e_); \
+  } while (0)
+
+// The shared random operand pools (device) and their host images.
+struct Pools {
+  void* dev[2] = {nullptr, nullptr};  // bf16, fp16
+  std::vector<float> values[2];       // decoded, per element
+};
+
+Pools* GetPools() {
+  static Pools* pools = [] {
+    auto* p = new Pools;
+    std::vector<uint16_t> bits(kPoolElems);
+    uint64_t s = 0x243F6A8885A308D3ull;
+    std::vector<float> raw(kPoolElems);
+    for (int64_t i = 0; i < kPoolElems; ++i) {
+      s ^= s >> 12;
+      s ^= s << 25;
+      s ^= s >> 27;
+      raw[i] = float((s * 2685821657736338717ull) >> 40) / float(1 << 23) - 1.0f;
+    }
+    for (int t = 0; t < 2; ++t) {
+      p->values[t].resize(kPoolElems);
+      for (int64_t i = 0; i < kPoolElems; ++i) {
+        bits[i] = t == 0 ? testing::FloatToBf16(raw[i]) : testing::FloatToHalf(raw[i]);
+        p->values[t][i] = t == 0 ? testing::Bf16ToFloat(bits[i]) : testing::HalfToFloat(bits[i]);
+      }
+      if (cudaMalloc(&p->dev[t], kPoolElems * 2) != cudaSuccess ||
+          cudaMemcpy(p->dev[t], bits.data(), kPoolElems * 2, cudaMemcpyHostToDevice) != cudaSuccess) {
+        p->dev[t] = nullptr;
+      }
+    }
+    return p;
+  }();
+  return pools;
+}
+
+void* Workspace() {
+  static void* ws = [] {
+    void* p = nullptr;
+    return cudaMalloc(&p, kWorkspaceBytes) == cudaSuccess ? p : nullptr;
+  }();
+  return ws;
+}
+
+// An operand view into a pool: `offset` (elements) is folded into the device
+// pointer by Args(); Index() addresses the pool's host image.
+struct View {
+  int64_t offset = 0;  // elements
+  Layout layout = Layout::kRowMajor;
+  int64_t ld = 0;
+  int64_t Index(int64_t i, int64_t j) const {
+    return offset + (layout == Layout::kRowMajor ? i * ld + j : i + j * ld);
+  }
+};
+
+View PickView(std::mt19937_64& rng, Layout layout, int64_t rows, int64_t cols) {
+  View v;
+  v.layout = layout;
+  const int64_t min_ld = layout == Layout::kRowMajor ? cols : rows;
+  v.ld = (min_ld + 7) / 8 * 8 + 8 * std::uniform_int_distribution<int>(0, 2)(rng);
+  const int64_t outer = layout == Layout::kRowMajor ? rows : cols;
+  const int64_t span = outer * v.ld;
+  if (span + 8 > kPoolElems) {
+    ADD_FAILURE() << "operand of " << span << " elements exceeds the random pool";
+    return v;
+  }
+  v.offset = 8 * std::uniform_int_distribution<int64_t>(0, (kPoolElems - span) / 8 - 1)(rng);
+  return v;
+}
+
+struct Shape {
+  int64_t m, n, k;
+  DataType in = DataType::kBF16;
+  DataType out = DataType::kF32;
+  Layout la = Layout::kRowMajor, lb = Layout::kColMajor, ld = Layout::kRowMajor;
+  float alpha = 1.0f, beta = 0.0f;
+  TileHint tile = TileHint::k128x256;
+  ScheduleHint schedule = ScheduleHint::kStreamK;
+
+  std::string Describe() const {
+    std::ostringstream os;
+    auto L = [](Layout l) { return l == Layout::kRowMajor ? "R" : "C"; };
+    os << m << "x" << n << "x" << k << " " << DataTypeName(in) << "->" << DataTypeName(out) << " A"
+       << L(la) << " B" << L(lb) << " D" << L(ld) << " alpha=" << alpha << " beta=" << beta
+       << " tile=" << int(tile) << " schedule=" << int(schedule);
+    return os.str();
+  }
+};
+
+struct Operands {
+  View a, b;
+  void* d = nullptr;  // m x n in `ld` layout, packed
+  void* c = nullptr;
+  std::vector<uint8_t> c_host;
+};
+
+GemmArguments Args(const Shape& s, const Operands& o) {
+  const int pool = s.in == DataType::kBF16 ? 0 : 1;
+  const size_t es = 2;
+  GemmArguments g;
+  g.m = s.m;
+  g.n = s.n;
+  g.k = s.k;
+  g.a = {static_cast<uint8_t*>(GetPools()->dev[pool]) + o.a.offset * es, s.in, s.la, o.a.ld, 0};
+  g.b = {static_cast<uint8_t*>(GetPools()->dev[pool]) + o.b.offset * es, s.in, s.lb, o.b.ld, 0};
+  const int64_t ldd = s.ld == Layout::kRowMajor ? s.n : s.m;
+  g.d = {o.d, s.out, s.ld, ldd, 0};
+  g.c = {o.c, s.out, s.ld, ldd, 0};
+  g.alpha = s.alpha;
+  g.beta = s.beta;
+  return g;
+}
+
+float DecodeOut(DataType t, const uint8_t* p) {
+  uint16_t h;
+  float f;
+  switch (t) {
+    case DataType::kBF16:
+      std::memcpy(&h, p, 2);
+      return testing::Bf16ToFloat(h);
+    case DataType::kF16:
+      std::memcpy(&h, p, 2);
+      return testing::HalfToFloat(h);
+    default:
+      std::memcpy(&f, p, 4);
+      return f;
+  }
+}
+
+// fp32 outputs of two summation orders differ by roughly eps * sqrt(K).
+double OutTolerance(DataType out, int64_t k = 1) {
+  return out == DataType::kBF16 ? 1e-2
+         : out == DataType::kF16 ? 2e-3
+                                 : std::max(1e-5, 3e-7 * std::sqrt(double(k)));
+}
+
+// ||x - y|| / ||y|| over all elements; counts non-finite values of x.
+double RelDiff(DataType t, const std::vector<uint8_t>& x, const std::vector<uint8_t>& y,
+               int64_t* non_finite) {
+  const size_t es = DataTypeSize(t);
+  double e2 = 0, r2 = 0;
+  *non_finite = 0;
+  for (size_t i = 0; i < x.size() / es; ++i) {
+    const double u = DecodeOut(t, &x[i * es]), v = DecodeOut(t, &y[i * es]);
+    if (!std::isfinite(u)) {
+      ++*non_finite;
+      continue;
+    }
+    e2 += (u - v) * (u - v);
+    r2 += v * v;
+  }
+  return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+}
+
+// float64 reference of sampled rows (0, m-1 and a few random ones).
+double ReferenceError(const Shape& s, const Operands& o, const std::vector<uint8_t>& d,
+                      std::mt19937_64& rng) {
+  const std::vector<float>& pool = GetPools()->values[s.in == DataType::kBF16 ? 0 : 1];
+  const size_t es = DataTypeSize(s.out);
+  const int64_t ldd = s.ld == Layout::kRowMajor ? s.n : s.m;
+  auto at = [&](int64_t i, int64_t j) { return s.ld == Layout::kRowMajor ? i * ldd + j : i + j * ldd; };
+  std::vector<int64_t> rows = {0, s.m - 1};
+  for (int t = 0; t < 3; ++t) rows.push_back(std::uniform_int_distribution<int64_t>(0, s.m - 1)(rng));
+  double e2 = 0, r2 = 0;
+  for (int64_t i : rows) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double acc = 0;
+      for (int64_t kk = 0; kk < s.k; ++kk) acc += double(pool[o.a.Index(i, kk)]) * pool[o.b.Index(kk, j)];
+      double ref = s.alpha * acc;
+      if (s.beta != 0) ref += s.beta * double(DecodeOut(s.out, &o.c_host[at(i, j) * es]));
+      const double got = DecodeOut(s.out, &d[at(i, j) * es]);
+      if (!std::isfinite(got)) return INFINITY;
+      e2 += (got - ref) * (got - ref);
+      r2 += ref * ref;
+    }
+  }
+  return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+}
+
+// Runs `s` with its forced schedule and with data-parallel on the same
+// inputs; returns the scheduled output in *out. `name` gets the kernel name.
+void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_reference,
+                            std::string* name) {
+  SCOPED_TRACE(s.Describe());
+  Operands o;
+  o.a = PickView(rng, s.la, s.m, s.k);
+  o.b = PickView(rng, s.lb, s.k, s.n);
+  const size_t es = DataTypeSize(s.out);
+  const size_t bytes = size_t(s.m) * s.n * es;
+  CUDA_OK(cudaMalloc(&o.d, bytes));
+  CUDA_OK(cudaMalloc(&o.c, bytes));
+  o.c_host.resize(bytes);
+  if (s.beta != 0) {
+    std::uniform_real_distribution<float> dist(-1, 1);
+    for (size_t i = 0; i < bytes / es; ++i) {
+      const float v = dist(rng);
+      if (s.out == DataType::kF32) std::memcpy(&o.c_host[i * 4], &v, 4);
+      else {
+        const uint16_t h = s.out == DataType::kBF16 ? testing::FloatToBf16(v) : testing::FloatToHalf(v);
+        std::memcpy(&o.c_host[i * 2], &h, 2);
+      }
+    }
+    CUDA_OK(cudaMemcpy(o.c, o.c_host.data(), bytes, cudaMemcpyHostToDevice));
+  }
+  const GemmArguments args = Args(s, o);
+  ASSERT_TRUE(Gemm::CanImplement(args).ok()) << Gemm::CanImplement(args);
+  const size_t ws_bytes = Gemm::WorkspaceSize(args, s.tile, s.schedule);
+  ASSERT_LE(ws_bytes, kWorkspaceBytes);
+
+  std::vector<uint8_t> got(bytes), want(bytes);
+  for (int pass = 0; pass < 2; ++pass) {
+    Gemm g;
+    const absl::Status st = pass == 0 ? g.Initialize(args, Workspace(), s.tile, s.schedule)
+                                      : g.Initialize(args, nullptr, s.tile, ScheduleHint::kDataParallel);
+    ASSERT_TRUE(st.ok()) << st;
+    if (pass == 0) *name = g.kernel_name();
+    CUDA_OK(cudaMemset(o.d, 0xFF, bytes));
+    ASSERT_TRUE(g.Run(nullptr).ok());
+    SyncWithWatchdog(s.Describe() + " " + g.kernel_name());
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaMemcpy(pass == 0 ? got.data() : want.data(), o.d, bytes, cudaMemcpyDeviceToHost));
+  }
+  int64_t bad = 0;
+  const double rel = RelDiff(s.out, got, want, &bad);
+  EXPECT_EQ(bad, 0) << *name << ": non-finite outputs (unwritten or NaN)";
+  EXPECT_LE(rel, OutTolerance(s.out, s.k)) << *name << " vs data-parallel";
+  if (check_reference) {
+    const double ref = ReferenceError(s, o, got, rng);
+    EXPECT_LE(ref, std::max(1e-2, OutTolerance(s.out))) << *name << " vs float64";
+  }
+  cudaFree(o.d);
+  cudaFree(o.c);
+}
+
+class SchedulesGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string reason = SkipReason();
+    if (!reason.empty()) GTEST_SKIP() << reason;
+    ASSERT_NE(GetPools()->dev[0], nullptr);
+    ASSERT_NE(GetPools()->dev[1], nullptr);
+    ASSERT_NE(Workspace(), nullptr);
+  }
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+const Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
+
+// >= 2000 random shapes: M < 64 often, K tails, single tiles, every layout,
+// forced stream-K / split-K / the heuristic, both cooperative tiles.
+TEST_F(SchedulesGpuTest, RandomShapesAgainstDataParallel) {
+  const uint64_t seed = rng_();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int counts[3] = {0, 0, 0};
+  const int kCases = 2000;
+  for (int t = 0; t < kCases; ++t) {
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+    Shape s{};
+    s.m = pick(0, 2) == 0 ? pick(1, 63) : pick(1, 700);
+    s.n = pick(0, 3) == 0 ? pick(1, 64) : pick(1, 700);
+    s.k = pick(0, 3) == 0 ? pick(1, 300) : pick(65, 6000);
+    if (pick(0, 9) == 0) s.k = 64 * pick(1, 64);  // no K tail
+    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
+    s.out = pick(0, 4) == 0 ? s.in : DataType::kF32;
+    s.la = kLayouts[pick(0, 1)];
+    s.lb = kLayouts[pick(0, 1)];
+    s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
+    s.tile = pick(0, 1) ? TileHint::k128x256 : TileHint::k128x128;
+    s.schedule = pick(0, 2) == 0 ? ScheduleHint::kSplitK
+                 : pick(0, 4) == 0 ? ScheduleHint::kAuto
+                                   : ScheduleHint::kStreamK;
+    if (pick(0, 3) == 0) {
+      s.alpha = std::uniform_real_distribution<float>(-2, 2)(rng);
+      s.beta = pick(0, 1) ? std::uniform_real_distribution<float>(-2, 2)(rng) : 0.0f;
+    }
+    std::string name;
+    RunAgainstDataParallel(s, rng, t % 10 == 0, &name);
+    if (HasFatalFailure()) return;
+    counts[name.find("_streamk") != std::string::npos ? 0
+           : name.find("_splitk") != std::string::npos ? 1
+                                                       : 2]++;
+    if (t % 100 == 0) std::printf("  case %4d %-80s %s\n", t, s.Describe().c_str(), name.c_str());
+  }
+  std::printf("stream-K %d, split-K %d, data-parallel %d cases\n", counts[0], counts[1], counts[2]);
+  EXPECT_GT(counts[0], kCases / 3);
+  EXPECT_GT(counts[1], kCases / 10);
+}
+
+// Shapes with more tiles than SMs: the hybrid (data-parallel waves, then
+// stream-K), with the float64 reference on sampled rows.
+TEST_F(SchedulesGpuTest, HybridAndIssueShapes) {
+  const Shape shapes[] = {
+      {1920, 1920, 2048}, {3072, 3072, 1024}, {2200, 2100, 300}, {256, 4096, 4096},
+      {128, 128, 16384},  {1000, 1000, 1000}, {7, 8192, 2048},   {4224, 2112, 512},
+  };
+  for (Shape s : shapes) {
+    for (ScheduleHint h : {ScheduleHint::kAuto, ScheduleHint::kStreamK, ScheduleHint::kSplitK}) {
+      s.schedule = h;
+      s.tile = TileHint::kAuto;
+      std::string name;
+      RunAgainstDataParallel(s, rng_, true, &name);
+      std::printf("  %-80s %s\n", s.Describe().c_str(), name.c_str());
+    }
+  }
+}
+
+// Stream-K and split-K reduce partials in a fixed order: repeated runs give
+// the same bits.
+TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
+  const Shape shapes[] = {{128, 128, 65536, DataType::kBF16, DataType::kF32},
+                          {256, 2048, 16384, DataType::kBF16, DataType::kF32},
+                          {1920, 1920, 8192, DataType::kBF16, DataType::kBF16},
+                          {3072, 3072, 3072, DataType::kF16, DataType::kF32}};
+  for (Shape s : shapes) {
+    for (ScheduleHint h : {ScheduleHint::kStreamK, ScheduleHint::kSplitK, ScheduleHint::kAuto}) {
+      s.schedule = h;
+      s.tile = TileHint::kAuto;
+      SCOPED_TRACE(s.Describe());
+      Operands o;
+      o.a = PickView(rng_, s.la, s.m, s.k);
+      o.b = PickView(rng_, s.lb, s.k, s.n);
+      const size_t bytes = size_t(s.m) * s.n * DataTypeSize(s.out);
+      CUDA_OK(cudaMalloc(&o.d, bytes));
+      const GemmArguments args = Args(s, o);
+      ASSERT_LE(Gemm::WorkspaceSize(args, s.tile, s.schedule), kWorkspaceBytes);
+      Gemm g;
+      const absl::Status init = g.Initialize(args, Workspace(), s.tile, s.schedule);
+      ASSERT_TRUE(init.ok()) << init;
+      std::vector<uint8_t> first(bytes), again(bytes);
+      for (int run = 0; run < 5; ++run) {
+        CUDA_OK(cudaMemset(o.d, 0xFF, bytes));
+        ASSERT_TRUE(g.Run(nullptr).ok());
+        SyncWithWatchdog(s.Describe());
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaMemcpy(run == 0 ? first.data() : again.data(), o.d, bytes, cudaMemcpyDeviceToHost));
+        if (run > 0) {
+          EXPECT_EQ(std::memcmp(first.data(), again.data(), bytes), 0)
+              << g.kernel_name() << ": run " << run << " differs from run 0";
+        }
+      }
+      int64_t bad = 0;
+      RelDiff(s.out, first, first, &bad);
+      EXPECT_EQ(bad, 0) << g.kernel_name();
+      std::printf("  %-80s %s: 5 runs bit-identical\n", s.Describe().c_str(), g.kernel_name().c_str());
+      cudaFree(o.d);
+    }
+  }
+}
+
+// Grouped lists of 1 to 512 problems (M = 1 members included): the grouped
+// kernel must match one data-parallel Gemm per problem with the same tile
+// bit for bit; a few problems also against float64.
+TEST_F(SchedulesGpuTest, GroupedMatchesSingleLaunches) {
+  int case_no = 0;
+  for (int count : {1, 2, 3, 17, 64, 128, 300, 512}) {
+    for (int variant = 0; variant < 2; ++variant, ++case_no) {
+      std::mt19937_64& rng = rng_;
+      auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+      const DataType in = variant ? DataType::kF16 : DataType::kBF16;
+      const DataType out = pick(0, 1) ? DataType::kF32 : in;
+      const Layout la = kLayouts[pick(0, 1)], lb = kLayouts[pick(0, 1)];
+      const TileHint tile = variant ? TileHint::k128x128 : TileHint::kAuto;
+      std::vector<Shape> shapes(count);
+      std::vector<Operands> ops(count);
+      GroupedGemmArguments gargs;
+      const int max_dim = count > 100 ? 300 : 900;
+      for (int i = 0; i < count; ++i) {
+        Shape& s = shapes[i];
+        s.m = pick(0, 4) == 0 ? 1 : pick(1, max_dim);
+        s.n = pick(1, max_dim);
+        s.k = pick(1, max_dim);
+        s.in = in;
+        s.out = out;
+        s.la = la;
+        s.lb = lb;
+        s.alpha = i % 3 == 0 ? 1.0f : std::uniform_real_distribution<float>(-2, 2)(rng);
+        Operands& o = ops[i];
+        o.a = PickView(rng, la, s.m, s.k);
+        o.b = PickView(rng, lb, s.k, s.n);
+        CUDA_OK(cudaMalloc(&o.d, size_t(s.m) * s.n * DataTypeSize(out)));
+        CUDA_OK(cudaMemset(o.d, 0xFF, size_t(s.m) * s.n * DataTypeSize(out)));
+        const GemmArguments g = Args(s, o);
+        GroupedProblemArguments p;
+        p.m = g.m;
+        p.n = g.n;
+        p.k = g.k;
+        p.a = g.a;
+        p.b = g.b;
+        p.c = g.c;
+        p.d = g.d;
+        p.alpha = g.alpha;
+        gargs.problems.push_back(p);
+      }
+      ASSERT_TRUE(GroupedGemm::CanImplement(gargs).ok());
+      ASSERT_LE(GroupedGemm::WorkspaceSize(gargs), kWorkspaceBytes);
+      GroupedGemm grouped;
+      ASSERT_TRUE(grouped.Initialize(gargs, Workspace(), tile).ok());
+      EXPECT_NE(grouped.kernel_name().find("grouped"), std::string::npos) << grouped.kernel_name();
+      const TileHint used = grouped.kernel_name().find("128x256") != std::string::npos
+                                ? TileHint::k128x256
+                                : TileHint::k128x128;
+      ASSERT_TRUE(grouped.Run(nullptr).ok());
+      SyncWithWatchdog("grouped " + std::to_string(count));
+      CUDA_OK(cudaGetLastError());
+      int mismatched = 0;
+      for (int i = 0; i < count; ++i) {
+        const Shape& s = shapes[i];
+        const size_t bytes = size_t(s.m) * s.n * DataTypeSize(out);
+        std::vector<uint8_t> got(bytes), want(bytes);
+        CUDA_OK(cudaMemcpy(got.data(), ops[i].d, bytes, cudaMemcpyDeviceToHost));
+        Gemm single;
+        ASSERT_TRUE(single.Initialize(Args(s, ops[i]), nullptr, used, ScheduleHint::kDataParallel).ok());
+        CUDA_OK(cudaMemset(ops[i].d, 0xFF, bytes));
+        ASSERT_TRUE(single.Run(nullptr).ok());
+        SyncWithWatchdog("single");
+        CUDA_OK(cudaMemcpy(want.data(), ops[i].d, bytes, cudaMemcpyDeviceToHost));
+        if (std::memcmp(got.data(), want.data(), bytes) != 0) {
+          ++mismatched;
+          int64_t bad = 0;
+          ADD_FAILURE() << "problem " << i << " " << s.Describe() << " differs from a single launch, rel "
+                        << RelDiff(out, got, want, &bad) << ", non-finite " << bad;
+        }
+        if (i < 3) {
+          ops[i].c_host.assign(bytes, 0);
+          EXPECT_LE(ReferenceError(s, ops[i], got, rng), OutTolerance(out) + 1e-2)
+              << "problem " << i << " " << s.Describe();
+        }
+        cudaFree(ops[i].d);
+      }
+      std::printf("  grouped %3d problems %s->%s: %s, %d mismatches vs single launches\n", count,
+                  DataTypeName(in), DataTypeName(out), grouped.kernel_name().c_str(), mismatched);
+    }
+  }
+}
+
+TEST(GroupedGemmArgs, EmptyListIsInvalid) {
+  EXPECT_FALSE(GroupedGemm::CanImplement(GroupedGemmArguments{}).ok());
+}
+
+}  // namespace
+}  // namespace gemm_kernels
