@@ -519,6 +519,7 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
     WorkItem& item = *batch.items[i];
     ExecutionReport& r = item.report;
     r.backend = "cuda";
+    if (r.device < 0) r.device = options_.device;
     r.kernel = absl::StrJoin(lane.item_kernels[i], ",");
     r.transfer = absl::Milliseconds(h2d_ms + d2h_ms);
     r.compute = absl::Milliseconds(compute_ms);

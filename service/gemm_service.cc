@@ -315,9 +315,9 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     if (!report.backend.empty()) {  // it reached an executor
       metrics->RecordQueueWait(report.queue_wait);
       for (const auto& [kind, seconds] : report.launches)
-        metrics->RecordLaunch(report.backend, kind, seconds);
-      if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes);
-      if (report.d2h_bytes) metrics->AddTransferBytes("d2h", report.d2h_bytes);
+        metrics->RecordLaunch(report.backend, kind, seconds, report.device);
+      if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes, report.device);
+      if (report.d2h_bytes) metrics->AddTransferBytes("d2h", report.d2h_bytes, report.device);
     }
     if (s.ok()) {
       for (const GemmProblemRef& p : raw->problems) metrics->RecordProblem(p, report.backend);

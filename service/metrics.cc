@@ -245,14 +245,17 @@ void ServiceMetrics::RecordProblem(const GemmProblemRef& p, const std::string& b
 }
 
 void ServiceMetrics::RecordLaunch(const std::string& backend, const std::string& kernel_kind,
-                                  absl::Duration compute) {
-  const prometheus::Labels labels{{"backend", backend}, {"kernel_kind", kernel_kind}};
+                                  absl::Duration compute, int gpu) {
+  prometheus::Labels labels{{"backend", backend}, {"kernel_kind", kernel_kind}};
+  if (gpu >= 0) labels["gpu"] = std::to_string(gpu);
   launches_.Add(labels).Increment();
   compute_seconds_.Add(labels).Increment(absl::ToDoubleSeconds(compute));
 }
 
-void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes) {
-  transfer_bytes_.Add({{"direction", direction}}).Increment(bytes);
+void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes, int gpu) {
+  prometheus::Labels labels{{"direction", direction}};
+  if (gpu >= 0) labels["gpu"] = std::to_string(gpu);
+  transfer_bytes_.Add(labels).Increment(bytes);
 }
 
 }  // namespace gemm

@@ -71,9 +71,10 @@ class ServiceMetrics {
   // One finished problem's work.
   void RecordProblem(const GemmProblemRef& problem, const std::string& backend);
   // One kernel launch (or BLAS call) and the time it took.
+  // `gpu` is the device index, or -1 (no gpu label) on the CPU.
   void RecordLaunch(const std::string& backend, const std::string& kernel_kind,
-                    absl::Duration compute);
-  void AddTransferBytes(const std::string& direction, double bytes);
+                    absl::Duration compute, int gpu = -1);
+  void AddTransferBytes(const std::string& direction, double bytes, int gpu = -1);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

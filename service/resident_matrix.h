@@ -24,6 +24,10 @@ class ResidentMatrix {
   // Where a GPU executor's kernels read it; nullptr for a host matrix.
   const void* device_data() const { return device_data_; }
   uint64_t bytes() const { return view_.bytes(); }
+  // Which of a multi-device executor's devices holds it (0 with one device);
+  // requests that name it run there.
+  int device() const { return device_; }
+  void set_device(int device) { device_ = device; }
 
  protected:
   // `view.data` and `device_data` as described above; both owned by the
@@ -33,6 +37,7 @@ class ResidentMatrix {
  private:
   MatrixRef view_;
   const void* device_data_;
+  int device_ = 0;
 };
 
 // A resident matrix in host memory: a copy of `source` (dense, as described).

@@ -10,6 +10,7 @@
 #include "service/clock.h"
 #include "service/gemm_service.h"
 #include "service/metrics.h"
+#include "service/multi_device_executor.h"
 #include "service/request_queue.h"
 #include "service/resident_store.h"
 #include "service/version.h"
@@ -26,11 +27,29 @@ absl::Status ServerOptions::Validate() const {
   return limits.Validate();
 }
 
+std::vector<int> CudaDevices(const ServerOptions& options) {
+  if (!options.cuda_devices.empty()) return options.cuda_devices;
+  std::vector<int> all;
+  for (int d = 0; d < CudaExecutor::DeviceCount(); ++d) all.push_back(d);
+  if (all.empty()) all.push_back(0);  // lets Create report the missing device
+  return all;
+}
+
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& options) {
   const bool gpu = CudaExecutor::DeviceCount() > 0;
   if (options.backend == "cuda" || (options.backend == "auto" && gpu)) {
-    GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> cuda, CudaExecutor::Create(options.cuda));
-    return std::unique_ptr<Executor>(std::move(cuda));
+    std::vector<std::unique_ptr<Executor>> per_device;
+    for (int d : CudaDevices(options)) {
+      CudaExecutor::Options o = options.cuda;
+      o.device = d;
+      GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> cuda, CudaExecutor::Create(o));
+      per_device.push_back(std::move(cuda));
+    }
+    if (per_device.size() == 1) return std::move(per_device.front());
+    spdlog::info("serving on {} GPUs", per_device.size());
+    GEMM_ASSIGN_OR_RETURN(std::unique_ptr<MultiDeviceExecutor> multi,
+                          MultiDeviceExecutor::Create(std::move(per_device)));
+    return std::unique_ptr<Executor>(std::move(multi));
   }
   if (options.backend == "auto") spdlog::info("no CUDA device visible: using the CPU backend");
   GEMM_ASSIGN_OR_RETURN(std::unique_ptr<CpuExecutor> cpu, CpuExecutor::Create(options.cpu));
@@ -60,13 +79,16 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                              [queue] { return static_cast<double>(queue->inflight_bytes()); });
   s->metrics_->SetLimits(options.limits.max_queued_requests, options.limits.max_inflight_bytes);
   if (s->executor_->info().backend == "cuda") {
-    const int device = options.cuda.device;
-    s->metrics_->AddProbe("gemm_device_memory_used_bytes",
-                          "Device memory in use on the GPU (all processes).",
-                          {{"gpu", std::to_string(device)}}, [device] {
-                            auto used = CudaExecutor::DeviceBytesInUse(device);
-                            return used.ok() ? static_cast<double>(*used) : 0.0;
-                          });
+    const std::vector<int> devices = CudaDevices(options);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      const int device = devices[i];
+      s->metrics_->AddProbe("gemm_device_memory_used_bytes",
+                            "Device memory in use on the GPU (all processes).",
+                            {{"gpu", std::to_string(i)}}, [device] {
+                              auto used = CudaExecutor::DeviceBytesInUse(device);
+                              return used.ok() ? static_cast<double>(*used) : 0.0;
+                            });
+    }
   }
   s->residents_ = std::make_unique<ResidentStore>(
       ResidentStore::Options{options.limits.max_resident_bytes},

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -34,7 +35,10 @@ struct ServerOptions {
   std::string backend = "auto";
   ServiceLimits limits;
   CpuExecutor::Options cpu;
+  // CUDA backend: options for each device's executor (its `device` is set
+  // per device), and which devices serve; empty means every visible one.
   CudaExecutor::Options cuda;
+  std::vector<int> cuda_devices;
   BatcherOptions batcher;
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The
@@ -79,6 +83,9 @@ class GemmServer {
   int port_ = 0;
   bool shut_down_ = false;
 };
+
+// The CUDA devices the server uses: options.cuda_devices, or every visible one.
+std::vector<int> CudaDevices(const ServerOptions& options);
 
 // Creates the executor for `options.backend`.
 absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& options);

@@ -10,6 +10,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/time/time.h"
 #include "service/server.h"
 
@@ -34,7 +35,9 @@ ABSL_FLAG(std::string, auth_tokens_file, "",
           "<token>\" (UNAUTHENTICATED otherwise). Without TLS only loopback peers may connect");
 ABSL_FLAG(std::string, backend, kDefaults.backend,
           "\"auto\" (CUDA when a GPU is visible, else the CPU), \"cuda\" or \"cpu\"");
-ABSL_FLAG(int, cuda_device, kDefaults.cuda.device, "CUDA backend: device ordinal");
+ABSL_FLAG(std::vector<std::string>, cuda_devices, {},
+          "CUDA backend: comma-separated device ordinals to serve on; empty = every visible GPU "
+          "(one executor each, batches placed by predicted finish time)");
 ABSL_FLAG(int, cuda_streams, kDefaults.cuda.streams,
           "CUDA backend: streams, i.e. batches in flight at once");
 ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
@@ -100,7 +103,14 @@ int main(int argc, char** argv) {
   options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
   options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
-  options.cuda.device = absl::GetFlag(FLAGS_cuda_device);
+  for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
+    int device;
+    if (!absl::SimpleAtoi(d, &device) || device < 0) {
+      spdlog::critical("--cuda_devices: \"{}\" is not a device ordinal", d);
+      return 2;
+    }
+    options.cuda_devices.push_back(device);
+  }
   options.cuda.streams = absl::GetFlag(FLAGS_cuda_streams);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);

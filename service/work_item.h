@@ -22,6 +22,8 @@ struct ExecutionReport {
   absl::Duration compute;
   std::string backend;
   std::string kernel;
+  // Which device ran it, for the metrics' gpu label; -1 on the CPU.
+  int device = -1;
   // Kernel launches (BLAS calls on the CPU) attributed to this request, by
   // kernel kind. A launch shared by several requests is listed on one.
   std::vector<std::pair<std::string, absl::Duration>> launches;

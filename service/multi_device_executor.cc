@@ -1,0 +1,202 @@
+#include "service/multi_device_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "service/resident_matrix.h"
+
+namespace gemm {
+namespace {
+
+// The device of an item's resident operands, -1 if it names none, or -2 if
+// they live on different devices (which no single launch can read).
+int ResidentDevice(const WorkItem& item) {
+  int device = -1;
+  for (const GemmProblemRef& p : item.problems) {
+    for (const MatrixRef* m : {&p.a, &p.b, &p.c}) {
+      if (m->resident == nullptr) continue;
+      const int d = m->resident->device();
+      if (device == -1) device = d;
+      if (device != d) return -2;
+    }
+  }
+  return device;
+}
+
+std::string PeakKind(const GemmShape& s) {
+  if (s.input_dtype == DType::kFp32) return s.allow_tf32 ? "tf32" : "fp32";
+  return DTypeName(s.input_dtype);
+}
+
+}  // namespace
+
+MultiDeviceExecutor::MultiDeviceExecutor(std::vector<std::unique_ptr<Executor>> children,
+                                         const Options& options)
+    : options_(options), children_(std::move(children)) {}
+
+absl::StatusOr<std::unique_ptr<MultiDeviceExecutor>> MultiDeviceExecutor::Create(
+    std::vector<std::unique_ptr<Executor>> children, const Options& options) {
+  if (children.empty()) return absl::InvalidArgumentError("children: at least one executor");
+  if (!(options.link_bytes_per_second > 0))
+    return absl::InvalidArgumentError("link_bytes_per_second must be positive");
+  std::unique_ptr<MultiDeviceExecutor> ex(new MultiDeviceExecutor(std::move(children), options));
+  BackendInfo& info = ex->info_;
+  info = ex->children_.front()->info();
+  info.devices.clear();
+  info.peak_rates.clear();
+  for (size_t d = 0; d < ex->children_.size(); ++d) {
+    const BackendInfo& child = ex->children_[d]->info();
+    if (child.backend != info.backend)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "children: device ", d, " is ", child.backend, ", device 0 is ", info.backend));
+    info.devices.insert(info.devices.end(), child.devices.begin(), child.devices.end());
+    ex->peaks_.push_back(child.peak_rates);
+    for (PeakRate r : child.peak_rates) {
+      r.method = absl::StrCat("device ", d, ": ", r.method);
+      info.peak_rates.push_back(r);
+    }
+  }
+  ex->outstanding_.assign(ex->children_.size(), 0.0);
+  ex->resident_bytes_.assign(ex->children_.size(), 0);
+  return ex;
+}
+
+int MultiDeviceExecutor::max_concurrent_batches() const {
+  int total = 0;
+  for (const auto& c : children_) total += c->max_concurrent_batches();
+  return total;
+}
+
+double MultiDeviceExecutor::Cost(const WorkItem& item, int d) const {
+  double seconds = 0;
+  for (const GemmProblemRef& p : item.problems) {
+    double rate = 0;
+    for (const PeakRate& r : peaks_[d])
+      if (r.kind == PeakKind(p.shape)) rate = r.per_second;
+    if (rate <= 0) rate = 1e12;  // no calibration: a neutral guess, same for every device
+    uint64_t moved = p.d_bytes();
+    for (const MatrixRef* m : {&p.a, &p.b, &p.c})
+      if (m->data != nullptr && m->resident == nullptr) moved += m->bytes();
+    seconds += p.shape.flops() / rate + static_cast<double>(moved) / options_.link_bytes_per_second;
+  }
+  return seconds;
+}
+
+int MultiDeviceExecutor::LeastLoaded() const {
+  return static_cast<int>(std::min_element(outstanding_.begin(), outstanding_.end()) -
+                          outstanding_.begin());
+}
+
+std::vector<double> MultiDeviceExecutor::outstanding_seconds() const {
+  absl::MutexLock lock(&mu_);
+  return outstanding_;
+}
+
+void MultiDeviceExecutor::Execute(Batch batch) {
+  const int n = devices();
+  // Requests pinned by resident operands go to their device; the rest stay
+  // together (so their strided launches stay whole) on the least loaded one.
+  std::vector<std::vector<std::shared_ptr<WorkItem>>> items(n);
+  std::vector<std::shared_ptr<WorkItem>> free_items, split;
+  for (auto& item : batch.items) {
+    const int d = ResidentDevice(*item);
+    if (d == -2) {
+      split.push_back(item);
+    } else if (d >= 0 && d < n) {
+      items[d].push_back(item);
+    } else {
+      free_items.push_back(item);
+    }
+  }
+  std::vector<double> cost(n, 0.0);
+  {
+    absl::MutexLock lock(&mu_);
+    if (!free_items.empty()) {
+      // Least predicted finish time, counting what this batch itself adds.
+      int best = 0;
+      double best_finish = 0;
+      for (int d = 0; d < n; ++d) {
+        double pinned = 0, mine = 0;
+        for (const auto& it : items[d]) pinned += Cost(*it, d);
+        for (const auto& it : free_items) mine += Cost(*it, d);
+        const double finish = outstanding_[d] + pinned + mine;
+        if (d == 0 || finish < best_finish) {
+          best = d;
+          best_finish = finish;
+        }
+      }
+      items[best].insert(items[best].end(), free_items.begin(), free_items.end());
+    }
+    for (int d = 0; d < n; ++d) {
+      for (const auto& it : items[d]) cost[d] += Cost(*it, d);
+      outstanding_[d] += cost[d];
+    }
+  }
+  for (auto& item : split)
+    item->Complete(absl::FailedPreconditionError(
+        "the request names resident matrices held on different GPUs; register them on one"));
+
+  int parts = 0;
+  for (int d = 0; d < n; ++d) parts += !items[d].empty();
+  if (parts == 0) {
+    if (batch.on_done) batch.on_done();
+    return;
+  }
+  // The batch is done when every device's part is.
+  auto remaining = std::make_shared<std::atomic<int>>(parts);
+  auto on_done = std::make_shared<std::function<void()>>(std::move(batch.on_done));
+  for (int d = 0; d < n; ++d) {
+    if (items[d].empty()) continue;
+    Batch part;
+    std::set<const GemmProblemRef*> mine;
+    for (const auto& it : items[d]) {
+      it->report.device = d;
+      for (const GemmProblemRef& p : it->problems) mine.insert(&p);
+    }
+    for (const LaunchGroup& g : batch.launches)
+      if (mine.count(g.problems.front())) part.launches.push_back(g);
+    part.items = std::move(items[d]);
+    part.on_done = [this, d, c = cost[d], remaining, on_done] {
+      {
+        absl::MutexLock lock(&mu_);
+        outstanding_[d] = std::max(0.0, outstanding_[d] - c);
+      }
+      if (remaining->fetch_sub(1) == 1 && *on_done) (*on_done)();
+    };
+    children_[d]->Execute(std::move(part));
+  }
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::CreateResident(
+    const MatrixRef& source) const {
+  int d;
+  {
+    absl::MutexLock lock(&mu_);
+    d = static_cast<int>(std::min_element(resident_bytes_.begin(), resident_bytes_.end()) -
+                         resident_bytes_.begin());
+    resident_bytes_[d] += source.bytes();
+  }
+  auto m = children_[d]->CreateResident(source);
+  absl::MutexLock lock(&mu_);
+  if (!m.ok()) {
+    resident_bytes_[d] -= source.bytes();
+    return m.status();
+  }
+  (*m)->set_device(d);
+  // Count it off its device when the last holder lets go.
+  ResidentMatrix* raw = m->get();
+  const uint64_t bytes = source.bytes();
+  auto* self = this;
+  return std::shared_ptr<ResidentMatrix>(raw, [self, d, bytes, keep = *m](ResidentMatrix*) mutable {
+    {
+      absl::MutexLock lock(&self->mu_);
+      self->resident_bytes_[d] -= std::min(bytes, self->resident_bytes_[d]);
+    }
+    keep.reset();
+  });
+}
+
+}  // namespace gemm

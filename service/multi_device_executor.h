@@ -1,0 +1,69 @@
+// One executor per device behind the Executor interface: every GPU of the
+// host serves one server.
+//
+// A batch goes to the device with the least predicted finish time (work
+// handed to it and not yet done, in seconds: FLOPs over the device's measured
+// rate plus bytes over the host link), except that requests naming resident
+// operands go where those operands live. Resident matrices are placed on the
+// device holding the fewest resident bytes. Tested on the CPU with fake
+// children; on a GPU host the children are CudaExecutors, one per device.
+#ifndef GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
+#define GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "service/executor.h"
+
+namespace gemm {
+
+class MultiDeviceExecutor : public Executor {
+ public:
+  struct Options {
+    // Host<->device bandwidth used to predict transfer time, bytes/s.
+    double link_bytes_per_second = 50e9;
+  };
+
+  // `children[i]` serves device i. At least one; all of one backend.
+  static absl::StatusOr<std::unique_ptr<MultiDeviceExecutor>> Create(
+      std::vector<std::unique_ptr<Executor>> children, const Options& options);
+  static absl::StatusOr<std::unique_ptr<MultiDeviceExecutor>> Create(
+      std::vector<std::unique_ptr<Executor>> children) {
+    return Create(std::move(children), Options());
+  }
+
+  const BackendInfo& info() const override { return info_; }
+  int max_concurrent_batches() const override;
+  void Execute(Batch batch) override;
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
+      const MatrixRef& source) const override;
+
+  int devices() const { return static_cast<int>(children_.size()); }
+  // Predicted seconds of work handed to each device and not yet done.
+  std::vector<double> outstanding_seconds() const;
+
+  // Implementation details follow.
+  // Predicted seconds `item` takes on device `d`.
+  double Cost(const WorkItem& item, int d) const;
+
+ private:
+  MultiDeviceExecutor(std::vector<std::unique_ptr<Executor>> children, const Options& options);
+  // The device with the least outstanding work.
+  int LeastLoaded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  std::vector<std::unique_ptr<Executor>> children_;
+  BackendInfo info_;
+  // Peak FLOP/s per device and dtype kind ("bf16", ...), from the children.
+  std::vector<std::vector<PeakRate>> peaks_;
+
+  mutable absl::Mutex mu_;
+  std::vector<double> outstanding_ ABSL_GUARDED_BY(mu_);
+  mutable std::vector<uint64_t> resident_bytes_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_

@@ -1,0 +1,174 @@
+#include "service/multi_device_executor.h"
+
+#include <deque>
+
+#include <gtest/gtest.h>
+
+#include "service/resident_matrix.h"
+
+namespace gemm {
+namespace {
+
+// A device that holds its batches until the test finishes them, with a
+// configurable bf16 rate so that devices can differ.
+class FakeDevice : public Executor {
+ public:
+  explicit FakeDevice(double bf16_rate) {
+    info_.backend = "fake";
+    info_.devices.push_back({"fake gpu", "9.0", 132, 1, 0});
+    info_.peak_rates.push_back({"bf16", bf16_rate, "test"});
+  }
+  const BackendInfo& info() const override { return info_; }
+  int max_concurrent_batches() const override { return 2; }
+  void Execute(Batch batch) override { batches.push_back(std::move(batch)); }
+  // Completes batch `n` and reports it done.
+  void Finish(size_t n) {
+    for (auto& item : batches[n].items) item->Complete(absl::OkStatus());
+    batches[n].on_done();
+  }
+  std::deque<Batch> batches;
+
+ private:
+  BackendInfo info_;
+};
+
+struct Fixture {
+  // By default the link is fast enough that compute decides placement.
+  explicit Fixture(std::vector<double> rates, double link_bytes_per_second = 1e16) {
+    std::vector<std::unique_ptr<Executor>> children;
+    for (double r : rates) {
+      auto d = std::make_unique<FakeDevice>(r);
+      devices.push_back(d.get());
+      children.push_back(std::move(d));
+    }
+    MultiDeviceExecutor::Options options;
+    options.link_bytes_per_second = link_bytes_per_second;
+    auto m = MultiDeviceExecutor::Create(std::move(children), options);
+    EXPECT_TRUE(m.ok()) << m.status();
+    multi = std::move(*m);
+  }
+  std::unique_ptr<MultiDeviceExecutor> multi;
+  std::vector<FakeDevice*> devices;
+};
+
+std::shared_ptr<WorkItem> Item(uint64_t n, const ResidentMatrix* resident_b = nullptr) {
+  auto item = std::make_shared<WorkItem>();
+  GemmProblemRef p;
+  p.shape.m = p.shape.n = p.shape.k = n;
+  p.shape.input_dtype = p.shape.output_dtype = DType::kBf16;
+  p.a = MatrixA(p.shape, &p);  // any non-null pointer: placement never reads data
+  p.b = MatrixB(p.shape, &p);
+  if (resident_b != nullptr) p.b = resident_b->view();
+  item->problems.push_back(p);
+  item->done = [](const absl::Status&, const ExecutionReport&) {};
+  return item;
+}
+
+Batch BatchOf(std::vector<std::shared_ptr<WorkItem>> items, int* done_count = nullptr) {
+  Batch b = SingleLaunchBatch(std::move(items));
+  if (done_count) b.on_done = [done_count] { ++*done_count; };
+  return b;
+}
+
+TEST(MultiDeviceExecutorTest, SumsSlotsAndListsEveryDevice) {
+  Fixture f({1e14, 1e14});
+  EXPECT_EQ(f.multi->max_concurrent_batches(), 4);
+  EXPECT_EQ(f.multi->info().devices.size(), 2u);
+  EXPECT_EQ(f.multi->info().peak_rates.size(), 2u);
+}
+
+TEST(MultiDeviceExecutorTest, BalancesByPredictedFinishTime) {
+  Fixture f({1e14, 1e14});
+  // Four equal batches alternate between two equal devices.
+  for (int i = 0; i < 4; ++i) f.multi->Execute(BatchOf({Item(1024)}));
+  EXPECT_EQ(f.devices[0]->batches.size(), 2u);
+  EXPECT_EQ(f.devices[1]->batches.size(), 2u);
+  // Finishing device 1's work makes it the next choice again.
+  f.devices[1]->Finish(0);
+  f.devices[1]->Finish(1);
+  f.multi->Execute(BatchOf({Item(1024)}));
+  EXPECT_EQ(f.devices[1]->batches.size(), 3u);
+}
+
+TEST(MultiDeviceExecutorTest, AFasterDeviceTakesMoreOfTheWork) {
+  Fixture f({3e14, 1e14});
+  for (int i = 0; i < 8; ++i) f.multi->Execute(BatchOf({Item(2048)}));
+  EXPECT_EQ(f.devices[0]->batches.size(), 6u);
+  EXPECT_EQ(f.devices[1]->batches.size(), 2u);
+}
+
+TEST(MultiDeviceExecutorTest, ResidentOperandsPinRequestsToTheirDevice) {
+  Fixture f({1e14, 1e14});
+  GemmShape s;
+  s.m = s.n = s.k = 64;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  std::vector<uint16_t> bytes(64 * 64, 0x3f80);
+  // Registrations spread over devices by resident bytes: first 0, then 1.
+  auto r0 = f.multi->CreateResident(MatrixB(s, bytes.data()));
+  auto r1 = f.multi->CreateResident(MatrixB(s, bytes.data()));
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  EXPECT_EQ((*r0)->device(), 0);
+  EXPECT_EQ((*r1)->device(), 1);
+  // Three heavy batches: devices 0, 1, 0. Requests naming r0 still go to the
+  // busier device 0; the free request goes to the less loaded device 1.
+  for (int i = 0; i < 3; ++i) f.multi->Execute(BatchOf({Item(4096)}));
+  int done = 0;
+  f.multi->Execute(BatchOf({Item(64, r1->get()), Item(64, r0->get()), Item(64)}, &done));
+  ASSERT_EQ(f.devices[0]->batches.size(), 3u);
+  ASSERT_EQ(f.devices[1]->batches.size(), 2u);
+  const Batch& on0 = f.devices[0]->batches.back();
+  ASSERT_EQ(on0.items.size(), 1u);
+  EXPECT_EQ(on0.items[0]->problems[0].b.resident, r0->get());
+  EXPECT_EQ(on0.items[0]->report.device, 0);
+  EXPECT_EQ(on0.launches.size(), 1u);
+  const Batch& on1 = f.devices[1]->batches.back();
+  ASSERT_EQ(on1.items.size(), 2u);  // r1's request and the free one
+  EXPECT_EQ(on1.items[0]->problems[0].b.resident, r1->get());
+  EXPECT_EQ(on1.launches.size(), 2u);
+  // The batch is done only when every device's part is.
+  f.devices[1]->Finish(f.devices[1]->batches.size() - 1);
+  EXPECT_EQ(done, 0);
+  f.devices[0]->Finish(f.devices[0]->batches.size() - 1);
+  EXPECT_EQ(done, 1);
+}
+
+TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesAreRefused) {
+  Fixture f({1e14, 1e14});
+  GemmShape s;
+  s.m = s.n = s.k = 8;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  std::vector<uint16_t> bytes(64, 0x3f80);
+  auto r0 = f.multi->CreateResident(MatrixA(s, bytes.data()));
+  auto r1 = f.multi->CreateResident(MatrixB(s, bytes.data()));
+  ASSERT_TRUE(r0.ok() && r1.ok());
+  auto item = Item(8, r1->get());
+  item->problems[0].a = (*r0)->view();
+  absl::Status got;
+  item->done = [&got](const absl::Status& st, const ExecutionReport&) { got = st; };
+  int done = 0;
+  f.multi->Execute(BatchOf({item}, &done));
+  EXPECT_EQ(got.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(done, 1);
+}
+
+TEST(MultiDeviceExecutorTest, ReleasedResidentBytesFreeTheirDevice) {
+  Fixture f({1e14, 1e14});
+  GemmShape s;
+  s.m = s.n = s.k = 32;
+  std::vector<float> bytes(32 * 32, 1.0f);
+  auto a = f.multi->CreateResident(MatrixA(s, bytes.data()));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ((*a)->device(), 0);
+  a->reset();
+  auto b = f.multi->CreateResident(MatrixA(s, bytes.data()));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->device(), 0) << "device 0 is empty again";
+}
+
+TEST(MultiDeviceExecutorTest, CreateRejectsMixedBackends) {
+  std::vector<std::unique_ptr<Executor>> none;
+  EXPECT_FALSE(MultiDeviceExecutor::Create(std::move(none)).ok());
+}
+
+}  // namespace
+}  // namespace gemm
