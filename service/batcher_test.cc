@@ -1,6 +1,8 @@
 #include "service/batcher.h"
 
+#include <atomic>
 #include <deque>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -71,10 +73,20 @@ class BatcherTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    // Finish whatever is still held so that Stop() can return.
-    for (size_t i = 0; i < executor_->batch_count(); ++i)
-      if (executor_->batch(i).on_done) executor_->Finish(i);
-    batcher_->Stop();
+    // Stop() waits for the batches in flight, and the batcher may still
+    // dispatch one after the test's last look (a slow build shows it): keep
+    // finishing whatever arrives until Stop() returns.
+    std::atomic<bool> stopped{false};
+    std::thread stopper([this, &stopped] {
+      batcher_->Stop();
+      stopped.store(true);
+    });
+    while (!stopped.load()) {
+      for (size_t i = 0; i < executor_->batch_count(); ++i)
+        if (executor_->batch(i).on_done) executor_->Finish(i);
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    stopper.join();
   }
 
   std::shared_ptr<WorkItem> Push(uint64_t n, int priority = 0, double alpha = 1.0) {
