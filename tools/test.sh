@@ -14,8 +14,9 @@
 # own (queue, batcher, CPU executor, retry policy, metrics, auth); absl::Mutex
 # is made visible to TSan by tools/sanitizers/tsan_absl_mutex.cc.
 #
-# Added time on the 2-core CI machine, measured from a cold cache: ASan build
-# and tests about 8 minutes, TSan about 2, fuzzers about 3 (build and 2 x 30 s).
+# Time on the 2-core machine from a cold cache (2026-11-29): bazel test //...
+# 7.7 minutes, then ASan 10.3, TSan 1.7, fuzzers 2.3 (build and 2 x 30 s):
+# 22 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install-deps.sh || exit 1
