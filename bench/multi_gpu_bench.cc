@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -18,12 +19,15 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/cuda_executor.h"
 #include "service/server.h"
 
-ABSL_FLAG(int, m, 512, "M = N of every request");
+ABSL_FLAG(std::vector<std::string>, mn, std::vector<std::string>({"512", "256"}),
+          "M = N of the request shapes (mixed: calls cycle through them)");
 ABSL_FLAG(int, k, 262144, "K of every request");
 ABSL_FLAG(int, concurrency, 16, "calls in flight");
 ABSL_FLAG(int, channels, 8, "client channels (HTTP/2 connections)");
@@ -34,6 +38,7 @@ namespace {
 
 struct Result {
   double requests_per_s = 0;
+  double flops_per_s = 0;
   long errors = 0;
   long bad_values = 0;
 };
@@ -49,7 +54,15 @@ std::string RandomFp32(size_t n, uint32_t seed) {
   return out;
 }
 
-Result Run(const std::vector<int>& devices, int m, int k) {
+// The first result of each (shape, replica), to check that every device
+// computes the same function (the strict-fp32 kernel is deterministic).
+struct FirstResults {
+  absl::Mutex mu;
+  std::map<std::pair<int, int>, std::string> by_shape_replica;
+};
+
+Result Run(const std::vector<int>& devices, const std::vector<int>& shapes, int k,
+           FirstResults* firsts) {
   ServerOptions o;
   o.listen_address = "127.0.0.1:0";
   o.backend = "cuda";
@@ -72,45 +85,59 @@ Result Run(const std::vector<int>& devices, int m, int k) {
     stubs.push_back(v1::GemmService::NewStub(
         grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args)));
   }
-  // One replica of A (m x k) and B (k x m) per GPU. The server puts each new
-  // matrix on the device with the fewest resident bytes, so registering every
-  // A and then every B gives replica r both of its operands on device r (a
-  // request whose operands sit on two devices is refused).
-  const std::string a = RandomFp32(size_t(m) * k, 1), b = RandomFp32(size_t(k) * m, 2);
-  std::vector<std::pair<std::string, std::string>> replicas(devices.size());
-  for (int which = 0; which < 2; ++which) {
-    for (size_t r = 0; r < devices.size(); ++r) {
-      v1::RegisterMatrixRequest req;
-      req.set_dtype(v1::DATA_TYPE_FP32);
-      req.set_rows(which == 0 ? m : k);
-      req.set_cols(which == 0 ? k : m);
-      req.set_data(which == 0 ? a : b);
-      v1::RegisterMatrixResponse resp;
-      grpc::ClientContext ctx;
-      grpc::Status st = stubs[0]->RegisterMatrix(&ctx, req, &resp);
-      if (!st.ok()) {
-        std::fprintf(stderr, "RegisterMatrix: %s\n", st.error_message().c_str());
-        std::exit(1);
+  // One replica of A (m x k) and B (k x m) per shape and GPU. The server puts
+  // each new matrix on the device with the fewest resident bytes, so
+  // registering each shape's A on every device in turn, then its B likewise,
+  // gives replica r both operands on device r (a request whose operands sit
+  // on two devices is refused).
+  struct Replica {
+    int m;
+    std::string a, b;
+  };
+  std::vector<std::vector<Replica>> replicas(shapes.size());  // [shape][replica]
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const int m = shapes[si];
+    const std::string a = RandomFp32(size_t(m) * k, 1 + si), b = RandomFp32(size_t(k) * m, 7 + si);
+    replicas[si].resize(devices.size());
+    for (int which = 0; which < 2; ++which) {
+      for (size_t r = 0; r < devices.size(); ++r) {
+        v1::RegisterMatrixRequest req;
+        req.set_dtype(v1::DATA_TYPE_FP32);
+        req.set_rows(which == 0 ? m : k);
+        req.set_cols(which == 0 ? k : m);
+        req.set_data(which == 0 ? a : b);
+        v1::RegisterMatrixResponse resp;
+        grpc::ClientContext ctx;
+        grpc::Status st = stubs[0]->RegisterMatrix(&ctx, req, &resp);
+        if (!st.ok()) {
+          std::fprintf(stderr, "RegisterMatrix: %s\n", st.error_message().c_str());
+          std::exit(1);
+        }
+        replicas[si][r].m = m;
+        (which == 0 ? replicas[si][r].a : replicas[si][r].b) = resp.handle();
       }
-      (which == 0 ? replicas[r].first : replicas[r].second) = resp.handle();
     }
   }
 
   std::atomic<long> done{0}, errors{0}, bad{0};
+  std::atomic<double> flops{0};
   std::atomic<bool> measuring{false}, stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < absl::GetFlag(FLAGS_concurrency); ++t) {
     threads.emplace_back([&, t] {
-      v1::GemmRequest req;
-      v1::GemmProblem* p = req.add_problems();
-      p->set_m(m);
-      p->set_n(m);
-      p->set_k(k);
-      p->set_input_dtype(v1::DATA_TYPE_FP32);
-      p->mutable_a()->set_handle(replicas[t % replicas.size()].first);
-      p->mutable_b()->set_handle(replicas[t % replicas.size()].second);
       auto* stub = stubs[t % stubs.size()].get();
-      while (!stop.load()) {
+      for (long call = 0; !stop.load(); ++call) {
+        const int si = static_cast<int>((t + call) % shapes.size());
+        const int r = static_cast<int>((t / shapes.size() + call) % devices.size());
+        const Replica& rep = replicas[si][r];
+        v1::GemmRequest req;
+        v1::GemmProblem* p = req.add_problems();
+        p->set_m(rep.m);
+        p->set_n(rep.m);
+        p->set_k(k);
+        p->set_input_dtype(v1::DATA_TYPE_FP32);
+        p->mutable_a()->set_handle(rep.a);
+        p->mutable_b()->set_handle(rep.b);
         grpc::ClientContext ctx;
         v1::GemmResponse resp;
         grpc::Status st = stub->Gemm(&ctx, req, &resp);
@@ -119,12 +146,20 @@ Result Run(const std::vector<int>& devices, int m, int k) {
           if (errors++ == 0) std::fprintf(stderr, "first error: %s\n", st.error_message().c_str());
           continue;
         }
-        // No zeros, no NaN: sample the result.
+        // No zeros, no NaN; and the same result from every device.
         const std::string& d = resp.results(0).data();
         float f0, f1;
         std::memcpy(&f0, d.data(), 4);
         std::memcpy(&f1, d.data() + d.size() - 4, 4);
         if (!std::isfinite(f0) || !std::isfinite(f1) || (f0 == 0 && f1 == 0)) ++bad;
+        {
+          absl::MutexLock lock(&firsts->mu);
+          auto [it, inserted] = firsts->by_shape_replica.emplace(std::make_pair(si, 0), d);
+          if (!inserted && it->second != d) ++bad;
+        }
+        double f = flops.load();
+        while (!flops.compare_exchange_weak(f, f + 2.0 * rep.m * rep.m * k)) {
+        }
         ++done;
       }
     });
@@ -139,7 +174,7 @@ Result Run(const std::vector<int>& devices, int m, int k) {
   stop.store(true);
   for (auto& th : threads) th.join();
   (*server)->Shutdown(absl::Seconds(10));
-  return {n / elapsed, errors.load(), bad.load()};
+  return {n / elapsed, flops.load() / elapsed, errors.load(), bad.load()};
 }
 
 int Main() {
@@ -148,23 +183,34 @@ int Main() {
     std::fprintf(stderr, "no CUDA device\n");
     return 1;
   }
-  const int m = absl::GetFlag(FLAGS_m), k = absl::GetFlag(FLAGS_k);
+  std::vector<int> shapes;
+  for (const std::string& v : absl::GetFlag(FLAGS_mn)) {
+    int x;
+    if (!absl::SimpleAtoi(v, &x) || x < 1) {
+      std::fprintf(stderr, "--mn: bad size %s\n", v.c_str());
+      return 2;
+    }
+    shapes.push_back(x);
+  }
+  const int k = absl::GetFlag(FLAGS_k);
   std::vector<int> all;
   for (int d = 0; d < gpus; ++d) all.push_back(d);
-  std::printf("multi_gpu_bench: fp32 (strict) %dx%dx%d, operands resident, %d in flight over %d "
-              "channels, %.1f s\n",
-              m, m, k, absl::GetFlag(FLAGS_concurrency), absl::GetFlag(FLAGS_channels),
+  std::printf("multi_gpu_bench: fp32 (strict), M=N in {");
+  for (size_t i = 0; i < shapes.size(); ++i) std::printf("%s%d", i ? ", " : "", shapes[i]);
+  std::printf("}, K=%d, operands resident, %d in flight over %d channels, %.1f s\n", k,
+              absl::GetFlag(FLAGS_concurrency), absl::GetFlag(FLAGS_channels),
               absl::GetFlag(FLAGS_seconds));
-  const Result one = Run({0}, m, k);
+  FirstResults firsts;
+  const Result one = Run({0}, shapes, k, &firsts);
   std::printf("1 GPU : %8.1f req/s  %7.2f TFLOP/s  errors %ld  bad values %ld\n",
-              one.requests_per_s, one.requests_per_s * 2.0 * m * m * k / 1e12, one.errors,
-              one.bad_values);
+              one.requests_per_s, one.flops_per_s / 1e12, one.errors, one.bad_values);
   if (gpus == 1) return 0;
-  const Result many = Run(all, m, k);
-  std::printf("%d GPUs: %8.1f req/s  %7.2f TFLOP/s  errors %ld  bad values %ld\n", gpus,
-              many.requests_per_s, many.requests_per_s * 2.0 * m * m * k / 1e12, many.errors,
-              many.bad_values);
-  std::printf("ratio %d GPUs / 1 GPU: %.2f\n", gpus, many.requests_per_s / one.requests_per_s);
+  const Result many = Run(all, shapes, k, &firsts);
+  std::printf("%d GPUs: %8.1f req/s  %7.2f TFLOP/s  errors %ld  bad values (incl. results that "
+              "differ from GPU 0's) %ld\n",
+              gpus, many.requests_per_s, many.flops_per_s / 1e12, many.errors, many.bad_values);
+  std::printf("ratio %d GPUs / 1 GPU: %.2f req/s, %.2f FLOP/s\n", gpus,
+              many.requests_per_s / one.requests_per_s, many.flops_per_s / one.flops_per_s);
   return one.errors + many.errors + one.bad_values + many.bad_values == 0 ? 0 : 1;
 }
 
