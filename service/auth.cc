@@ -102,6 +102,12 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
                                            grpc::AuthContext* context,
                                            OutputMetadata* consumed_auth_metadata,
                                            OutputMetadata* /*response_metadata*/) {
+  // Health checks are open: probes carry no token, and the answer says only
+  // whether the server is serving.
+  if (auto path = auth_metadata.find(":path"); path != auth_metadata.end()) {
+    const absl::string_view method(path->second.data(), path->second.size());
+    if (absl::StartsWith(method, "/grpc.health.v1.Health/")) return grpc::Status::OK;
+  }
   absl::string_view authorization;
   auto it = auth_metadata.find("authorization");
   if (it != auth_metadata.end()) authorization = {it->second.data(), it->second.size()};

@@ -4,6 +4,7 @@
 // another CA is refused) and bearer tokens (missing or wrong token is
 // UNAUTHENTICATED before any work, the right one works, one connection
 // carries one caller), on TLS and on plaintext loopback.
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <fstream>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/gemm_client.h"
 #include "service/server.h"
 #include "tests/test_certs.h"
@@ -186,6 +188,34 @@ TEST_F(SecurityTest, BearerTokenOnPlaintextLoopback) {
   EXPECT_EQ(CallGemm(o).code(), absl::StatusCode::kUnauthenticated);
   o.bearer_token = kAliceToken;
   EXPECT_TRUE(CallGemm(o).ok());
+}
+
+// Health checks need no token: orchestrators (Kubernetes' gRPC probes,
+// tools/health_probe) speak neither TLS client certificates nor tokens. The
+// health service tells nothing but serving or not.
+TEST_F(SecurityTest, HealthChecksNeedNoToken) {
+  SecurityOptions s;
+  s.auth_tokens_file = *tokens_file_;
+  StartServer(s);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  grpc::GenericStub generic(channel);
+  grpc::Slice slice(std::string{});
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status st) {
+                      status = std::move(st);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  // Everything else still needs the token.
+  EXPECT_EQ(CallGemm(PlainClient()).code(), absl::StatusCode::kUnauthenticated);
 }
 
 // Two clients with different tokens in one process both work (each keeps
