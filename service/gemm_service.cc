@@ -305,6 +305,8 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   item->residents = std::move(residents.held);
   item->bytes = InflightBytes(item->problems);
   item->priority = request.priority();
+  item->client = CallerIdentity(context);
+  if (item->client.empty()) item->client = context.peer();
   item->deadline = deadline;
   item->received = received;
   const Clock* clock = clock_;

@@ -56,9 +56,16 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item) {
     inner(s, r);
   };
   item->enqueued = now;
-  entries_.insert(Entry{item->priority, item->deadline, next_seq_++, std::move(item)});
+  const uint64_t round = queued_per_client_[item->client]++;
+  entries_.insert(Entry{item->priority, item->deadline, round, next_seq_++, std::move(item)});
   ready_.Signal();
   return absl::OkStatus();
+}
+
+std::set<RequestQueue::Entry>::iterator RequestQueue::EraseLocked(std::set<Entry>::iterator it) {
+  auto count = queued_per_client_.find(it->item->client);
+  if (count != queued_per_client_.end() && --count->second == 0) queued_per_client_.erase(count);
+  return entries_.erase(it);
 }
 
 void RequestQueue::DropDeadLocked(Dropped* dropped) {
@@ -67,7 +74,7 @@ void RequestQueue::DropDeadLocked(Dropped* dropped) {
     WorkItem& item = *it->item;
     if (item.cancelled.load() || item.deadline <= now) {
       dropped->emplace_back(it->item, DeadStatus(item, now));
-      it = entries_.erase(it);
+      it = EraseLocked(it);
     } else {
       ++it;
     }
@@ -142,7 +149,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
       bytes += item.bytes;
       it->item->report.queue_wait = now - it->item->enqueued;
       out.push_back(it->item);
-      entries_.erase(it);
+      EraseLocked(it);
     }
     if (!out.empty()) {
       const double interval = absl::ToDoubleSeconds(now - last_pop_) / out.size();
@@ -161,7 +168,7 @@ void RequestQueue::Cancel(WorkItem* item) {
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       if (it->item.get() == item) {
         dropped.emplace_back(it->item, DeadStatus(*item, clock_->Now()));
-        entries_.erase(it);
+        EraseLocked(it);
         break;
       }
     }
@@ -186,6 +193,7 @@ void RequestQueue::Abandon(const absl::Status& status) {
     absl::MutexLock lock(&mu_);
     for (const Entry& e : entries_) dropped.emplace_back(e.item, status);
     entries_.clear();
+    queued_per_client_.clear();
     ready_.SignalAll();
   }
   CompleteAll(dropped);

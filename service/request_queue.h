@@ -3,7 +3,9 @@
 // Admission is decided at Push, at once: a full queue (in requests) or a full
 // in-flight byte budget rejects with RESOURCE_EXHAUSTED rather than making the
 // caller wait. Items leave in priority order (higher first), earliest deadline
-// first within a priority, then first come first served. Cancelled and expired
+// first within a priority, then fairly across clients (each client's k-th
+// queued request ranks with every other client's k-th), then first come first
+// served. Cancelled and expired
 // items are completed (CANCELLED / DEADLINE_EXCEEDED) and never handed out.
 #ifndef GEMM_SERVICE_REQUEST_QUEUE_H_
 #define GEMM_SERVICE_REQUEST_QUEUE_H_
@@ -12,8 +14,10 @@
 #include <functional>
 #include <memory>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -82,14 +86,19 @@ class RequestQueue {
   struct Entry {
     int priority;
     absl::Time deadline;
+    uint64_t round;  // how many of its client's requests were queued before it
     uint64_t seq;
     std::shared_ptr<WorkItem> item;
     bool operator<(const Entry& o) const {
       if (priority != o.priority) return priority > o.priority;
       if (deadline != o.deadline) return deadline < o.deadline;
+      if (round != o.round) return round < o.round;
       return seq < o.seq;
     }
   };
+  // Removes `it` and its client's count.
+  std::set<Entry>::iterator EraseLocked(std::set<Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // True when the items at the head of the queue fill `budget`.
   bool BudgetFullLocked(const BatchBudget& budget) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -106,6 +115,7 @@ class RequestQueue {
   absl::CondVar ready_;
   std::set<Entry> entries_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::flat_hash_map<std::string, uint64_t> queued_per_client_ ABSL_GUARDED_BY(mu_);
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Exponentially smoothed time between pops, for RetryHint.

@@ -397,5 +397,28 @@ TEST_F(RequestQueueTest, ConcurrentPushersAndPoppersCompleteEverything) {
   EXPECT_EQ(q->inflight_bytes(), 0u);
 }
 
+// A client that floods the queue does not starve another: same priority and
+// deadline, the requests interleave by client.
+TEST(RequestQueueFairnessTest, ClientsInterleaveWithinAPriority) {
+  FakeClock clock;
+  RequestQueue queue(RequestQueue::Options{}, &clock);
+  std::vector<std::string> order;
+  auto push = [&](const std::string& client, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto item = std::make_shared<WorkItem>();
+      item->client = client;
+      item->bytes = 1;
+      item->done = [](const absl::Status&, const ExecutionReport&) {};
+      item->problems.emplace_back();
+      ASSERT_TRUE(queue.Push(item).ok());
+    }
+  };
+  push("flood", 5);
+  push("other", 2);
+  for (const auto& item : queue.Pop(10, absl::ZeroDuration())) order.push_back(item->client);
+  EXPECT_EQ(order, (std::vector<std::string>{"flood", "other", "flood", "other", "flood", "flood",
+                                             "flood"}));
+}
+
 }  // namespace
 }  // namespace gemm

@@ -38,6 +38,9 @@ struct WorkItem {
   // they stay valid until `done` has been called.
   std::vector<GemmProblemRef> problems;
   int priority = 0;
+  // Who sent it (authenticated caller, else the peer address): requests of
+  // one priority and deadline are interleaved across clients.
+  std::string client;
   absl::Time deadline = absl::InfiniteFuture();
   absl::Time received;
   absl::Time enqueued;
