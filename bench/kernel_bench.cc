@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/cublas_baseline.h"
+#include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
 #include "kernels/testing/host_types.h"
 
@@ -98,41 +99,10 @@ float DecodeAt(DataType t, const uint8_t* p) {
                               : gemm_kernels::testing::HalfToFloat(h);
 }
 
-using Launcher = std::function<bool(int)>;
+using gemm_bench::Launcher;
 
-// Times several implementations with interleaved samples (A, B, C, A, B, C,
-// ...) so slow drifts of clock or power affect them alike; returns each one's
-// median sample in `ms`.
-bool TimeInterleaved(const std::vector<Launcher>& impls, int sets, cudaEvent_t start,
-                     cudaEvent_t stop, std::vector<double>* ms) {
-  for (const Launcher& launch : impls)
-    for (int i = 0; i < kWarmup; ++i)
-      if (!launch(i % sets)) return false;
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<std::vector<double>> samples(impls.size());
-  int next = 0;
-  for (int s = 0; s < kSamples; ++s) {
-    for (size_t i = 0; i < impls.size(); ++i) {
-      CHECK_CUDA(cudaEventRecord(start));
-      for (int r = 0; r < kRunsPerSample; ++r) {
-        if (!impls[i](next)) return false;
-        next = (next + 1) % sets;
-      }
-      CHECK_CUDA(cudaEventRecord(stop));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float t = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-      samples[i].push_back(double(t) / kRunsPerSample);
-    }
-  }
-  CHECK_CUDA(cudaGetLastError());
-  ms->clear();
-  for (auto& v : samples) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    ms->push_back(v[v.size() / 2]);
-  }
-  return true;
-}
+// The method: 5 warm-up launches, 25 samples of 8 launches.
+constexpr gemm_bench::TimingPlan kPlan{kWarmup, kSamples, kRunsPerSample};
 
 bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, size_t l2_bytes, Result* res) {
   const DataType in = bc.dtype;
@@ -205,13 +175,10 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     impls.push_back([&, f](int s) { return forced[f][s].Run(nullptr).ok(); });
   }
 
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
   // Two rounds show the run-to-run spread; each interleaves every variant.
   for (int round = 0; round < 2; ++round) {
     std::vector<double> ms;
-    if (!TimeInterleaved(impls, sets, start, stop, &ms)) return false;
+    if (!gemm_bench::TimeInterleaved(impls, sets, kPlan, &ms)) return false;
     res->cublas_ms[round] = ms[0];
     res->ours_ms[round] = ms[1];
     if (round == 1)
@@ -220,8 +187,6 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
   // Leave set 0 holding the heuristic kernel's output for the comparison below.
   if (!ours(0)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  CHECK_CUDA(cudaEventDestroy(start));
-  CHECK_CUDA(cudaEventDestroy(stop));
 
   // Agreement with cuBLAS on set 0 (both wrote it during timing).
   std::vector<uint8_t> x(d_elems * es * bc.batch), y(x.size());

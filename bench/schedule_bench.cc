@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "bench/cublas_baseline.h"
+#include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/testing/host_types.h"
@@ -94,41 +95,12 @@ int SetsFor(size_t set_bytes) {
   return int(std::min<size_t>(16, std::max<size_t>(1, (4 * g_l2) / std::max<size_t>(set_bytes, 1) + 1)));
 }
 
-using Launcher = std::function<bool(int)>;
+using gemm_bench::Launcher;
+
+constexpr gemm_bench::TimingPlan kPlan{kWarmup, kSamples, kRunsPerSample};
 
 bool TimeInterleaved(const std::vector<Launcher>& impls, int sets, std::vector<double>* ms) {
-  cudaEvent_t start, stop;
-  CHECK_CUDA(cudaEventCreate(&start));
-  CHECK_CUDA(cudaEventCreate(&stop));
-  for (const Launcher& launch : impls)
-    for (int i = 0; i < kWarmup; ++i)
-      if (!launch(i % sets)) return false;
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<std::vector<double>> samples(impls.size());
-  int next = 0;
-  for (int s = 0; s < kSamples; ++s) {
-    for (size_t i = 0; i < impls.size(); ++i) {
-      CHECK_CUDA(cudaEventRecord(start));
-      for (int r = 0; r < kRunsPerSample; ++r) {
-        if (!impls[i](next)) return false;
-        next = (next + 1) % sets;
-      }
-      CHECK_CUDA(cudaEventRecord(stop));
-      CHECK_CUDA(cudaEventSynchronize(stop));
-      float t = 0;
-      CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-      samples[i].push_back(double(t) / kRunsPerSample);
-    }
-  }
-  CHECK_CUDA(cudaGetLastError());
-  ms->clear();
-  for (auto& v : samples) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    ms->push_back(v[v.size() / 2]);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return true;
+  return gemm_bench::TimeInterleaved(impls, sets, kPlan, ms);
 }
 
 double MaxRelDiffBf16(const void* x, const void* y, int64_t elems) {
