@@ -48,12 +48,8 @@ constexpr DType kDTypes[] = {DType::kFp32, DType::kFp16, DType::kBf16};
 constexpr Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
 
 ServerOptions TestServerOptions() {
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cpu";
-  o.cpu.concurrent_requests = 2;
-  o.cpu.blas_threads = 1;
-  o.cpu.calibrate = true;
+  ServerOptions o = test::LoopbackCpuServerOptions();
+  o.cpu.calibrate = true;  // GetServerInfo reports measured peaks
   o.limits.max_message_bytes = 32 << 20;
   o.limits.max_dimension = 8192;
   o.limits.max_matrix_bytes = 8 << 20;

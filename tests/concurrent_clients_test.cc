@@ -47,12 +47,7 @@ constexpr DType kDTypes[] = {DType::kFp32, DType::kFp16, DType::kBf16};
 constexpr Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
 
 ServerOptions ConcurrentServerOptions() {
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cpu";
-  o.cpu.concurrent_requests = 2;
-  o.cpu.blas_threads = 1;
-  o.cpu.calibrate = false;
+  ServerOptions o = test::LoopbackCpuServerOptions();
   // While both CPU slots are busy, requests wait up to 2 ms for company.
   o.batcher.max_queue_delay = absl::Milliseconds(2);
   o.limits.max_message_bytes = 16 << 20;

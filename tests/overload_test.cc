@@ -56,12 +56,7 @@ constexpr double kFastRejectMs = 25;
 constexpr uint64_t kInflightBound = 8 << 20;
 
 ServerOptions OverloadOptions() {
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cpu";
-  o.cpu.concurrent_requests = 1;
-  o.cpu.blas_threads = 1;
-  o.cpu.calibrate = false;
+  ServerOptions o = test::LoopbackCpuServerOptions(/*concurrent_requests=*/1);
   o.batcher.budget.max_requests = 1;  // capacity: one running, kMaxQueued waiting
   o.limits.max_message_bytes = 4 << 20;
   o.limits.max_dimension = 4096;

@@ -61,12 +61,7 @@ HostMatrix Random(DType dtype, uint64_t rows, uint64_t cols, std::mt19937* rng,
 class ResidentOperandsTest : public ::testing::Test {
  protected:
   static ServerOptions Options() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.backend = "cpu";
-    o.cpu.concurrent_requests = 2;
-    o.cpu.blas_threads = 1;
-    o.cpu.calibrate = false;
+    ServerOptions o = test::LoopbackCpuServerOptions();
     o.limits.max_resident_bytes = 1 << 20;
     return o;
   }

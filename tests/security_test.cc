@@ -51,11 +51,8 @@ class SecurityTest : public ::testing::Test {
   }
 
   static ServerOptions Options() {
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.backend = "cpu";
-    o.cpu.concurrent_requests = 1;
-    o.cpu.blas_threads = 1;
+    ServerOptions o = test::LoopbackCpuServerOptions(/*concurrent_requests=*/1);
+    o.cpu.calibrate = true;  // starts like the server binary does
     o.limits.max_message_bytes = 1 << 20;
     return o;
   }

@@ -44,12 +44,8 @@ constexpr Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
 constexpr char kPushbackKey[] = "grpc-retry-pushback-ms";
 
 ServerOptions TestOptions() {
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cpu";
-  o.cpu.concurrent_requests = 2;
-  o.cpu.blas_threads = 1;
-  o.cpu.calibrate = true;
+  ServerOptions o = test::LoopbackCpuServerOptions();
+  o.cpu.calibrate = true;  // GetServerInfo reports measured peaks
   o.limits.max_message_bytes = 4 << 20;
   o.limits.max_dimension = 8192;
   o.limits.max_matrix_bytes = 2 << 20;

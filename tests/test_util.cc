@@ -188,5 +188,15 @@ double MetricValue(const std::string& scrape, const std::string& name,
   return 0;
 }
 
+ServerOptions LoopbackCpuServerOptions(int concurrent_requests) {
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.backend = "cpu";
+  o.cpu.concurrent_requests = concurrent_requests;
+  o.cpu.blas_threads = 1;
+  o.cpu.calibrate = false;
+  return o;
+}
+
 }  // namespace test
 }  // namespace gemm

@@ -16,9 +16,16 @@
 
 #include "common/gemm_problem.h"
 #include "gemm/v1/gemm.pb.h"
+#include "service/server.h"
 
 namespace gemm {
 namespace test {
+
+// The base every in-process test server starts from: loopback, a free port,
+// the CPU backend with `concurrent_requests` at a time and one OpenBLAS
+// thread each, no start-up calibration, no metrics port. Tests set the
+// limits they exercise on top.
+ServerOptions LoopbackCpuServerOptions(int concurrent_requests = 2);
 
 // A compact description of one problem. Unset optionals stay unset in the
 // proto, so the server's defaults are exercised too.
