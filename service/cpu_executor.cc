@@ -86,9 +86,9 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
   if (options.concurrent_requests < 1)
     return absl::InvalidArgumentError("concurrent_requests must be at least 1");
   if (options.blas_threads < 0) return absl::InvalidArgumentError("blas_threads must be >= 0");
-  std::unique_ptr<CpuExecutor> ex(new CpuExecutor(options));
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int threads = options.blas_threads > 0 ? options.blas_threads : cores;
+  std::unique_ptr<CpuExecutor> ex(new CpuExecutor(options, threads, cores));
   openblas_set_num_threads(threads);
   BackendInfo& info = ex->info_;
   info.backend = "cpu";
@@ -132,6 +132,31 @@ void CpuExecutor::Calibrate() {
   }
   info_.peak_rates.push_back(
       {"memory", 2.0 * src.size() / best, "measured at start-up: 64 MiB memcpy, best of 3"});
+}
+
+absl::Duration CpuExecutor::PredictRunTime(const WorkItem& item) const {
+  const double sgemm = RateOf(info_.peak_rates, "fp32");
+  if (!(sgemm > 0)) return absl::ZeroDuration();
+  const double memory = RateOf(info_.peak_rates, "memory");  // bytes read + written
+  double seconds = 0;
+  for (const GemmProblemRef& p : item.problems) {
+    seconds += p.shape.flops() / sgemm;
+    if (!(memory > 0)) continue;
+    // Bytes RunCpuGemm reads and writes converting to fp32 and back.
+    double converted = 0;
+    for (const MatrixRef* m : {&p.a, &p.b})
+      if (m->dtype != DType::kFp32) converted += m->elements() * (SizeOf(m->dtype) + 4.0);
+    const double d_elements = static_cast<double>(p.shape.m) * p.shape.n;
+    if (p.beta != 0.0 && p.c.present()) converted += d_elements * (SizeOf(p.c.dtype) + 4.0);
+    if (p.shape.output_dtype != DType::kFp32)
+      converted += d_elements * (4.0 + SizeOf(p.shape.output_dtype));
+    seconds += converted / memory;
+  }
+  return absl::Seconds(seconds);
+}
+
+int CpuExecutor::parallel_units() const {
+  return std::max(1, std::min(options_.concurrent_requests, cores_ / blas_threads_));
 }
 
 CpuExecutor::~CpuExecutor() {

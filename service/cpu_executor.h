@@ -34,14 +34,23 @@ class CpuExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return options_.concurrent_requests; }
   void Execute(Batch batch) override;
+  // Every dtype runs through sgemm: FLOPs over the calibrated sgemm rate,
+  // plus the fp16/bf16 widening and narrowing at the calibrated memory rate.
+  // Zero without calibration.
+  absl::Duration PredictRunTime(const WorkItem& item) const override;
+  // Requests that run side by side without sharing cores.
+  int parallel_units() const override;
 
  private:
-  explicit CpuExecutor(const Options& options) : options_(options) {}
+  CpuExecutor(const Options& options, int blas_threads, int cores)
+      : options_(options), blas_threads_(blas_threads), cores_(cores) {}
   void Calibrate();
   void RunThread();
   static void RunBatch(Batch& batch);
 
   const Options options_;
+  const int blas_threads_;  // resolved: options_.blas_threads, or one per core
+  const int cores_;
   BackendInfo info_;
   absl::Mutex mu_;
   std::deque<Batch> pending_ ABSL_GUARDED_BY(mu_);

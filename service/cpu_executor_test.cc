@@ -1,10 +1,12 @@
 #include "service/cpu_executor.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -256,6 +258,46 @@ TEST(CpuExecutorTest, CalibrationMeasuresPositiveRates) {
     EXPECT_FALSE(r.method.empty()) << r.kind;
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"fp32", "fp16", "bf16", "memory"}));
+}
+
+TEST(CpuExecutorTest, PredictsFromItsCalibration) {
+  GemmProblemRef p;
+  p.shape.m = p.shape.n = p.shape.k = 256;
+  p.shape.input_dtype = p.shape.output_dtype = DType::kBf16;
+  p.a = MatrixA(p.shape, &p);  // never read: prediction looks at shapes only
+  p.b = MatrixB(p.shape, &p);
+  WorkItem one, eight;
+  one.problems = {p};
+  eight.problems.assign(8, p);
+
+  auto uncalibrated = CpuExecutor::Create(FastOptions());
+  ASSERT_TRUE(uncalibrated.ok());
+  EXPECT_EQ((*uncalibrated)->PredictRunTime(one), absl::ZeroDuration()) << "nothing measured";
+
+  CpuExecutor::Options o = FastOptions();
+  o.calibrate = true;
+  auto ex = CpuExecutor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const absl::Duration t1 = (*ex)->PredictRunTime(one);
+  EXPECT_GT(t1, absl::ZeroDuration());
+  EXPECT_NEAR(absl::ToDoubleSeconds((*ex)->PredictRunTime(eight)), 8 * absl::ToDoubleSeconds(t1),
+              1e-9);
+  // bf16 is widened and narrowed on the way: more than the bare sgemm.
+  const double sgemm = RateOf((*ex)->info().peak_rates, "fp32");
+  EXPECT_GT(absl::ToDoubleSeconds(t1), p.shape.flops() / sgemm);
+}
+
+TEST(CpuExecutorTest, ParallelUnitsAreWorkersWithCoresOfTheirOwn) {
+  CpuExecutor::Options o = FastOptions();  // one BLAS thread per request
+  o.concurrent_requests = 64;
+  auto ex = CpuExecutor::Create(o);
+  ASSERT_TRUE(ex.ok());
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ((*ex)->parallel_units(), std::min(64, cores));
+  o.blas_threads = 0;  // every core for each request
+  ex = CpuExecutor::Create(o);
+  ASSERT_TRUE(ex.ok());
+  EXPECT_EQ((*ex)->parallel_units(), 1);
 }
 
 struct Completion {

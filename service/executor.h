@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "service/launch_plan.h"
 #include "service/resident_matrix.h"
 #include "service/work_item.h"
@@ -52,6 +54,20 @@ class Executor {
   // native; otherwise the batcher plans single launches instead.
   virtual bool supports_grouped() const { return false; }
 
+  // Predicted time `item` takes when it runs alone on this executor, from
+  // what the executor measured at start-up; admission control weighs it
+  // against the request's deadline (RequestQueue::Options::predict_run_time).
+  // Zero means "no prediction" (nothing was measured), and then nothing is
+  // refused for lateness. The default divides each problem's FLOPs by the
+  // peak rate measured for its type (info().peak_rates); executors that know
+  // their copy costs add them. Thread-safe.
+  virtual absl::Duration PredictRunTime(const WorkItem& item) const;
+
+  // How many items this executor runs side by side, each at the speed
+  // PredictRunTime assumes: queued work drains this many times faster than
+  // one item alone (several GPUs; CPU workers with cores of their own).
+  virtual int parallel_units() const { return 1; }
+
   // Stores `source` (dense host bytes, as described) where this executor's
   // launches read it, for RegisterMatrix: problems whose MatrixRef names the
   // result (MatrixRef::resident) read it from there and copy nothing. The
@@ -69,6 +85,16 @@ class Executor {
   // or devices). Thread-safe.
   virtual void Execute(Batch batch) = 0;
 };
+
+// The peak_rates kind that serves `shape`: "bf16", "fp16", "tf32" or "fp32".
+std::string RateKind(const GemmShape& shape);
+
+// The rate of `kind` in `rates`; 0 when it was not measured.
+double RateOf(const std::vector<PeakRate>& rates, absl::string_view kind);
+
+// Seconds the problems of `item` compute at the peak `rates` (FLOPs over the
+// rate of each problem's kind); 0 when a kind's rate was not measured.
+double ComputeSeconds(const WorkItem& item, const std::vector<PeakRate>& rates);
 
 }  // namespace gemm
 

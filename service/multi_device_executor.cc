@@ -26,11 +26,6 @@ int ResidentDevice(const WorkItem& item) {
   return device;
 }
 
-std::string PeakKind(const GemmShape& s) {
-  if (s.input_dtype == DType::kFp32) return s.allow_tf32 ? "tf32" : "fp32";
-  return DTypeName(s.input_dtype);
-}
-
 }  // namespace
 
 MultiDeviceExecutor::MultiDeviceExecutor(std::vector<std::unique_ptr<Executor>> children,
@@ -73,9 +68,7 @@ int MultiDeviceExecutor::max_concurrent_batches() const {
 double MultiDeviceExecutor::Cost(const WorkItem& item, int d) const {
   double seconds = 0;
   for (const GemmProblemRef& p : item.problems) {
-    double rate = 0;
-    for (const PeakRate& r : peaks_[d])
-      if (r.kind == PeakKind(p.shape)) rate = r.per_second;
+    double rate = RateOf(peaks_[d], RateKind(p.shape));
     if (rate <= 0) rate = 1e12;  // no calibration: a neutral guess, same for every device
     uint64_t moved = p.d_bytes();
     for (const MatrixRef* m : {&p.a, &p.b, &p.c})
@@ -83,6 +76,24 @@ double MultiDeviceExecutor::Cost(const WorkItem& item, int d) const {
     seconds += p.shape.flops() / rate + static_cast<double>(moved) / options_.link_bytes_per_second;
   }
   return seconds;
+}
+
+absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
+  const int pinned = ResidentDevice(item);
+  if (pinned == -2) return absl::ZeroDuration();  // refused at Execute, never run
+  if (pinned >= 0 && pinned < devices()) return children_[pinned]->PredictRunTime(item);
+  absl::Duration best = absl::ZeroDuration();
+  for (const auto& child : children_) {
+    const absl::Duration t = child->PredictRunTime(item);
+    if (t > absl::ZeroDuration() && (best == absl::ZeroDuration() || t < best)) best = t;
+  }
+  return best;
+}
+
+int MultiDeviceExecutor::parallel_units() const {
+  int total = 0;
+  for (const auto& c : children_) total += c->parallel_units();
+  return total;
 }
 
 int MultiDeviceExecutor::LeastLoaded() const {

@@ -37,6 +37,12 @@ class MultiDeviceExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override;
   void Execute(Batch batch) override;
+  // The prediction of the device the item would run on: its resident
+  // operands' device, else the device that predicts the shortest time. Zero
+  // when that device has no prediction.
+  absl::Duration PredictRunTime(const WorkItem& item) const override;
+  // Every device's units together.
+  int parallel_units() const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
 

@@ -16,7 +16,7 @@ class FakeDevice : public Executor {
   explicit FakeDevice(double bf16_rate) {
     info_.backend = "fake";
     info_.devices.push_back({"fake gpu", "9.0", 132, 1, 0});
-    info_.peak_rates.push_back({"bf16", bf16_rate, "test"});
+    if (bf16_rate > 0) info_.peak_rates.push_back({"bf16", bf16_rate, "test"});
   }
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return 2; }
@@ -163,6 +163,26 @@ TEST(MultiDeviceExecutorTest, ReleasedResidentBytesFreeTheirDevice) {
   auto b = f.multi->CreateResident(MatrixA(s, bytes.data()));
   ASSERT_TRUE(b.ok());
   EXPECT_EQ((*b)->device(), 0) << "device 0 is empty again";
+}
+
+TEST(MultiDeviceExecutorTest, PredictsWhereTheRequestWouldRun) {
+  Fixture f({1e12, 4e12});  // a 1000^3 bf16 problem: 2 ms on device 0, 0.5 ms on 1
+  EXPECT_EQ(f.multi->parallel_units(), 2);
+  EXPECT_EQ(f.multi->PredictRunTime(*Item(1000)), absl::Microseconds(500));
+  // Pinned by a resident operand to the slower device: its prediction.
+  GemmShape s;
+  s.m = s.n = s.k = 1000;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  std::vector<uint16_t> bytes(1000 * 1000, 0x3f80);
+  auto on0 = f.multi->CreateResident(MatrixB(s, bytes.data()));
+  ASSERT_TRUE(on0.ok());
+  ASSERT_EQ((*on0)->device(), 0);
+  EXPECT_EQ(f.multi->PredictRunTime(*Item(1000, on0->get())), absl::Milliseconds(2));
+}
+
+TEST(MultiDeviceExecutorTest, NoPredictionWithoutMeasuredRates) {
+  Fixture f({0, 0});
+  EXPECT_EQ(f.multi->PredictRunTime(*Item(1000)), absl::ZeroDuration());
 }
 
 TEST(MultiDeviceExecutorTest, CreateRejectsMixedBackends) {

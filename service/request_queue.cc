@@ -1,6 +1,7 @@
 #include "service/request_queue.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -21,45 +22,118 @@ void CompleteAll(Dropped& dropped) {
   for (auto& [item, status] : dropped) item->Complete(status);
 }
 
+// Bounds of every retry hint: soon enough to be worth a timer, late enough
+// not to come back into the same overload at once.
+constexpr absl::Duration kMinRetryHint = absl::Milliseconds(1);
+constexpr absl::Duration kMaxRetryHint = absl::Seconds(5);
+// A pushback that tells clients not to retry the same request.
+constexpr absl::Duration kDoNotRetry = absl::Milliseconds(-1);
+
+// Predictions to the microsecond: finer digits would only be noise.
+absl::Duration ToMicros(double seconds) { return absl::Microseconds(std::llround(seconds * 1e6)); }
+std::string Readable(double seconds) { return absl::FormatDuration(ToMicros(seconds)); }
+
 }  // namespace
+
+absl::Status AdmissionOptions::Validate() const {
+  if (!(safety_factor > 0) || !std::isfinite(safety_factor))
+    return absl::InvalidArgumentError(
+        absl::StrCat("admission.safety_factor must be positive and finite, got ", safety_factor));
+  return absl::OkStatus();
+}
 
 RequestQueue::RequestQueue(Options options, const Clock* clock)
     : options_(options), clock_(clock), last_pop_(clock->Now()) {}
 
 RequestQueue::~RequestQueue() { Abandon(absl::UnavailableError("the server is shutting down")); }
 
-absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item) {
+absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after) {
   const absl::Time now = clock_->Now();
   if (item->deadline <= now)
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  // Predicted before taking the lock: it walks the request's problems.
+  const bool predicting =
+      options_.admission.reject_predicted_late && options_.predict_run_time != nullptr;
+  const double predicted_s =
+      predicting ? std::max(0.0, absl::ToDoubleSeconds(options_.predict_run_time(*item))) : 0.0;
+  auto reject = [retry_after](absl::Status status, absl::Duration hint) {
+    if (retry_after != nullptr) *retry_after = hint;
+    return status;
+  };
+
   absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("the server is shutting down");
   if (entries_.size() >= options_.max_queued_requests)
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the queue is full (", options_.max_queued_requests, " requests); retry later"));
+    return reject(absl::ResourceExhaustedError(absl::StrCat(
+                      "the queue is full (", options_.max_queued_requests,
+                      " requests); retry later")),
+                  RetryHintLocked());
   if (inflight_bytes_ + item->bytes > options_.max_inflight_bytes) {
     if (item->bytes > options_.max_inflight_bytes)
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the request holds ", item->bytes,
-                       " bytes, more than the server's in-flight limit of ",
-                       options_.max_inflight_bytes));
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the server holds ", inflight_bytes_, " of its ",
-                     options_.max_inflight_bytes, " in-flight bytes; retry later"));
+      return reject(absl::ResourceExhaustedError(absl::StrCat(
+                        "the request holds ", item->bytes,
+                        " bytes, more than the server's in-flight limit of ",
+                        options_.max_inflight_bytes)),
+                    kDoNotRetry);
+    return reject(absl::ResourceExhaustedError(
+                      absl::StrCat("the server holds ", inflight_bytes_, " of its ",
+                                   options_.max_inflight_bytes, " in-flight bytes; retry later")),
+                  RetryHintLocked());
   }
+  auto queued = queued_per_client_.find(item->client);
+  Entry entry{item->priority, item->deadline,
+              queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
+              predicted_s};
+  if (predicted_s > 0 && item->deadline != absl::InfiniteFuture()) {
+    const double factor = options_.admission.safety_factor;
+    const double left_s = absl::ToDoubleSeconds(item->deadline - now);
+    if (factor * predicted_s > left_s)
+      return reject(absl::ResourceExhaustedError(absl::StrCat(
+                        "the request alone is predicted to take ", Readable(factor * predicted_s),
+                        ", more than the ", Readable(left_s),
+                        " left before its deadline; it needs a longer deadline")),
+                    kDoNotRetry);
+    const double ahead_s = factor * BacklogAheadLocked(entry);
+    if (ahead_s + factor * predicted_s > left_s)
+      return reject(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "the request is predicted to finish in ", Readable(ahead_s + factor * predicted_s),
+              " (", Readable(ahead_s), " of work running or queued ahead of it at priority ",
+              item->priority, " or above), after its deadline in ", Readable(left_s),
+              "; retry later")),
+          std::clamp(ToMicros(ahead_s), kMinRetryHint, kMaxRetryHint));
+  }
+
   inflight_bytes_ += item->bytes;
   const uint64_t bytes = item->bytes;
+  const WorkItem* raw = item.get();
   auto inner = std::move(item->done);
-  item->done = [this, bytes, inner = std::move(inner)](const absl::Status& s,
-                                                       const ExecutionReport& r) {
-    Release(bytes);
+  item->done = [this, bytes, raw, inner = std::move(inner)](const absl::Status& s,
+                                                            const ExecutionReport& r) {
+    Release(bytes, raw);
     inner(s, r);
   };
   item->enqueued = now;
-  const uint64_t round = queued_per_client_[item->client]++;
-  entries_.insert(Entry{item->priority, item->deadline, round, next_seq_++, std::move(item)});
+  ++queued_per_client_[item->client];
+  ++next_seq_;
+  entry.item = std::move(item);
+  entries_.insert(std::move(entry));
   ready_.Signal();
   return absl::OkStatus();
+}
+
+double RequestQueue::RunningBacklogLocked() const {
+  if (running_.empty()) return 0;
+  const double parallel = std::max(1, options_.parallel_units);
+  const double until_s = absl::ToDoubleSeconds(busy_until_ - clock_->Now());
+  return std::clamp(until_s, 0.0, running_s_ / parallel);
+}
+
+double RequestQueue::BacklogAheadLocked(const Entry& entry) const {
+  double queued_s = 0;
+  for (auto it = entries_.begin(); it != entries_.end() && *it < entry; ++it)
+    queued_s += it->predicted_s;
+  return RunningBacklogLocked() + queued_s / std::max(1, options_.parallel_units);
 }
 
 std::set<RequestQueue::Entry>::iterator RequestQueue::EraseLocked(std::set<Entry>::iterator it) {
@@ -139,6 +213,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
     const absl::Time now = clock_->Now();
     double flops = 0;
     uint64_t bytes = 0;
+    double predicted_s = 0;
     while (!entries_.empty() && out.size() < budget.max_requests) {
       auto it = entries_.begin();
       const WorkItem& item = *it->item;
@@ -148,9 +223,17 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
       flops += item.flops();
       bytes += item.bytes;
       it->item->report.queue_wait = now - it->item->enqueued;
+      if (it->predicted_s > 0) {
+        running_.emplace(it->item.get(), it->predicted_s);
+        running_s_ += it->predicted_s;
+        predicted_s += it->predicted_s;
+      }
       out.push_back(it->item);
       EraseLocked(it);
     }
+    if (predicted_s > 0)
+      busy_until_ = std::max(busy_until_, now) +
+                    absl::Seconds(predicted_s / std::max(1, options_.parallel_units));
     if (!out.empty()) {
       const double interval = absl::ToDoubleSeconds(now - last_pop_) / out.size();
       pop_interval_s_ = 0.9 * pop_interval_s_ + 0.1 * interval;
@@ -176,9 +259,14 @@ void RequestQueue::Cancel(WorkItem* item) {
   CompleteAll(dropped);
 }
 
-void RequestQueue::Release(uint64_t bytes) {
+void RequestQueue::Release(uint64_t bytes, const WorkItem* item) {
   absl::MutexLock lock(&mu_);
   inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+  auto it = running_.find(item);
+  if (it == running_.end()) return;
+  running_s_ -= it->second;
+  running_.erase(it);
+  if (running_.empty()) running_s_ = 0;  // no rounding residue once idle
 }
 
 void RequestQueue::Close() {
@@ -211,13 +299,17 @@ uint64_t RequestQueue::inflight_bytes() const {
 
 absl::Duration RequestQueue::RetryHint() const {
   absl::MutexLock lock(&mu_);
+  return RetryHintLocked();
+}
+
+absl::Duration RequestQueue::RetryHintLocked() const {
   // Time for a tenth of the queue to drain at the recent rate, within bounds.
   // While nothing is being taken (a long request holds the backend), the time
   // since the last pop is the better measure of the rate.
   const double since_pop = absl::ToDoubleSeconds(clock_->Now() - last_pop_);
   const double interval = std::max(pop_interval_s_, since_pop);
   const double s = interval * std::max<size_t>(1, entries_.size() / 10);
-  return std::clamp(absl::Seconds(s), absl::Milliseconds(1), absl::Seconds(5));
+  return std::clamp(absl::Seconds(s), kMinRetryHint, kMaxRetryHint);
 }
 
 }  // namespace gemm

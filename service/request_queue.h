@@ -1,8 +1,9 @@
 // The bounded queue between the RPC handlers and the executors.
 //
-// Admission is decided at Push, at once: a full queue (in requests) or a full
-// in-flight byte budget rejects with RESOURCE_EXHAUSTED rather than making the
-// caller wait. Items leave in priority order (higher first), earliest deadline
+// Admission is decided at Push, at once: a full queue (in requests), a full
+// in-flight byte budget, or a predicted completion past the request's
+// deadline rejects with RESOURCE_EXHAUSTED rather than making the caller wait
+// (or queueing work that would only expire). Items leave in priority order (higher first), earliest deadline
 // first within a priority, then fairly across clients (each client's k-th
 // queued request ranks with every other client's k-th), then first come first
 // served. Cancelled and expired
@@ -26,6 +27,24 @@
 
 namespace gemm {
 
+// Admission by predicted completion. A request with a deadline is refused at
+// Push when `safety_factor` x (the predicted run time of the work running and
+// queued ahead of it, plus its own) reaches past its deadline. "Ahead" is
+// queue order: higher priorities, then earlier deadlines; lower priorities
+// never count against a request.
+struct AdmissionOptions {
+  // Off: requests are queued whatever their deadline and expire there
+  // (DEADLINE_EXCEEDED) if it passes first.
+  bool reject_predicted_late = true;
+  // Multiplies every prediction before it is compared with the deadline.
+  // Predictions come from peak rates measured at start-up, so they are
+  // optimistic for small problems: above 1 refuses earlier, below 1 later.
+  double safety_factor = 1.0;
+
+  // InvalidArgument naming the bad field, or OK.
+  absl::Status Validate() const;
+};
+
 // Limits of one batch taken from the queue.
 struct BatchBudget {
   size_t max_requests = 256;
@@ -38,6 +57,14 @@ class RequestQueue {
   struct Options {
     uint32_t max_queued_requests = 1024;
     uint64_t max_inflight_bytes = uint64_t{4} << 30;
+    AdmissionOptions admission;
+    // One item's run time alone on the executor (Executor::PredictRunTime).
+    // Empty, or a zero answer, means no prediction: nothing is refused for
+    // lateness. Called by Push outside the queue's lock.
+    std::function<absl::Duration(const WorkItem&)> predict_run_time;
+    // Items the executor runs side by side (Executor::parallel_units): the
+    // predicted backlog drains this many times faster than it adds up.
+    int parallel_units = 1;
   };
 
   RequestQueue(Options options, const Clock* clock);
@@ -45,9 +72,14 @@ class RequestQueue {
 
   // Admits `item` (stamping item->enqueued; its bytes count against the budget
   // until it completes, by whatever path) or rejects it: RESOURCE_EXHAUSTED
-  // when full, UNAVAILABLE after Close(), DEADLINE_EXCEEDED when its deadline
-  // has already passed. A rejected item is not completed: the caller answers.
-  absl::Status Push(std::shared_ptr<WorkItem> item);
+  // when full or predicted to finish past its deadline, UNAVAILABLE after
+  // Close(), DEADLINE_EXCEEDED when its deadline has already passed. A
+  // rejected item is not completed: the caller answers. On
+  // RESOURCE_EXHAUSTED, `retry_after` (if given) receives the pushback for
+  // the client: when to retry, or a negative duration when retrying the same
+  // request cannot help (it exceeds a limit, or alone would outlast its
+  // deadline).
+  absl::Status Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after = nullptr);
 
   // Waits up to `wait` for live items and returns up to `max_items` of them in
   // queue order (possibly none). Returns at once with none after Close() once
@@ -89,6 +121,7 @@ class RequestQueue {
     uint64_t round;  // how many of its client's requests were queued before it
     uint64_t seq;
     std::shared_ptr<WorkItem> item;
+    double predicted_s = 0;  // run time alone, from Options::predict_run_time
     bool operator<(const Entry& o) const {
       if (priority != o.priority) return priority > o.priority;
       if (deadline != o.deadline) return deadline < o.deadline;
@@ -103,8 +136,17 @@ class RequestQueue {
   // True when the items at the head of the queue fill `budget`.
   bool BudgetFullLocked(const BatchBudget& budget) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Admitted bytes return to the budget when the item completes, by any path
-  // (Push wraps the item's `done` to call this).
-  void Release(uint64_t bytes);
+  // (Push wraps the item's `done` to call this); a popped item's predicted
+  // time leaves the running backlog.
+  void Release(uint64_t bytes, const WorkItem* item);
+  // The predicted seconds of work, per parallel unit, that runs before an
+  // item ranked `entry` would start: what is running and what is queued
+  // ahead of it.
+  double BacklogAheadLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Predicted seconds, per parallel unit, that the popped and unfinished
+  // items still need.
+  double RunningBacklogLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration RetryHintLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Completes and removes dead (cancelled or expired) entries.
   void DropDeadLocked(std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -121,6 +163,12 @@ class RequestQueue {
   // Exponentially smoothed time between pops, for RetryHint.
   absl::Time last_pop_ ABSL_GUARDED_BY(mu_);
   double pop_interval_s_ ABSL_GUARDED_BY(mu_) = 1e-3;
+  // Popped, unfinished items and their predicted seconds; their sum. The
+  // running work is predicted to end at busy_until_ (each pop extends it by
+  // what it hands out), but never later than the sum allows.
+  absl::flat_hash_map<const WorkItem*, double> running_ ABSL_GUARDED_BY(mu_);
+  double running_s_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time busy_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace gemm

@@ -24,6 +24,7 @@ absl::Status ServerOptions::Validate() const {
         absl::StrCat("backend must be \"auto\", \"cuda\" or \"cpu\", got \"", backend, "\""));
   GEMM_RETURN_IF_ERROR(batcher.Validate());
   GEMM_RETURN_IF_ERROR(security.Validate());
+  GEMM_RETURN_IF_ERROR(admission.Validate());
   return limits.Validate();
 }
 
@@ -69,9 +70,15 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->options_ = options;
   s->executor_ = std::move(executor);
   s->metrics_ = std::make_unique<ServiceMetrics>();
-  s->queue_ = std::make_unique<RequestQueue>(
-      RequestQueue::Options{options.limits.max_queued_requests, options.limits.max_inflight_bytes},
-      Clock::Real());
+  RequestQueue::Options queue_options;
+  queue_options.max_queued_requests = options.limits.max_queued_requests;
+  queue_options.max_inflight_bytes = options.limits.max_inflight_bytes;
+  queue_options.admission = options.admission;
+  queue_options.predict_run_time = [ex = s->executor_.get()](const WorkItem& item) {
+    return ex->PredictRunTime(item);
+  };
+  queue_options.parallel_units = s->executor_->parallel_units();
+  s->queue_ = std::make_unique<RequestQueue>(queue_options, Clock::Real());
   RequestQueue* queue = s->queue_.get();
   s->metrics_->SetBuildInfo(kVersion, s->executor_->info().backend);
   s->metrics_->SetPeakRates(s->executor_->info().peak_rates);

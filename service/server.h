@@ -43,6 +43,8 @@ struct ServerOptions {
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
+  // Refusing at once requests predicted to finish past their deadline.
+  AdmissionOptions admission;
   // private interface) to keep it off the public one.
   std::string metrics_listen;
   // TLS, mutual TLS and bearer tokens for the gRPC port; all off by default.

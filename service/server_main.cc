@@ -52,6 +52,12 @@ ABSL_FLAG(uint64_t, batch_max_bytes, kDefaults.batcher.budget.max_bytes,
           "most operand and result bytes in one batch");
 ABSL_FLAG(double, large_problem_flops, kDefaults.batcher.plan.large_problem_flops,
           "problems with at least this many FLOPs get a launch of their own");
+ABSL_FLAG(bool, reject_predicted_late, kDefaults.admission.reject_predicted_late,
+          "refuse at once (RESOURCE_EXHAUSTED with a retry pushback) a request whose predicted "
+          "completion, after the work running and queued ahead of it, is past its deadline");
+ABSL_FLAG(double, deadline_safety_factor, kDefaults.admission.safety_factor,
+          "multiplies predicted run times before they are weighed against deadlines; above 1 "
+          "refuses earlier, below 1 later");
 ABSL_FLAG(int, cpu_concurrency, kDefaults.cpu.concurrent_requests,
           "CPU backend: requests computed at once");
 ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
@@ -106,6 +112,8 @@ int main(int argc, char** argv) {
   for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
     int device;
     if (!absl::SimpleAtoi(d, &device) || device < 0) {
+  options.admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
+  options.admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
       spdlog::critical("--cuda_devices: \"{}\" is not a device ordinal", d);
       return 2;
     }
