@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/grpc_status.h"
+#include "common/proto_enums.h"
 
 namespace gemm {
 namespace {
@@ -37,6 +38,14 @@ absl::Status ValidateOptions(const ClientOptions& o, bool need_target) {
   }
   if (!o.tls && (!o.tls_root_certs_pem.empty() || !o.tls_cert_chain_pem.empty())) {
     return absl::InvalidArgumentError("TLS certificates are set but tls is false");
+  }
+  if (o.chunk_bytes == 0 || o.chunk_bytes + 4096 > static_cast<uint64_t>(o.max_message_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk_bytes must be in [1, max_message_bytes - 4096], got ", o.chunk_bytes));
+  }
+  if (o.transfer_channels < 1 || o.transfer_channels > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transfer_channels must be in [1, 64], got ", o.transfer_channels));
   }
   for (char c : o.bearer_token) {
     if (c < 0x21 || c > 0x7e) {
@@ -167,7 +176,15 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.target));
   }
-  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+  // Transfer channels: each its own connection (distinct arguments and a
+  // local subchannel pool keep gRPC from sharing one between them).
+  auto make_transfer_channel = [target = options.target, creds, args](int i) mutable {
+    grpc::ChannelArguments mine = args;
+    mine.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    mine.SetInt("gemm.transfer_channel", i);
+    return grpc::CreateCustomChannel(target, creds, mine);
+  };
+  return std::unique_ptr<Client>(new Client(std::move(channel), options, make_transfer_channel));
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::CreateWithChannel(
@@ -177,9 +194,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::CreateWithChannel(
   return std::unique_ptr<Client>(new Client(std::move(channel), options));
 }
 
-Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
+               std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel)
     : options_(options),
       channel_(std::move(channel)),
+      make_transfer_channel_(std::move(make_transfer_channel)),
       stub_(v1::GemmService::NewStub(channel_)),
       timer_(std::make_unique<RetryTimer>()) {}
 
@@ -255,6 +274,7 @@ absl::Status Client::CallWithRetry(
 }
 
 GemmResult Client::Gemm(const v1::GemmRequest& request, const CallOptions& options) {
+  if (NeedsChunks(request)) return GemmChunked(request, options);
   v1::GemmResponse response;
   absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
     return stub_->Gemm(ctx, request, &response);
@@ -276,6 +296,10 @@ absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
                                                       absl::string_view label,
                                                       const CallOptions& options) {
   if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
+  const uint64_t bytes = matrix.ref().bytes();
+  if ((options_.chunked_threshold_bytes != 0 && bytes >= options_.chunked_threshold_bytes) ||
+      bytes + 4096 > static_cast<uint64_t>(options_.max_message_bytes))
+    return UploadMatrix(matrix, /*transient=*/false, label, options);
   v1::RegisterMatrixRequest request;
   request.set_dtype(ToProto(matrix.dtype()));
   request.set_rows(matrix.rows());
@@ -293,8 +317,12 @@ absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
 }
 
 absl::Status Client::ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options) {
+  return ReleaseMatrix(matrix.handle, options);
+}
+
+absl::Status Client::ReleaseMatrix(const std::string& handle, const CallOptions& options) {
   v1::ReleaseMatrixRequest request;
-  request.set_handle(matrix.handle);
+  request.set_handle(handle);
   v1::ReleaseMatrixResponse response;
   return CallWithRetry(options, [&](grpc::ClientContext* ctx) {
     return stub_->ReleaseMatrix(ctx, request, &response);

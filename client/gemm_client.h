@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/chunked_transfer.h"
 #include "client/matrix_view.h"
 #include "client/retry_policy.h"
 #include "gemm/v1/gemm.grpc.pb.h"
@@ -64,6 +65,22 @@ struct ClientOptions {
   // The client then keeps connections of its own (a local subchannel pool):
   // the server binds each connection to one caller (service/auth.h).
   std::string bearer_token;
+
+  // Large operands and results travel in chunks (gemm.v1.Transfer) instead
+  // of inside one message: Gemm uploads each operand of at least
+  // `chunked_threshold_bytes` as a transient resident matrix, asks the server
+  // to keep the results when they are that large, downloads them, and
+  // releases everything; RegisterMatrix uploads such a matrix in chunks.
+  // This lifts protobuf's 2 GiB cap and the message limit, and is faster for
+  // large payloads (bench/RESULTS.md has the measurements behind the
+  // defaults). Requests that would not fit in max_message_bytes always go
+  // this way; 0 sends everything as one message where it fits.
+  uint64_t chunked_threshold_bytes = uint64_t{8} << 20;
+  // Bytes per chunk message.
+  uint64_t chunk_bytes = uint64_t{4} << 20;
+  // Connections (channels with distinct arguments, so gRPC does not share
+  // one) that one matrix's chunks are striped over.
+  int transfer_channels = 4;
 };
 
 // Per-call settings.
@@ -104,7 +121,10 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  // Blocking unary Gemm, retries included.
+  // Blocking unary Gemm, retries included. Large operands and results go in
+  // chunks (ClientOptions::chunked_threshold_bytes); the response then looks
+  // the same, results in their data fields. The asynchronous calls and
+  // streams below send one message per request.
   GemmResult Gemm(const v1::GemmRequest& request, const CallOptions& options = {});
 
   // Non-blocking Gemm. `done` runs exactly once, on a gRPC or retry thread, so
@@ -130,6 +150,18 @@ class Client {
   // Frees a registered matrix once requests in flight are done with it.
   // NOT_FOUND if unknown or already released.
   absl::Status ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options = {});
+  absl::Status ReleaseMatrix(const std::string& handle, const CallOptions& options = {});
+
+  // RegisterMatrix in chunks over the transfer channels, whatever the size
+  // (RegisterMatrix does this by itself above chunked_threshold_bytes). A
+  // transient matrix is freed by the server after its idle timeout unused.
+  absl::StatusOr<ResidentHandle> UploadMatrix(const MatrixView& matrix, bool transient = false,
+                                              absl::string_view label = "",
+                                              const CallOptions& options = {});
+  // Reads bytes [0, bytes) of a resident matrix of this caller (e.g. a result
+  // kept with GemmRequest.keep_results) into `dst`, in chunks.
+  absl::Status DownloadMatrix(const std::string& handle, void* dst, uint64_t bytes,
+                              const CallOptions& options = {});
 
   // Opens a GemmStream: see GemmStreamSession. The stream's deadline (from
   // `options`) bounds the whole stream; streams are not retried.
@@ -143,7 +175,8 @@ class Client {
   class AsyncCall;
   class RetryTimer;
 
-  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
+         std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel = nullptr);
 
   absl::Time DeadlineFor(const CallOptions& options) const;
   void PrepareContext(grpc::ClientContext* ctx, const CallOptions& options,
@@ -157,6 +190,12 @@ class Client {
   absl::Status CallWithRetry(const CallOptions& options,
                              const std::function<grpc::Status(grpc::ClientContext*)>& attempt);
 
+  // Gemm through uploads, keep_results and downloads (see Gemm).
+  GemmResult GemmChunked(const v1::GemmRequest& request, const CallOptions& options);
+  bool NeedsChunks(const v1::GemmRequest& request) const;
+  // The transfer channel pool, made on first use.
+  const ChunkedTransfer& transfer();
+
   void StartAttempt(const std::shared_ptr<AsyncCall>& call);
   void OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::Status& status);
   void Register(const std::shared_ptr<AsyncCall>& call);
@@ -164,6 +203,11 @@ class Client {
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
+  // Makes transfer channel i; null when the client was made on an existing
+  // channel (the pool is then that one channel).
+  const std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel_;
+  absl::Mutex transfer_mu_;
+  std::unique_ptr<ChunkedTransfer> transfer_ ABSL_GUARDED_BY(transfer_mu_);
   const std::unique_ptr<v1::GemmService::Stub> stub_;
   std::unique_ptr<RetryTimer> timer_;
 

@@ -11,8 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/proto_enums.h"
 #include "service/caller_identity.h"
 #include "service/request_validation.h"
+#include "service/transfer_service.h"
 #include "service/version.h"
 
 namespace gemm {
@@ -29,6 +31,32 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
 
 uint64_t Nanos(absl::Duration d) {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d)));
+}
+
+// Moves each result of `response` into `store` as a transient resident
+// matrix of `caller` (no copy) and leaves its handle in the result. On
+// failure nothing stays registered.
+absl::Status KeepResults(ResidentStore* store, const std::string& caller,
+                         v1::GemmResponse* response) {
+  std::vector<std::string> kept;
+  for (v1::GemmResult& r : *response->mutable_results()) {
+    auto dtype = FromProto(r.dtype());
+    auto layout = FromProto(r.layout());
+    MatrixRef shape{nullptr, r.rows(), r.cols(), layout.ok() ? *layout : Layout::kRowMajor,
+                    dtype.ok() ? *dtype : DType::kFp32};
+    auto registered =
+        store->Adopt(caller, AdoptHostResident(shape, std::move(*r.mutable_data())), true);
+    r.clear_data();
+    if (!registered.ok()) {
+      for (const std::string& h : kept) store->Release(caller, h).IgnoreError();
+      for (v1::GemmResult& undo : *response->mutable_results()) undo.clear_handle();
+      return absl::Status(registered.status().code(),
+                          absl::StrCat("keep_results: ", registered.status().message()));
+    }
+    r.set_handle(registered->handle);
+    kept.push_back(registered->handle);
+  }
+  return absl::OkStatus();
 }
 
 // One unary Gemm call. Owns nothing of the request (gRPC does); lives until
@@ -300,20 +328,39 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     *pushback = absl::Milliseconds(-1);
     return problems.status();
   }
+  const std::string caller = CallerIdentity(context);
+  const bool keep_results = request.keep_results();
+  if (keep_results) {
+    if (residents_ == nullptr)
+      return absl::FailedPreconditionError(
+          "keep_results: this server keeps no resident matrices");
+    uint64_t result_bytes = 0;
+    for (const GemmProblemRef& p : *problems) result_bytes += p.d_bytes();
+    if (residents_->bytes() + result_bytes > residents_->max_bytes()) {
+      *pushback = queue_->RetryHint();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "keep_results: the results need ", result_bytes, " bytes of max_resident_bytes (",
+          residents_->max_bytes(), "), of which ", residents_->bytes(),
+          " are held; release matrices or retry later"));
+    }
+  }
   auto item = std::make_shared<WorkItem>();
   item->problems = std::move(*problems);
   item->residents = std::move(residents.held);
   item->bytes = InflightBytes(item->problems);
   item->priority = request.priority();
-  item->client = CallerIdentity(context);
-  if (item->client.empty()) item->client = context.peer();
+  item->client = caller.empty() ? context.peer() : caller;
   item->deadline = deadline;
   item->received = received;
   const Clock* clock = clock_;
   ServiceMetrics* metrics = metrics_;
   WorkItem* raw = item.get();
-  item->done = [response, received, clock, metrics, raw, on_done = std::move(on_done)](
-                   const absl::Status& s, const ExecutionReport& report) {
+  ResidentStore* store = keep_results ? residents_ : nullptr;
+  item->done = [response, received, clock, metrics, raw, store, caller,
+                on_done = std::move(on_done)](const absl::Status& status,
+                                              const ExecutionReport& report) {
+    absl::Status s = status;
+    if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
     if (!report.backend.empty()) {  // it reached an executor
       metrics->RecordQueueWait(report.queue_wait);
       for (const auto& [kind, seconds] : report.launches)
@@ -375,6 +422,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   l->set_max_queued_requests(limits_.max_queued_requests);
   l->set_max_queued_bytes(limits_.max_inflight_bytes);
   l->set_max_resident_bytes(residents_ != nullptr ? limits_.max_resident_bytes : 0);
+  l->set_max_chunk_bytes(MaxChunkBytes(limits_));
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
@@ -409,6 +457,32 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
     context->AddTrailingMetadata(kPushbackKey, "-1");
   metrics_->RecordRequest("RegisterMatrix", static_cast<int>(st.code()),
                           clock_->Now() - received);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerContext* context,
+                                                       const v1::BeginUploadRequest* request,
+                                                       v1::RegisterMatrixResponse* response) {
+  const absl::Time received = clock_->Now();
+  absl::Status st;
+  if (residents_ == nullptr) {
+    st = absl::UnimplementedError("this server keeps no resident matrices");
+  } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
+    st = shape.status();
+  } else {
+    auto registered = residents_->BeginUpload(CallerIdentity(*context), *shape,
+                                              request->transient());
+    if (registered.ok()) {
+      response->set_handle(registered->handle);
+      response->set_bytes(registered->bytes);
+    }
+    st = registered.status();
+  }
+  if (st.code() == absl::StatusCode::kResourceExhausted)
+    context->AddTrailingMetadata(kPushbackKey, "-1");
+  metrics_->RecordRequest("BeginUpload", static_cast<int>(st.code()), clock_->Now() - received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;

@@ -47,6 +47,12 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
                                           const v1::ReleaseMatrixRequest* request,
                                           v1::ReleaseMatrixResponse* response) override;
 
+  // Reserves an upload's matrix; its bytes arrive through Transfer.Upload
+  // (transfer_service.h).
+  grpc::ServerUnaryReactor* BeginUpload(grpc::CallbackServerContext* context,
+                                        const v1::BeginUploadRequest* request,
+                                        v1::RegisterMatrixResponse* response) override;
+
   // Implementation details follow.
   struct Admission;
   // Validates `request` (handles resolved for the caller of `context`) and

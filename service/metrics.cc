@@ -154,7 +154,14 @@ ServiceMetrics::ServiceMetrics()
                           .Name("gemm_inflight_limit_bytes")
                           .Help("The configured --max_inflight_bytes.")
                           .Register(*registry_)
-                          .Add({})) {}
+                          .Add({})),
+      chunk_bytes_(BuildCounter()
+                       .Name("gemm_chunk_bytes_total")
+                       .Help("Bytes of resident matrices moved in chunks by gemm.v1.Transfer "
+                             "(large operands and kept results), by direction.")
+                       .Register(*registry_)),
+      upload_chunk_bytes_(chunk_bytes_.Add({{"direction", "upload"}})),
+      download_chunk_bytes_(chunk_bytes_.Add({{"direction", "download"}})) {}
 
 ServiceMetrics::~ServiceMetrics() = default;
 
@@ -256,6 +263,10 @@ void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes
   prometheus::Labels labels{{"direction", direction}};
   if (gpu >= 0) labels["gpu"] = std::to_string(gpu);
   transfer_bytes_.Add(labels).Increment(bytes);
+}
+
+void ServiceMetrics::AddChunkBytes(const std::string& direction, double bytes) {
+  (direction == "upload" ? upload_chunk_bytes_ : download_chunk_bytes_).Increment(bytes);
 }
 
 }  // namespace gemm

@@ -75,6 +75,9 @@ class ServiceMetrics {
   void RecordLaunch(const std::string& backend, const std::string& kernel_kind,
                     absl::Duration compute, int gpu = -1);
   void AddTransferBytes(const std::string& direction, double bytes, int gpu = -1);
+  // Bytes of resident matrices moved in chunks by gemm.v1.Transfer,
+  // direction "upload" or "download".
+  void AddChunkBytes(const std::string& direction, double bytes);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -97,6 +100,9 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>& peak_flops_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  prometheus::Family<prometheus::Counter>& chunk_bytes_;
+  prometheus::Counter& upload_chunk_bytes_;
+  prometheus::Counter& download_chunk_bytes_;
 };
 
 // Latency buckets (seconds) from 50 us to 60 s: GEMMs run from microseconds

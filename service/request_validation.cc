@@ -199,11 +199,14 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
     result_bytes += p->shape.m * p->shape.n * SizeOf(p->shape.output_dtype);
     problems.push_back(*p);
   }
-  // The response must fit in one message (a little room for framing).
-  if (result_bytes + 1024 * problems.size() > limits.max_message_bytes)
+  // The response must fit in one message (a little room for framing),
+  // unless the results stay on the server.
+  if (!request.keep_results() &&
+      result_bytes + 1024 * problems.size() > limits.max_message_bytes)
     return absl::ResourceExhaustedError(
         absl::StrCat("problems: the results need ", result_bytes,
-                     " bytes, over the max message size of ", limits.max_message_bytes));
+                     " bytes, over the max message size of ", limits.max_message_bytes,
+                     " (set keep_results and read them with Transfer.Download)"));
   response->set_request_id(request.request_id());
   response->clear_results();
   for (GemmProblemRef& p : problems) {
@@ -229,36 +232,59 @@ uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems) {
   return total;
 }
 
-absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest& request,
-                                                 const ServiceLimits& limits) {
+namespace {
+
+// The checks RegisterMatrix and BeginUpload share: a matrix description
+// within the limits. Returns its shape (data unset).
+absl::StatusOr<MatrixRef> ValidateMatrixShape(v1::DataType dtype_field, uint64_t rows,
+                                              uint64_t cols, v1::Layout layout_field,
+                                              const std::string& label,
+                                              const ServiceLimits& limits) {
   auto bad = [](absl::string_view field, absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
   };
-  if (request.dtype() == v1::DATA_TYPE_UNSPECIFIED)
+  if (dtype_field == v1::DATA_TYPE_UNSPECIFIED)
     return bad("dtype", "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
-  auto dtype = FromProto(request.dtype());
+  auto dtype = FromProto(dtype_field);
   if (!dtype.ok()) return bad("dtype", dtype.status().message());
-  auto layout = FromProto(request.layout());
+  auto layout = FromProto(layout_field);
   if (!layout.ok()) return bad("layout", layout.status().message());
-  for (auto [v, name] : {std::pair{request.rows(), "rows"}, std::pair{request.cols(), "cols"}}) {
+  for (auto [v, name] : {std::pair{rows, "rows"}, std::pair{cols, "cols"}}) {
     if (v == 0) return bad(name, "must be at least 1");
     if (v > limits.max_dimension)
       return bad(name, absl::StrCat(v, " exceeds the limit of ", limits.max_dimension));
   }
   // Both are below 2^31, so rows * cols cannot overflow; the byte count can.
-  const uint64_t elements = request.rows() * request.cols();
-  const uint64_t bytes = elements * SizeOf(*dtype);
+  const uint64_t elements = rows * cols;
   if (elements > limits.max_matrix_bytes / SizeOf(*dtype))
     return absl::ResourceExhaustedError(absl::StrCat(
-        "data: ", request.rows(), " x ", request.cols(), " ", DTypeName(*dtype),
-        " is over the limit of ", limits.max_matrix_bytes, " bytes (max_matrix_bytes)"));
-  if (request.data().size() != bytes)
-    return bad("data", absl::StrCat("expected ", bytes, " bytes (", request.rows(), " x ",
-                                    request.cols(), " ", DTypeName(*dtype), "), got ",
-                                    request.data().size()));
-  if (request.label().size() > kMaxLabelBytes)
+        "data: ", rows, " x ", cols, " ", DTypeName(*dtype), " is over the limit of ",
+        limits.max_matrix_bytes, " bytes (max_matrix_bytes)"));
+  if (label.size() > kMaxLabelBytes)
     return bad("label", absl::StrCat("longer than ", kMaxLabelBytes, " bytes"));
-  return MatrixRef{request.data().data(), request.rows(), request.cols(), *layout, *dtype};
+  return MatrixRef{nullptr, rows, cols, *layout, *dtype};
+}
+
+}  // namespace
+
+absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest& request,
+                                                 const ServiceLimits& limits) {
+  auto shape = ValidateMatrixShape(request.dtype(), request.rows(), request.cols(),
+                                   request.layout(), request.label(), limits);
+  if (!shape.ok()) return shape.status();
+  if (request.data().size() != shape->bytes())
+    return absl::InvalidArgumentError(
+        absl::StrCat("data: expected ", shape->bytes(), " bytes (", request.rows(), " x ",
+                     request.cols(), " ", DTypeName(shape->dtype), "), got ",
+                     request.data().size()));
+  shape->data = request.data().data();
+  return shape;
+}
+
+absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& request,
+                                              const ServiceLimits& limits) {
+  return ValidateMatrixShape(request.dtype(), request.rows(), request.cols(), request.layout(),
+                             request.label(), limits);
 }
 
 }  // namespace gemm

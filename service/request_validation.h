@@ -56,6 +56,11 @@ uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems);
 absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest& request,
                                                  const ServiceLimits& limits);
 
+// Checks a BeginUpload request (dtype, dimensions, label, max_matrix_bytes)
+// and returns the matrix's shape (data unset). Errors as above.
+absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& request,
+                                              const ServiceLimits& limits);
+
 }  // namespace gemm
 
 #endif  // GEMM_SERVICE_REQUEST_VALIDATION_H_

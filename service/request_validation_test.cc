@@ -311,6 +311,9 @@ TEST(RequestValidationTest, ResultsOverMessageLimitAreResourceExhausted) {
   for (int i = 0; i < 2; ++i) *request.add_problems() = GoodProblem(64, 64, 1);
   ExpectError(ValidateRequest(request, limits, &response).status(),
               absl::StatusCode::kResourceExhausted, "max message size");
+  // Results kept on the server are not bound by the message size.
+  request.set_keep_results(true);
+  EXPECT_TRUE(ValidateRequest(request, limits, &response).ok());
 }
 
 // Happy paths
@@ -585,6 +588,35 @@ TEST(RegisterMatrixValidationTest, ChecksEveryField) {
   ServiceLimits small;
   small.max_matrix_bytes = 16;
   ExpectError(ValidateRegisterMatrix(r, small).status(), absl::StatusCode::kResourceExhausted,
+              "max_matrix_bytes");
+}
+
+TEST(BeginUploadValidationTest, ChecksTheShapeWithoutData) {
+  v1::BeginUploadRequest r;
+  r.set_dtype(v1::DATA_TYPE_FP16);
+  r.set_rows(7);
+  r.set_cols(9);
+  auto m = ValidateBeginUpload(r, ServiceLimits{});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bytes(), 7u * 9 * 2);
+  EXPECT_EQ(m->layout, Layout::kRowMajor);
+  EXPECT_EQ(m->data, nullptr);
+  v1::BeginUploadRequest bad = r;
+  bad.set_dtype(v1::DATA_TYPE_UNSPECIFIED);
+  ExpectInvalid(ValidateBeginUpload(bad, ServiceLimits{}).status(), "dtype");
+  bad = r;
+  bad.set_cols(0);
+  ExpectInvalid(ValidateBeginUpload(bad, ServiceLimits{}).status(), "cols");
+  bad = r;
+  bad.set_layout(static_cast<v1::Layout>(9));
+  ExpectInvalid(ValidateBeginUpload(bad, ServiceLimits{}).status(), "layout");
+  // Larger than a message is fine (that is what uploads are for); larger
+  // than max_matrix_bytes is not, and is refused before any byte is sent.
+  ServiceLimits limits;
+  limits.max_message_bytes = 64;
+  EXPECT_TRUE(ValidateBeginUpload(r, limits).ok());
+  limits.max_matrix_bytes = 100;
+  ExpectError(ValidateBeginUpload(r, limits).status(), absl::StatusCode::kResourceExhausted,
               "max_matrix_bytes");
 }
 

@@ -6,6 +6,7 @@
 #define GEMM_SERVICE_RESIDENT_MATRIX_H_
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "common/gemm_problem.h"
@@ -29,6 +30,14 @@ class ResidentMatrix {
   int device() const { return device_; }
   void set_device(int device) { device_ = device; }
 
+  // Bytes [offset, offset + n) of the dense storage, for chunked uploads
+  // (Transfer.Upload) and downloads. The caller keeps them in range and does
+  // not write a range while a request may read it (the store hands out a
+  // matrix for requests only once its upload is complete). The host versions
+  // copy to and from view().data; a device matrix overrides them.
+  virtual absl::Status Write(uint64_t offset, const void* src, uint64_t n);
+  virtual absl::Status Read(uint64_t offset, void* dst, uint64_t n) const;
+
  protected:
   // `view.data` and `device_data` as described above; both owned by the
   // subclass, which frees them in its destructor.
@@ -42,6 +51,15 @@ class ResidentMatrix {
 
 // A resident matrix in host memory: a copy of `source` (dense, as described).
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResident(const MatrixRef& source);
+
+// A host matrix of `shape`'s size and type whose bytes are not set yet (they
+// arrive by Write); shape.data is ignored.
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResidentUninitialized(
+    const MatrixRef& shape);
+
+// A host matrix that takes over `bytes` (shape.bytes() long) without copying:
+// a request's result kept on the server (GemmRequest.keep_results).
+std::shared_ptr<ResidentMatrix> AdoptHostResident(const MatrixRef& shape, std::string bytes);
 
 }  // namespace gemm
 

@@ -1,6 +1,8 @@
 #include "service/resident_store.h"
 
+#include <iterator>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -40,42 +42,157 @@ struct ResidentStore::Budget {
   }
 };
 
-ResidentStore::ResidentStore(const Options& options, Allocator allocator)
-    : options_(options), allocator_(std::move(allocator)), budget_(std::make_shared<Budget>()) {}
+ResidentStore::ResidentStore(const Options& options, Allocator allocator,
+                             Allocator upload_allocator, const Clock* clock)
+    : options_(options),
+      allocator_(std::move(allocator)),
+      upload_allocator_(std::move(upload_allocator)),
+      clock_(clock),
+      budget_(std::make_shared<Budget>()) {}
 
 ResidentStore::~ResidentStore() = default;
 
-absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
-                                                                    const MatrixRef& source) {
-  const uint64_t bytes = source.bytes();
-  if (!budget_->TryReserve(bytes, options_.max_bytes))
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_resident_bytes: ", bytes, " more bytes would pass the limit of ", options_.max_bytes,
-        " (", budget_->Held(), " held); release matrices first"));
-  // Allocation and the copy run outside the lock: on a GPU they take a while.
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = allocator_(source);
-  if (!made.ok()) {
-    budget_->Free(bytes);
-    return made.status();
-  }
+absl::Status ResidentStore::Reserve(uint64_t bytes) {
+  if (budget_->TryReserve(bytes, options_.max_bytes)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "max_resident_bytes: ", bytes, " more bytes would pass the limit of ", options_.max_bytes,
+      " (", budget_->Held(), " held); release matrices first"));
+}
+
+absl::StatusOr<std::shared_ptr<const ResidentMatrix>> ResidentStore::Account(
+    std::shared_ptr<ResidentMatrix> made, uint64_t bytes) {
   // The budget is given back when the matrix itself is freed, which may be
   // after Release if a request still holds it.
-  std::shared_ptr<ResidentMatrix> inner = std::move(*made);
-  const ResidentMatrix* raw = inner.get();
-  std::shared_ptr<const ResidentMatrix> matrix(
-      raw, [inner = std::move(inner), budget = budget_, bytes](const ResidentMatrix*) mutable {
+  const ResidentMatrix* raw = made.get();
+  return std::shared_ptr<const ResidentMatrix>(
+      raw, [inner = std::move(made), budget = budget_, bytes](const ResidentMatrix*) mutable {
         inner.reset();
         budget->Free(bytes);
       });
+}
 
+ResidentStore::Registration ResidentStore::Insert(Entry entry, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   std::string handle;
   do {
     handle = absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen_),
                              absl::Uniform<uint64_t>(bitgen_));
   } while (entries_.contains(handle));
-  entries_[handle] = Entry{std::string(owner), std::move(matrix)};
+  entry.last_used = clock_->Now();
+  entries_[handle] = std::move(entry);
   return Registration{handle, bytes};
+}
+
+absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
+                                                                    const MatrixRef& source) {
+  const uint64_t bytes = source.bytes();
+  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  // Allocation and the copy run outside the lock: on a GPU they take a while.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = allocator_(source);
+  if (!made.ok()) {
+    budget_->Free(bytes);
+    return made.status();
+  }
+  Entry entry;
+  entry.owner = std::string(owner);
+  entry.matrix = *Account(std::move(*made), bytes);
+  return Insert(std::move(entry), bytes);
+}
+
+absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(absl::string_view owner,
+                                                                       const MatrixRef& shape,
+                                                                       bool transient) {
+  const uint64_t bytes = shape.bytes();
+  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = upload_allocator_(shape);
+  if (!made.ok()) {
+    budget_->Free(bytes);
+    return made.status();
+  }
+  Entry entry;
+  entry.owner = std::string(owner);
+  entry.transient = transient;
+  entry.upload = std::make_unique<Upload>();
+  entry.upload->writable = *made;
+  entry.matrix = *Account(std::move(*made), bytes);
+  return Insert(std::move(entry), bytes);
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> ResidentStore::ClaimUpload(
+    absl::string_view owner, absl::string_view handle, uint64_t offset, uint64_t size) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) return NotFound(handle);
+  Entry& e = it->second;
+  if (e.owner != owner) return NotOwner();
+  if (e.upload == nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "handle: \"", handle, "\" is not an unfinished upload (all its bytes have arrived, or it "
+        "was registered whole)"));
+  const uint64_t total = e.matrix->bytes();
+  if (offset >= total || size > total - offset)
+    return absl::InvalidArgumentError(absl::StrCat("offset: bytes [", offset, ", ", offset + size,
+                                                   ") run past the matrix's ", total, " bytes"));
+  if (size == 0) return absl::InvalidArgumentError("data: a chunk must carry at least one byte");
+  std::map<uint64_t, uint64_t>& claimed = e.upload->claimed;
+  // The first range starting after `offset`, and the one before it.
+  auto next = claimed.upper_bound(offset);
+  if ((next != claimed.end() && next->first < offset + size) ||
+      (next != claimed.begin() && std::prev(next)->second > offset)) {
+    const auto& clash = (next != claimed.begin() && std::prev(next)->second > offset)
+                            ? *std::prev(next)
+                            : *next;
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset: bytes [", offset, ", ", offset + size, ") overlap bytes [",
+                     clash.first, ", ", clash.second, ") already received (duplicate chunk)"));
+  }
+  claimed.emplace(offset, offset + size);
+  e.last_used = clock_->Now();
+  return e.upload->writable;
+}
+
+void ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t offset, uint64_t size,
+                                      bool written) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.upload == nullptr) return;  // released meanwhile
+  Upload& up = *it->second.upload;
+  if (!written) {
+    up.claimed.erase(offset);
+    return;
+  }
+  up.written += size;
+  it->second.last_used = clock_->Now();
+  if (up.written == it->second.matrix->bytes()) it->second.upload.reset();  // complete
+}
+
+absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
+    absl::string_view owner, std::shared_ptr<ResidentMatrix> matrix, bool transient) {
+  const uint64_t bytes = matrix->bytes();
+  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  Entry entry;
+  entry.owner = std::string(owner);
+  entry.transient = transient;
+  entry.matrix = *Account(std::move(matrix), bytes);
+  return Insert(std::move(entry), bytes);
+}
+
+size_t ResidentStore::ExpireIdle() {
+  std::vector<std::shared_ptr<const ResidentMatrix>> dropped;  // freed after the lock
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time cutoff = clock_->Now() - options_.idle_timeout;
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      const Entry& e = it->second;
+      if ((e.transient || e.upload != nullptr) && e.last_used <= cutoff) {
+        dropped.push_back(e.matrix);
+        entries_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  return dropped.size();
 }
 
 absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view handle) {
@@ -97,8 +214,14 @@ absl::StatusOr<std::shared_ptr<const ResidentMatrix>> ResidentStore::Lookup(
   auto it = entries_.find(handle);
   if (it == entries_.end())
     return NotFound(handle);
-  if (it->second.owner != owner) return NotOwner();
-  return it->second.matrix;
+  const Entry& e = it->second;
+  if (e.owner != owner) return NotOwner();
+  if (e.upload != nullptr)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the upload of \"", handle, "\" is unfinished: ", e.upload->written, " of ",
+        e.matrix->bytes(), " bytes have arrived"));
+  e.last_used = clock_->Now();
+  return e.matrix;
 }
 
 uint64_t ResidentStore::bytes() const { return budget_->Held(); }

@@ -1,5 +1,13 @@
 // ResidentStore: the matrices registered with RegisterMatrix, by handle.
 //
+// Besides whole matrices (Register), a matrix can arrive in chunks
+// (BeginUpload, then ClaimUpload/FinishUploadRange per chunk, possibly from
+// several streams at once): it is usable by requests only once every byte has
+// arrived. Requests with keep_results leave their results here (Adopt).
+// Transient matrices (the client library's per-request uploads, kept results)
+// and unfinished uploads are freed after an idle timeout (ExpireIdle), so a
+// client that goes away leaves nothing behind.
+//
 // Handles are 128 random bits (32 hex digits) and belong to the caller
 // identity that registered them (caller_identity.h): only that identity may
 // use or release one; another gets PERMISSION_DENIED, an unknown handle
@@ -11,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -20,7 +29,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/gemm_problem.h"
+#include "service/clock.h"
 #include "service/resident_matrix.h"
 
 namespace gemm {
@@ -34,6 +45,9 @@ class ResidentStore {
   struct Options {
     // Bytes of all resident matrices together (ServiceLimits::max_resident_bytes).
     uint64_t max_bytes = uint64_t{8} << 30;  // 8 GiB
+    // Transient matrices and unfinished uploads unused for this long are
+    // freed by ExpireIdle.
+    absl::Duration idle_timeout = absl::Seconds(60);
   };
 
   struct Registration {
@@ -41,13 +55,45 @@ class ResidentStore {
     uint64_t bytes = 0;
   };
 
-  ResidentStore(const Options& options, Allocator allocator);
+  // `upload_allocator` makes the (uninitialized) matrix of BeginUpload from a
+  // shape; `clock` times idleness.
+  ResidentStore(const Options& options, Allocator allocator,
+                Allocator upload_allocator = MakeHostResidentUninitialized,
+                const Clock* clock = Clock::Real());
   ~ResidentStore();
 
   // Copies `source` (dense host bytes) into a new resident matrix owned by
   // `owner`. RESOURCE_EXHAUSTED naming max_resident_bytes when it does not
   // fit in the budget; the allocator's error when allocation fails.
   absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source);
+
+  // Reserves and allocates a matrix of `shape` (its data ignored) whose bytes
+  // arrive later by ClaimUpload / FinishUploadRange. Until all have arrived,
+  // Lookup answers FAILED_PRECONDITION. Budget errors as for Register.
+  absl::StatusOr<Registration> BeginUpload(absl::string_view owner, const MatrixRef& shape,
+                                           bool transient);
+
+  // Claims bytes [offset, offset + size) of an unfinished upload for one
+  // chunk and returns the matrix to Write them into. Fails with NOT_FOUND /
+  // PERMISSION_DENIED for the handle, FAILED_PRECONDITION when the matrix is
+  // not an unfinished upload, INVALID_ARGUMENT (naming "offset" or "data")
+  // for a range past the end or overlapping bytes already claimed. Each
+  // successful claim must be followed by FinishUploadRange.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> ClaimUpload(absl::string_view owner,
+                                                              absl::string_view handle,
+                                                              uint64_t offset, uint64_t size);
+  // Ends a claim: `written` says whether the bytes were written (if not, the
+  // range may be claimed again). The last byte of a matrix completes it.
+  void FinishUploadRange(absl::string_view handle, uint64_t offset, uint64_t size, bool written);
+
+  // Registers an existing matrix (a request's kept result) for `owner`.
+  // RESOURCE_EXHAUSTED over the budget, as for Register.
+  absl::StatusOr<Registration> Adopt(absl::string_view owner,
+                                     std::shared_ptr<ResidentMatrix> matrix, bool transient);
+
+  // Frees transient matrices and unfinished uploads that have not been used
+  // (looked up, written, adopted) for Options::idle_timeout; returns how many.
+  size_t ExpireIdle();
 
   // Forgets `handle`; its memory is freed once no holder of Lookup's result
   // remains. NOT_FOUND / PERMISSION_DENIED as described above.
@@ -65,16 +111,36 @@ class ResidentStore {
 
   // Implementation details follow.
  private:
+  // An upload in progress: byte ranges claimed so far (start -> end), and
+  // how many bytes of them have been written.
+  struct Upload {
+    std::shared_ptr<ResidentMatrix> writable;
+    std::map<uint64_t, uint64_t> claimed;
+    uint64_t written = 0;
+  };
   struct Entry {
     std::string owner;
     std::shared_ptr<const ResidentMatrix> matrix;
+    bool transient = false;
+    mutable absl::Time last_used;  // Lookup (const) refreshes it
+    std::unique_ptr<Upload> upload;  // set while bytes are still arriving
   };
+
+  // Takes `bytes` from the budget and wraps `made` so that they come back
+  // when the matrix is freed.
+  absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Account(
+      std::shared_ptr<ResidentMatrix> made, uint64_t bytes);
+  absl::Status Reserve(uint64_t bytes);
+  // Files `entry` under a new handle.
+  Registration Insert(Entry entry, uint64_t bytes);
   // Byte accounting shared with the matrices' deleters, which may run after
   // the store is gone.
   struct Budget;
 
   const Options options_;
   const Allocator allocator_;
+  const Allocator upload_allocator_;
+  const Clock* const clock_;
   const std::shared_ptr<Budget> budget_;
 
   mutable absl::Mutex mu_;

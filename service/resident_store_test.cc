@@ -1,6 +1,8 @@
 #include "service/resident_store.h"
 
 #include <atomic>
+#include <cstring>
+#include <string>
 #include <set>
 #include <thread>
 #include <vector>
@@ -137,6 +139,127 @@ TEST_F(ResidentStoreTest, ConcurrentRegistrationsNeverPassTheBudget) {
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), 10);
   EXPECT_EQ(store.bytes(), 128u * 10);
+}
+
+// Uploads: a matrix filled in chunks, usable once complete.
+class ResidentUploadTest : public ResidentStoreTest {
+ protected:
+  ResidentUploadTest()
+      : store_(Options(), MakeHostResident, MakeHostResidentUninitialized, &clock_) {}
+  static ResidentStore::Options Options() {
+    ResidentStore::Options o;
+    o.max_bytes = 1 << 20;
+    o.idle_timeout = absl::Seconds(10);
+    return o;
+  }
+  // Writes bytes [offset, offset + n) of values_ as one chunk.
+  absl::Status Chunk(const std::string& owner, const std::string& handle, uint64_t offset,
+                     uint64_t n) {
+    auto m = store_.ClaimUpload(owner, handle, offset, n);
+    if (!m.ok()) return m.status();
+    absl::Status st =
+        (*m)->Write(offset, reinterpret_cast<const char*>(values_.data()) + offset, n);
+    store_.FinishUploadRange(handle, offset, n, st.ok());
+    return st;
+  }
+
+  FakeClock clock_;
+  ResidentStore store_;
+};
+
+TEST_F(ResidentUploadTest, ChunksInAnyOrderCompleteTheMatrix) {
+  auto r = store_.BeginUpload("alice", Source(), /*transient=*/false);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(store_.bytes(), 128u);  // reserved before any byte arrives
+  ASSERT_TRUE(Chunk("alice", r->handle, 64, 64).ok());
+  auto early = store_.Lookup("alice", r->handle);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(early.status().message().find("64 of 128 bytes"), std::string::npos)
+      << early.status();
+  ASSERT_TRUE(Chunk("alice", r->handle, 0, 10).ok());
+  ASSERT_TRUE(Chunk("alice", r->handle, 10, 54).ok());
+  auto m = store_.Lookup("alice", r->handle);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(std::memcmp((*m)->view().data, values_.data(), 128), 0);
+  // Complete: no more chunks.
+  EXPECT_EQ(Chunk("alice", r->handle, 0, 1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ResidentUploadTest, BadChunksAreRefusedWithTheFieldNamed) {
+  auto r = store_.BeginUpload("alice", Source(), false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(Chunk("alice", r->handle, 16, 16).ok());
+  absl::Status dup = Chunk("alice", r->handle, 24, 16);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(dup.message().find("overlap bytes [16, 32)"), std::string::npos) << dup;
+  EXPECT_EQ(Chunk("alice", r->handle, 0, 17).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status past = Chunk("alice", r->handle, 120, 9);
+  EXPECT_EQ(past.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(past.message().find("offset:"), std::string::npos) << past;
+  EXPECT_EQ(Chunk("alice", r->handle, 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Chunk("mallory", r->handle, 0, 16).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Chunk("alice", "00", 0, 16).code(), absl::StatusCode::kNotFound);
+  // A whole registration is not an upload.
+  auto whole = store_.Register("alice", Source());
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(Chunk("alice", whole->handle, 0, 16).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ResidentUploadTest, AFailedWriteCanBeRetried) {
+  auto r = store_.BeginUpload("alice", Source(), false);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(store_.ClaimUpload("alice", r->handle, 0, 128).ok());
+  store_.FinishUploadRange(r->handle, 0, 128, /*written=*/false);
+  EXPECT_TRUE(Chunk("alice", r->handle, 0, 128).ok());
+  EXPECT_TRUE(store_.Lookup("alice", r->handle).ok());
+}
+
+TEST_F(ResidentUploadTest, AbandonedUploadsAndIdleTransientsExpire) {
+  auto abandoned = store_.BeginUpload("alice", Source(), /*transient=*/false);
+  auto transient = store_.BeginUpload("alice", Source(), /*transient=*/true);
+  auto kept = store_.Register("alice", Source());  // never expires
+  ASSERT_TRUE(abandoned.ok() && transient.ok() && kept.ok());
+  ASSERT_TRUE(Chunk("alice", abandoned->handle, 0, 64).ok());
+  ASSERT_TRUE(Chunk("alice", transient->handle, 0, 128).ok());
+  EXPECT_EQ(store_.bytes(), 3 * 128u);
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_TRUE(store_.Lookup("alice", transient->handle).ok());  // use refreshes it
+  EXPECT_EQ(store_.ExpireIdle(), 0u);
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(store_.ExpireIdle(), 1u);  // the abandoned upload (idle 12 s)
+  EXPECT_EQ(Chunk("alice", abandoned->handle, 64, 64).code(), absl::StatusCode::kNotFound);
+  clock_.Advance(absl::Seconds(6));
+  EXPECT_EQ(store_.ExpireIdle(), 1u);  // the transient one (idle 12 s)
+  EXPECT_EQ(store_.count(), 1u);
+  EXPECT_EQ(store_.bytes(), 128u);
+  clock_.Advance(absl::Hours(1));
+  EXPECT_EQ(store_.ExpireIdle(), 0u);
+  EXPECT_TRUE(store_.Lookup("alice", kept->handle).ok());
+}
+
+TEST_F(ResidentUploadTest, AdoptTakesAMatrixWithoutCopyingAndCountsIt) {
+  std::string bytes(reinterpret_cast<const char*>(values_.data()), 128);
+  const char* where = bytes.data();
+  std::shared_ptr<ResidentMatrix> m = AdoptHostResident(Source(), std::move(bytes));
+  EXPECT_EQ(m->view().data, static_cast<const void*>(where));
+  auto r = store_.Adopt("bob", m, /*transient=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  m.reset();
+  EXPECT_EQ(store_.bytes(), 128u);
+  auto found = store_.Lookup("bob", r->handle);
+  ASSERT_TRUE(found.ok());
+  float second;
+  ASSERT_TRUE((*found)->Read(4, &second, 4).ok());
+  EXPECT_EQ(second, 1.0f);
+  EXPECT_EQ((*found)->Read(125, &second, 4).code(), absl::StatusCode::kOutOfRange);
+  found->reset();
+  ASSERT_TRUE(store_.Release("bob", r->handle).ok());
+  EXPECT_EQ(store_.bytes(), 0u);
+  ResidentStore tiny(Budget(100), MakeHostResident);
+  EXPECT_EQ(tiny.Adopt("bob", AdoptHostResident(Source(), std::string(128, '\0')), true)
+                .status()
+                .code(),
+            absl::StatusCode::kResourceExhausted);
 }
 
 }  // namespace

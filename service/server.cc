@@ -13,6 +13,7 @@
 #include "service/multi_device_executor.h"
 #include "service/request_queue.h"
 #include "service/resident_store.h"
+#include "service/transfer_service.h"
 #include "service/version.h"
 
 namespace gemm {
@@ -23,8 +24,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("backend must be \"auto\", \"cuda\" or \"cpu\", got \"", backend, "\""));
   GEMM_RETURN_IF_ERROR(batcher.Validate());
-  GEMM_RETURN_IF_ERROR(security.Validate());
   GEMM_RETURN_IF_ERROR(admission.Validate());
+  GEMM_RETURN_IF_ERROR(security.Validate());
+  if (transient_idle_timeout <= absl::ZeroDuration())
+    return absl::InvalidArgumentError("transient_idle_timeout must be positive");
   return limits.Validate();
 }
 
@@ -97,10 +100,21 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                             });
     }
   }
+  ResidentStore::Options store_options;
+  store_options.max_bytes = options.limits.max_resident_bytes;
+  store_options.idle_timeout = options.transient_idle_timeout;
   s->residents_ = std::make_unique<ResidentStore>(
-      ResidentStore::Options{options.limits.max_resident_bytes},
+      store_options,
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); });
   ResidentStore* residents = s->residents_.get();
+  s->reaper_ = std::thread([server = s.get(), residents] {
+    const absl::Duration period =
+        std::min(absl::Seconds(1), server->options_.transient_idle_timeout / 4);
+    while (!server->stop_reaper_.WaitForNotificationWithTimeout(period)) {
+      if (size_t n = residents->ExpireIdle(); n > 0)
+        spdlog::info("freed {} idle transient matrices or abandoned uploads", n);
+    }
+  });
   s->metrics_->AddProbe("gemm_resident_bytes",
                         "Bytes of matrices stored with RegisterMatrix (device memory on a GPU).",
                         {}, [residents] { return static_cast<double>(residents->bytes()); });
@@ -124,6 +138,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                         MakeServerCredentials(options.security));
   builder.AddListeningPort(options.listen_address, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
+  s->transfer_ = std::make_unique<TransferService>(options.limits, s->residents_.get(),
+                                                   s->metrics_.get(), Clock::Real());
+  builder.RegisterCallbackGenericService(s->transfer_.get());
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -164,11 +181,15 @@ void GemmServer::Shutdown(absl::Duration drain) {
   queue_->Abandon(absl::UnavailableError("the server shut down before the request ran"));
   batcher_->Stop();
   server_->Wait();
+  stop_reaper_.Notify();
+  if (reaper_.joinable()) reaper_.join();
   spdlog::info("shutdown complete");
 }
 
 GemmServer::~GemmServer() {
   if (!shut_down_ && server_ != nullptr) Shutdown(absl::ZeroDuration());
+  if (!stop_reaper_.HasBeenNotified()) stop_reaper_.Notify();
+  if (reaper_.joinable()) reaper_.join();
 }
 
 }  // namespace gemm

@@ -6,9 +6,11 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "service/batcher.h"
 #include "service/cpu_executor.h"
@@ -27,6 +29,7 @@ class GemmServiceImpl;
 class ServiceMetrics;
 class RequestQueue;
 class ResidentStore;
+class TransferService;
 
 struct ServerOptions {
   // host:port to listen on; port 0 picks a free port (see GemmServer::port).
@@ -40,15 +43,19 @@ struct ServerOptions {
   CudaExecutor::Options cuda;
   std::vector<int> cuda_devices;
   BatcherOptions batcher;
+  // Refusing at once requests predicted to finish past their deadline.
+  AdmissionOptions admission;
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
-  // Refusing at once requests predicted to finish past their deadline.
-  AdmissionOptions admission;
   // private interface) to keep it off the public one.
   std::string metrics_listen;
   // TLS, mutual TLS and bearer tokens for the gRPC port; all off by default.
   SecurityOptions security;
+  // Transient resident matrices (uploads the client library makes for one
+  // request, kept results) and unfinished uploads are freed after this long
+  // unused, so that clients that vanish leave no memory behind.
+  absl::Duration transient_idle_timeout = absl::Seconds(60);
 
   absl::Status Validate() const;
 };
@@ -80,7 +87,11 @@ class GemmServer {
   std::unique_ptr<ResidentStore> residents_;
   std::unique_ptr<RequestQueue> queue_;
   std::unique_ptr<GemmServiceImpl> service_;
+  std::unique_ptr<TransferService> transfer_;
   std::unique_ptr<Batcher> batcher_;
+  // Frees idle transient matrices (ResidentStore::ExpireIdle) until stopped.
+  absl::Notification stop_reaper_;
+  std::thread reaper_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -79,6 +79,9 @@ ABSL_FLAG(uint32_t, max_stream_inflight, kLimits.max_stream_inflight,
 ABSL_FLAG(uint64_t, max_resident_bytes, kLimits.max_resident_bytes,
           "bytes of all matrices stored with RegisterMatrix (GPU memory on the CUDA backend); "
           "0 turns resident operands off");
+ABSL_FLAG(absl::Duration, transient_idle_timeout, kDefaults.transient_idle_timeout,
+          "transient resident matrices (per-request uploads, kept results) and unfinished "
+          "uploads unused this long are freed");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long calls in flight may take to finish");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
@@ -109,11 +112,11 @@ int main(int argc, char** argv) {
   options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
   options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options.admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
+  options.admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
   for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
     int device;
     if (!absl::SimpleAtoi(d, &device) || device < 0) {
-  options.admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
-  options.admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
       spdlog::critical("--cuda_devices: \"{}\" is not a device ordinal", d);
       return 2;
     }
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
   l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
   l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
+  options.transient_idle_timeout = absl::GetFlag(FLAGS_transient_idle_timeout);
 
   auto server = gemm::GemmServer::Start(options);
   if (!server.ok()) {

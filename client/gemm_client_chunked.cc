@@ -1,0 +1,236 @@
+// Client's chunked path: large operands uploaded as transient resident
+// matrices, large results kept on the server and downloaded (gemm_client.h,
+// ClientOptions::chunked_threshold_bytes).
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "client/gemm_client.h"
+#include "client/grpc_status.h"
+#include "common/proto_enums.h"
+
+namespace gemm {
+namespace {
+
+// An operand of `p` as stored: shape, type and layout, or nullopt when the
+// problem's fields are not valid (the server then names the fault).
+std::optional<MatrixRef> StoredShape(const v1::GemmProblem& p, char which) {
+  auto in = FromProto(p.input_dtype());
+  auto out = p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED ? in : FromProto(p.output_dtype());
+  const v1::Matrix& m = which == 'a' ? p.a() : which == 'b' ? p.b() : p.c();
+  auto layout = FromProto(m.layout());
+  if (!in.ok() || !out.ok() || !layout.ok()) return std::nullopt;
+  MatrixRef ref;
+  ref.layout = *layout;
+  if (which == 'a') {
+    ref.rows = p.transpose_a() ? p.k() : p.m();
+    ref.cols = p.transpose_a() ? p.m() : p.k();
+    ref.dtype = *in;
+  } else if (which == 'b') {
+    ref.rows = p.transpose_b() ? p.n() : p.k();
+    ref.cols = p.transpose_b() ? p.k() : p.n();
+    ref.dtype = *in;
+  } else {
+    ref.rows = p.m();
+    ref.cols = p.n();
+    ref.dtype = *out;
+  }
+  if (ref.rows == 0 || ref.cols == 0 || ref.bytes() != m.data().size()) return std::nullopt;
+  return ref;
+}
+
+uint64_t ResultBytes(const v1::GemmProblem& p) {
+  auto dtype = FromProto(p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED ? p.input_dtype()
+                                                                        : p.output_dtype());
+  return dtype.ok() ? p.m() * p.n() * SizeOf(*dtype) : 0;
+}
+
+// `p` without its operands' bytes (which the caller fills in or replaces).
+v1::GemmProblem ShapeOnly(const v1::GemmProblem& p) {
+  v1::GemmProblem out;
+  out.set_m(p.m());
+  out.set_n(p.n());
+  out.set_k(p.k());
+  out.set_input_dtype(p.input_dtype());
+  out.set_output_dtype(p.output_dtype());
+  out.set_transpose_a(p.transpose_a());
+  out.set_transpose_b(p.transpose_b());
+  out.set_allow_tf32(p.allow_tf32());
+  if (p.has_alpha()) out.set_alpha(p.alpha());
+  if (p.has_beta()) out.set_beta(p.beta());
+  out.set_output_layout(p.output_layout());
+  return out;
+}
+
+}  // namespace
+
+bool Client::NeedsChunks(const v1::GemmRequest& request) const {
+  if (request.ByteSizeLong() + 4096 > static_cast<uint64_t>(options_.max_message_bytes))
+    return true;
+  const uint64_t threshold = options_.chunked_threshold_bytes;
+  if (threshold == 0) return false;
+  uint64_t results = 0;
+  for (const v1::GemmProblem& p : request.problems()) {
+    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()})
+      if (m->data().size() >= threshold) return true;
+    results += ResultBytes(p);
+  }
+  return results >= threshold;
+}
+
+const ChunkedTransfer& Client::transfer() {
+  absl::MutexLock lock(&transfer_mu_);
+  if (transfer_ == nullptr) {
+    std::vector<std::shared_ptr<grpc::Channel>> pool;
+    if (make_transfer_channel_ == nullptr) {
+      pool.push_back(channel_);
+    } else {
+      for (int i = 0; i < options_.transfer_channels; ++i)
+        pool.push_back(make_transfer_channel_(i));
+    }
+    ChunkedTransfer::Options o;
+    o.chunk_bytes = options_.chunk_bytes;
+    o.stripes = options_.transfer_channels;
+    transfer_ = std::make_unique<ChunkedTransfer>(std::move(pool), o);
+  }
+  return *transfer_;
+}
+
+absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bool transient,
+                                                    absl::string_view label,
+                                                    const CallOptions& options) {
+  if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
+  const absl::Time deadline = DeadlineFor(options);
+  CallOptions within = options;
+  within.deadline = deadline;
+  v1::BeginUploadRequest begin;
+  begin.set_dtype(ToProto(matrix.dtype()));
+  begin.set_rows(matrix.rows());
+  begin.set_cols(matrix.cols());
+  begin.set_layout(ToProto(matrix.layout()));
+  begin.set_transient(transient);
+  if (!label.empty()) begin.set_label(std::string(label));
+  v1::RegisterMatrixResponse registered;
+  absl::Status status = CallWithRetry(within, [&](grpc::ClientContext* ctx) {
+    return stub_->BeginUpload(ctx, begin, &registered);
+  });
+  if (!status.ok()) return status;
+  status = transfer().Upload(registered.handle(), matrix.data(), matrix.ref().bytes(),
+                             [&](grpc::ClientContext* ctx) {
+                               PrepareContext(ctx, within, deadline);
+                             });
+  if (!status.ok()) {
+    // Best effort: the server also frees unfinished uploads when idle.
+    CallOptions once = within;
+    once.retry = false;
+    ReleaseMatrix(registered.handle(), once).IgnoreError();
+    return status;
+  }
+  return ResidentHandle{registered.handle(), matrix.rows(), matrix.cols(), matrix.layout(),
+                        matrix.dtype(), registered.bytes()};
+}
+
+absl::Status Client::DownloadMatrix(const std::string& handle, void* dst, uint64_t bytes,
+                                    const CallOptions& options) {
+  const absl::Time deadline = DeadlineFor(options);
+  return transfer().Download(handle, dst, bytes, [&](grpc::ClientContext* ctx) {
+    PrepareContext(ctx, options, deadline);
+  });
+}
+
+GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions& options) {
+  const absl::Time deadline = DeadlineFor(options);
+  CallOptions within = options;
+  within.deadline = deadline;
+  // Everything uploaded or kept for this request is released at the end,
+  // whatever happens (and expires on the server if this process dies).
+  std::vector<std::string> handles;
+  auto release = absl::MakeCleanup([&] {
+    CallOptions once = within;
+    once.retry = false;
+    once.deadline = std::max(deadline, absl::Now() + absl::Seconds(5));
+    for (const std::string& h : handles) ReleaseMatrix(h, once).IgnoreError();
+  });
+
+  // Operands go as chunks when they are large, or when the whole request
+  // would not fit in one message otherwise.
+  const bool too_big =
+      request.ByteSizeLong() + 4096 > static_cast<uint64_t>(options_.max_message_bytes);
+  const uint64_t threshold = options_.chunked_threshold_bytes == 0
+                                 ? std::numeric_limits<uint64_t>::max()
+                                 : options_.chunked_threshold_bytes;
+  v1::GemmRequest light;
+  light.set_request_id(request.request_id());
+  light.set_priority(request.priority());
+  uint64_t result_bytes = 0;
+  for (const v1::GemmProblem& p : request.problems()) {
+    v1::GemmProblem* lp = light.add_problems();
+    *lp = ShapeOnly(p);
+    result_bytes += ResultBytes(p);
+    const std::pair<char, v1::Matrix*> operands[] = {
+        {'a', lp->mutable_a()}, {'b', lp->mutable_b()}, {'c', lp->mutable_c()}};
+    for (auto [which, out] : operands) {
+      const v1::Matrix& in = which == 'a' ? p.a() : which == 'b' ? p.b() : p.c();
+      if (which == 'c' && !p.has_c()) {
+        lp->clear_c();
+        continue;
+      }
+      out->set_layout(in.layout());
+      std::optional<MatrixRef> shape = StoredShape(p, which);
+      // A resident C must be stored in the output layout; one that is not
+      // stays inline (the server converts it).
+      const Layout output_layout = FromProto(p.output_layout()).value_or(Layout::kRowMajor);
+      const bool c_layout_ok = which != 'c' || (shape && shape->layout == output_layout);
+      const uint64_t size = in.data().size();
+      const bool chunk = in.source_case() == v1::Matrix::kData && shape.has_value() &&
+                         c_layout_ok && (size >= threshold || (too_big && size > 4096));
+      if (!chunk) {
+        *out = in;
+        continue;
+      }
+      MatrixView view = shape->dtype == DType::kFp32
+                            ? MatrixView(reinterpret_cast<const float*>(in.data().data()),
+                                         shape->rows, shape->cols, shape->layout)
+                            : MatrixView(reinterpret_cast<const uint16_t*>(in.data().data()),
+                                         shape->rows, shape->cols, shape->dtype, shape->layout);
+      absl::StatusOr<ResidentHandle> uploaded = UploadMatrix(view, /*transient=*/true, "", within);
+      if (!uploaded.ok())
+        return absl::Status(uploaded.status().code(),
+                            absl::StrCat("problems[", light.problems_size() - 1, "].", std::string(1, which), ": ",
+                                         uploaded.status().message()));
+      handles.push_back(uploaded->handle);
+      out->set_handle(uploaded->handle);
+    }
+  }
+  const bool keep = result_bytes >= threshold ||
+                    result_bytes + 4096 * request.problems_size() >
+                        static_cast<uint64_t>(options_.max_message_bytes);
+  light.set_keep_results(keep);
+
+  v1::GemmResponse response;
+  absl::Status status = CallWithRetry(within, [&](grpc::ClientContext* ctx) {
+    return stub_->Gemm(ctx, light, &response);
+  });
+  if (!status.ok()) return status;
+  if (keep) {
+    for (const v1::GemmResult& r : response.results())
+      if (!r.handle().empty()) handles.push_back(r.handle());
+    for (v1::GemmResult& r : *response.mutable_results()) {
+      auto dtype = FromProto(r.dtype());
+      if (!dtype.ok() || r.handle().empty())
+        return absl::DataLossError("keep_results: a result came back without its handle");
+      std::string* data = r.mutable_data();
+      data->resize(r.rows() * r.cols() * SizeOf(*dtype));
+      status = DownloadMatrix(r.handle(), data->data(), data->size(), within);
+      if (!status.ok()) return status;
+      r.clear_handle();
+    }
+  }
+  return response;
+}
+
+}  // namespace gemm

@@ -1,0 +1,237 @@
+#include "service/transfer_service.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+
+#include <grpcpp/impl/codegen/proto_utils.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
+#include "gemm/v1/gemm.pb.h"
+#include "service/caller_identity.h"
+
+namespace gemm {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& st) {
+  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
+}
+
+// Transfer.Upload: writes each chunk into its matrix as it arrives, then
+// answers with an UploadSummary when the client closes its side.
+class UploadCall final : public grpc::ServerGenericBidiReactor {
+ public:
+  UploadCall(TransferService* service, grpc::GenericCallbackServerContext* context)
+      : service_(service),
+        caller_(CallerIdentity(*context)),
+        started_(service->clock()->Now()) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client closed its side (or went away): summarize
+      v1::UploadSummary summary;
+      summary.set_bytes_received(bytes_);
+      summary.set_chunks(chunks_);
+      bool own_buffer;
+      grpc::SerializationTraits<v1::UploadSummary>::Serialize(summary, &out_, &own_buffer);
+      StartWrite(&out_);
+      return;
+    }
+    absl::Status st = Take();
+    in_.Clear();
+    if (!st.ok()) {
+      End(st);
+      return;
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    End(ok ? absl::OkStatus() : absl::CancelledError("the client went away"));
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Take() {
+    ChunkReader chunk;
+    if (absl::Status st = chunk.Parse(in_); !st.ok()) return st;
+    if (chunk.handle().empty())
+      return absl::InvalidArgumentError("handle: required on every chunk");
+    // Within one stream a matrix's chunks run contiguously: that is how a
+    // client stripes a matrix over streams, and a gap here means a lost or
+    // reordered chunk.
+    auto expected = next_offset_.find(chunk.handle());
+    if (expected != next_offset_.end() && expected->second != chunk.offset())
+      return absl::InvalidArgumentError(absl::StrCat(
+          "offset: chunk out of order: this stream's previous chunk of \"", chunk.handle(),
+          "\" ended at byte ", expected->second, ", this one starts at ", chunk.offset()));
+    ResidentStore* store = service_->residents();
+    auto matrix = store->ClaimUpload(caller_, chunk.handle(), chunk.offset(), chunk.size());
+    if (!matrix.ok()) return matrix.status();
+    absl::Status written;
+    uint64_t at = chunk.offset();
+    chunk.ForEachDataPiece([&](const char* piece, size_t n) {
+      if (written.ok()) written = (*matrix)->Write(at, piece, n);
+      at += n;
+    });
+    store->FinishUploadRange(chunk.handle(), chunk.offset(), chunk.size(), written.ok());
+    if (!written.ok()) return written;
+    next_offset_[chunk.handle()] = chunk.offset() + chunk.size();
+    bytes_ += chunk.size();
+    ++chunks_;
+    service_->metrics()->AddChunkBytes("upload", static_cast<double>(chunk.size()));
+    return absl::OkStatus();
+  }
+
+  void End(const absl::Status& st) {
+    service_->metrics()->RecordRequest("Upload", static_cast<int>(st.code()),
+                                       service_->clock()->Now() - started_);
+    Finish(ToGrpc(st));
+  }
+
+  TransferService* const service_;
+  const std::string caller_;
+  const absl::Time started_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+  absl::flat_hash_map<std::string, uint64_t> next_offset_;
+  uint64_t bytes_ = 0;
+  uint64_t chunks_ = 0;
+};
+
+// Transfer.Download: reads one DownloadRequest, then writes the range in
+// chunks that point into the matrix (kept alive by each chunk until gRPC has
+// sent it).
+class DownloadCall final : public grpc::ServerGenericBidiReactor {
+ public:
+  DownloadCall(TransferService* service, grpc::GenericCallbackServerContext* context)
+      : service_(service),
+        caller_(CallerIdentity(*context)),
+        started_(service->clock()->Now()) {
+    StartRead(&in_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      End(absl::InvalidArgumentError("the stream closed before a DownloadRequest"));
+      return;
+    }
+    absl::Status st = Begin();
+    if (!st.ok()) {
+      End(st);
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      End(absl::CancelledError("the client went away"));
+      return;
+    }
+    WriteNext();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  absl::Status Begin() {
+    v1::DownloadRequest request;
+    grpc::Status parsed =
+        grpc::SerializationTraits<v1::DownloadRequest>::Deserialize(&in_, &request);
+    if (!parsed.ok())
+      return absl::InvalidArgumentError(
+          absl::StrCat("not a DownloadRequest: ", parsed.error_message()));
+    if (request.handle().empty()) return absl::InvalidArgumentError("handle: required");
+    auto matrix = service_->residents()->Lookup(caller_, request.handle());
+    if (!matrix.ok()) return matrix.status();
+    matrix_ = *matrix;
+    const uint64_t size = matrix_->bytes();
+    if (request.offset() > size)
+      return absl::InvalidArgumentError(absl::StrCat("offset: ", request.offset(),
+                                                     " is past the matrix's ", size, " bytes"));
+    end_ = request.length() == 0 ? size : request.offset() + request.length();
+    if (request.length() > size - request.offset())
+      return absl::InvalidArgumentError(
+          absl::StrCat("length: bytes [", request.offset(), ", ", request.offset() + request.length(),
+                       ") run past the matrix's ", size, " bytes"));
+    position_ = request.offset();
+    const uint64_t max_chunk = MaxChunkBytes(service_->limits());
+    chunk_bytes_ = request.chunk_bytes() == 0
+                       ? std::min(TransferService::kDefaultDownloadChunkBytes, max_chunk)
+                       : std::min<uint64_t>(request.chunk_bytes(), max_chunk);
+    return absl::OkStatus();
+  }
+
+  void WriteNext() {
+    if (position_ >= end_) {
+      End(absl::OkStatus());
+      return;
+    }
+    const uint64_t n = std::min(chunk_bytes_, end_ - position_);
+    const void* host = matrix_->view().data;
+    if (host != nullptr) {
+      out_ = EncodeChunk("", position_, static_cast<const char*>(host) + position_, n, matrix_);
+    } else {  // device memory: one bounce through a host buffer per chunk
+      auto bounce = std::make_shared<std::string>(n, '\0');
+      absl::Status st = matrix_->Read(position_, bounce->data(), n);
+      if (!st.ok()) {
+        End(st);
+        return;
+      }
+      out_ = EncodeChunk("", position_, bounce->data(), n, bounce);
+    }
+    position_ += n;
+    service_->metrics()->AddChunkBytes("download", static_cast<double>(n));
+    StartWrite(&out_);
+  }
+
+  void End(const absl::Status& st) {
+    service_->metrics()->RecordRequest("Download", static_cast<int>(st.code()),
+                                       service_->clock()->Now() - started_);
+    Finish(ToGrpc(st));
+  }
+
+  TransferService* const service_;
+  const std::string caller_;
+  const absl::Time started_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+  std::shared_ptr<const ResidentMatrix> matrix_;
+  uint64_t position_ = 0;
+  uint64_t end_ = 0;
+  uint64_t chunk_bytes_ = 0;
+};
+
+// Any other method, or no resident store: answered at once.
+class Refusal final : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit Refusal(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+TransferService::TransferService(const ServiceLimits& limits, ResidentStore* residents,
+                                 ServiceMetrics* metrics, const Clock* clock)
+    : limits_(limits), residents_(residents), metrics_(metrics), clock_(clock) {}
+
+grpc::ServerGenericBidiReactor* TransferService::CreateReactor(
+    grpc::GenericCallbackServerContext* context) {
+  const std::string& method = context->method();
+  const bool upload = method == kUploadMethod;
+  if (!upload && method != kDownloadMethod)
+    return new Refusal(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                    absl::StrCat("unknown method ", method)));
+  if (residents_ == nullptr)
+    return new Refusal(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                    "this server keeps no resident matrices"));
+  if (upload) return new UploadCall(this, context);
+  return new DownloadCall(this, context);
+}
+
+}  // namespace gemm

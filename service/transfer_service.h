@@ -1,0 +1,58 @@
+// gemm.v1.Transfer: the bytes of resident matrices in chunks (Upload,
+// Download), for operands and results too large for one message.
+//
+// Served through gRPC's generic callback API rather than generated code, so
+// that chunk bytes go straight between gRPC's buffers and the matrix's memory
+// (common/chunk_wire.h) instead of through a protobuf message's string. The
+// wire format is still the gemm.v1.Chunk message of the proto file. Method
+// names this service does not know get UNIMPLEMENTED, as gRPC would answer.
+#ifndef GEMM_SERVICE_TRANSFER_SERVICE_H_
+#define GEMM_SERVICE_TRANSFER_SERVICE_H_
+
+#include <cstdint>
+
+#include <grpcpp/generic/async_generic_service.h>
+
+#include "service/clock.h"
+#include "service/limits.h"
+#include "service/metrics.h"
+#include "service/resident_store.h"
+
+namespace gemm {
+
+// Largest chunk a Transfer stream may carry in one message: the message limit
+// less room for the chunk's other fields.
+inline uint64_t MaxChunkBytes(const ServiceLimits& limits) {
+  return limits.max_message_bytes > 4096 ? limits.max_message_bytes - 4096 : 1;
+}
+
+class TransferService final : public grpc::CallbackGenericService {
+ public:
+  static constexpr char kUploadMethod[] = "/gemm.v1.Transfer/Upload";
+  static constexpr char kDownloadMethod[] = "/gemm.v1.Transfer/Download";
+  // Chunk size of a Download that asks for none.
+  static constexpr uint64_t kDefaultDownloadChunkBytes = uint64_t{4} << 20;
+
+  // `residents` (may be null: every call then fails UNIMPLEMENTED), `metrics`
+  // and `clock` must outlive the service.
+  TransferService(const ServiceLimits& limits, ResidentStore* residents,
+                  ServiceMetrics* metrics, const Clock* clock);
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override;
+
+  const ServiceLimits& limits() const { return limits_; }
+  ResidentStore* residents() const { return residents_; }
+  ServiceMetrics* metrics() const { return metrics_; }
+  const Clock* clock() const { return clock_; }
+
+ private:
+  const ServiceLimits limits_;
+  ResidentStore* const residents_;
+  ServiceMetrics* const metrics_;
+  const Clock* const clock_;
+};
+
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_TRANSFER_SERVICE_H_
