@@ -41,6 +41,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     ssl.pem_key_cert_pairs.push_back(std::move(pair));
     if (!options.tls_client_ca_file.empty()) {
       GEMM_ASSIGN_OR_RETURN(ssl.pem_root_certs, ReadFileToString(options.tls_client_ca_file));
+      // Verified, always: caller_identity.h names a caller by any client
+      // certificate it finds in the auth context, so a mode that accepts an
+      // unverified one would let a client pick its own identity.
       ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     creds = grpc::SslServerCredentials(ssl);

@@ -19,6 +19,8 @@ struct SecurityOptions {
   std::string tls_key_file;
   // PEM CA bundle. When set (TLS only), every client must present a
   // certificate that it signed (mutual TLS); the handshake fails otherwise.
+  // The certificate's subject then names the caller when the call carries no
+  // bearer token (caller_identity.h).
   std::string tls_client_ca_file;
   // "<caller-name> <token>" lines (auth.h). When set, every call needs
   // "authorization: Bearer <token>" and gets UNAUTHENTICATED otherwise.

@@ -78,6 +78,7 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   for (absl::Status s : {MakeCa(dir, "ca"), MakeCa(dir, "other_ca"),
                          MakeLeaf(dir, "server", "ca", "localhost", kServerExt),
                          MakeLeaf(dir, "client", "ca", "gemm-test-client", kClientExt),
+                         MakeLeaf(dir, "second_client", "ca", "gemm-test-client-2", kClientExt),
                          MakeLeaf(dir, "other_client", "other_ca", "intruder", kClientExt)}) {
     if (!s.ok()) return s;
   }
@@ -88,6 +89,8 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   c.server_key = dir + "/server.key";
   c.client_cert = dir + "/client.pem";
   c.client_key = dir + "/client.key";
+  c.second_client_cert = dir + "/second_client.pem";
+  c.second_client_key = dir + "/second_client.key";
   c.other_ca_cert = dir + "/other_ca.pem";
   c.other_client_cert = dir + "/other_client.pem";
   c.other_client_key = dir + "/other_client.key";

@@ -1,6 +1,6 @@
 // Certificates made at test time with the openssl command-line tool: a CA, a
-// server certificate for localhost / 127.0.0.1 (subject alternative names), a
-// client certificate from the same CA and one from another CA. EC P-256 keys,
+// server certificate for localhost / 127.0.0.1 (subject alternative names), two
+// client certificates from the same CA and one from another CA. EC P-256 keys,
 // valid for a day. No key material is checked in.
 #ifndef GEMM_TESTS_TEST_CERTS_H_
 #define GEMM_TESTS_TEST_CERTS_H_
@@ -20,6 +20,9 @@ struct TestCerts {
   std::string server_key;
   std::string client_cert;
   std::string client_key;
+  // A second client of the same CA, with another subject (CN=gemm-test-client-2).
+  std::string second_client_cert;
+  std::string second_client_key;
   std::string other_ca_cert;      // a CA that signed nothing the server trusts
   std::string other_client_cert;  // signed by other_ca
   std::string other_client_key;
