@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "echo/echo_server.h"
 #include "echo/v1/echo.grpc.pb.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "common/dtype.h"
@@ -46,16 +47,6 @@ namespace {
 using bench::echo::v1::EchoReply;
 using bench::echo::v1::EchoRequest;
 using bench::echo::v1::EchoService;
-
-class EchoServiceImpl final : public EchoService::CallbackService {
-  grpc::ServerUnaryReactor* Echo(grpc::CallbackServerContext* context, const EchoRequest* request,
-                                 EchoReply* reply) override {
-    reply->mutable_payload()->resize(request->reply_bytes());
-    auto* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status::OK);
-    return reactor;
-  }
-};
 
 struct Result {
   double requests_per_s = 0;
@@ -177,14 +168,8 @@ int Main() {
     unbatched_server = std::move(*s);
   }
 
-  EchoServiceImpl echo_service;
-  int echo_port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &echo_port);
-  builder.RegisterService(&echo_service);
-  builder.SetMaxReceiveMessageSize(1 << 30);
-  builder.SetMaxSendMessageSize(1 << 30);
-  std::unique_ptr<grpc::Server> echo_server = builder.BuildAndStart();
+  bench::EchoServer echo_server(1 << 30);
+  const int echo_port = echo_server.port();
 
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(1 << 30);
@@ -267,7 +252,6 @@ int Main() {
       failures += g.errors + e.errors;
     }
   }
-  echo_server->Shutdown();
   if (gemm_server) gemm_server->Shutdown(absl::Seconds(5));
   if (unbatched_server) unbatched_server->Shutdown(absl::Seconds(5));
   return failures == 0 ? 0 : 1;

@@ -47,6 +47,7 @@ absl::Status ValidateOptions(const ClientOptions& o, bool need_target) {
     return absl::InvalidArgumentError(
         absl::StrCat("transfer_channels must be in [1, 64], got ", o.transfer_channels));
   }
+  if (absl::Status s = o.http2.Validate(); !s.ok()) return s;
   for (char c : o.bearer_token) {
     if (c < 0x21 || c > 0x7e) {
       return absl::InvalidArgumentError("bearer_token must be printable ASCII without spaces");
@@ -171,6 +172,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetServiceConfigJSON(kServiceConfig);
   if (!options.bearer_token.empty()) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  for (const auto& [name, value] : options.http2.ChannelArgs()) args.SetInt(name, value);
   std::shared_ptr<grpc::ChannelCredentials> creds = ChannelCredentialsFor(options);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {

@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "client/chunked_transfer.h"
 #include "client/matrix_view.h"
+#include "common/http2_tuning.h"
 #include "client/retry_policy.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "gemm/v1/gemm.pb.h"
@@ -81,6 +82,8 @@ struct ClientOptions {
   // Connections (channels with distinct arguments, so gRPC does not share
   // one) that one matrix's chunks are striped over.
   int transfer_channels = 4;
+  // HTTP/2 settings of the client's connections.
+  Http2Tuning http2;
 };
 
 // Per-call settings.

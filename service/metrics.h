@@ -87,9 +87,6 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Histogram& queue_wait_seconds_;
-  std::shared_ptr<GaugeProbe> probes_;
-  prometheus::Gauge& queue_limit_;
-  prometheus::Gauge& inflight_limit_;
   prometheus::Histogram& batch_requests_;
   prometheus::Histogram& batch_problems_;
   prometheus::Family<prometheus::Counter>& launches_;
@@ -100,6 +97,9 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>& peak_flops_;
   prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& build_info_;
+  std::shared_ptr<GaugeProbe> probes_;
+  prometheus::Gauge& queue_limit_;
+  prometheus::Gauge& inflight_limit_;
   prometheus::Family<prometheus::Counter>& chunk_bytes_;
   prometheus::Counter& upload_chunk_bytes_;
   prometheus::Counter& download_chunk_bytes_;

@@ -28,6 +28,7 @@ absl::Status ServerOptions::Validate() const {
   GEMM_RETURN_IF_ERROR(security.Validate());
   if (transient_idle_timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("transient_idle_timeout must be positive");
+  GEMM_RETURN_IF_ERROR(http2.Validate());
   return limits.Validate();
 }
 
@@ -144,6 +145,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  for (const auto& [name, value] : options.http2.ChannelArgs())
+    builder.AddChannelArgument(name, value);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0)
     return absl::UnavailableError(

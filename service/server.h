@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/http2_tuning.h"
 #include "service/batcher.h"
 #include "service/cpu_executor.h"
 #include "service/cuda_executor.h"
@@ -56,6 +57,8 @@ struct ServerOptions {
   // request, kept results) and unfinished uploads are freed after this long
   // unused, so that clients that vanish leave no memory behind.
   absl::Duration transient_idle_timeout = absl::Seconds(60);
+  // HTTP/2 settings of the gRPC port for bulk transfer.
+  Http2Tuning http2;
 
   absl::Status Validate() const;
 };

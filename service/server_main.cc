@@ -40,6 +40,11 @@ ABSL_FLAG(std::vector<std::string>, cuda_devices, {},
           "(one executor each, batches placed by predicted finish time)");
 ABSL_FLAG(int, cuda_streams, kDefaults.cuda.streams,
           "CUDA backend: streams, i.e. batches in flight at once");
+ABSL_FLAG(bool, cuda_grouped_launches, kDefaults.cuda.grouped_launches,
+          "CUDA backend: mixed shapes of one type share one grouped launch (sm_90)");
+ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
+          "CUDA backend: stream-K / split-K for problems of at least --large_problem_flops "
+          "where the kernel's heuristic prefers them (run one at a time)");
 ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
           "while the backend is busy, how long a request may wait for its batch to fill");
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
@@ -82,6 +87,14 @@ ABSL_FLAG(uint64_t, max_resident_bytes, kLimits.max_resident_bytes,
 ABSL_FLAG(absl::Duration, transient_idle_timeout, kDefaults.transient_idle_timeout,
           "transient resident matrices (per-request uploads, kept results) and unfinished "
           "uploads unused this long are freed");
+ABSL_FLAG(int, http2_max_frame_bytes, kDefaults.http2.max_frame_bytes,
+          "largest HTTP/2 frame accepted (0 = gRPC's default)");
+ABSL_FLAG(int, http2_stream_window_bytes, kDefaults.http2.stream_window_bytes,
+          "initial HTTP/2 stream receive window (0 = gRPC's default)");
+ABSL_FLAG(int, http2_write_buffer_bytes, kDefaults.http2.write_buffer_bytes,
+          "bytes gRPC may buffer for writing per call (0 = gRPC's default)");
+ABSL_FLAG(bool, http2_bdp_probe, kDefaults.http2.bdp_probe,
+          "gRPC's bandwidth-delay probe that grows flow-control windows");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM/SIGINT, how long calls in flight may take to finish");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
@@ -123,6 +136,9 @@ int main(int argc, char** argv) {
     options.cuda_devices.push_back(device);
   }
   options.cuda.streams = absl::GetFlag(FLAGS_cuda_streams);
+  options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
+  options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
+  options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   gemm::ServiceLimits& l = options.limits;
@@ -135,6 +151,10 @@ int main(int argc, char** argv) {
   l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
   l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
   options.transient_idle_timeout = absl::GetFlag(FLAGS_transient_idle_timeout);
+  options.http2.max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
+  options.http2.stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
+  options.http2.write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
+  options.http2.bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
 
   auto server = gemm::GemmServer::Start(options);
   if (!server.ok()) {
