@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/config/heuristic.h"
@@ -32,13 +34,27 @@ GemmArguments AsGemm(const GroupedProblemArguments& p, bool allow_tf32) {
 }
 
 bool OnHopper(int* num_sms) {
+  // Cached per device: a server asks for every grouped launch, and
+  // cudaGetDeviceProperties is slow.
+  struct Known {
+    bool hopper = false;
+    int num_sms = 0;  // 0: not asked yet
+  };
+  static std::mutex mu;
+  static std::vector<Known> known;
   int device = 0;
-  cudaDeviceProp prop;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
-    return false;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<int>(known.size()) <= device) known.resize(device + 1);
+  Known& k = known[device];
+  if (k.num_sms == 0) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
+    k.hopper = prop.major == 9 && prop.minor == 0;
+    k.num_sms = prop.multiProcessorCount;
   }
-  *num_sms = prop.multiProcessorCount;
-  return prop.major == 9 && prop.minor == 0;
+  *num_sms = k.num_sms;
+  return k.hopper;
 }
 
 // The normalized problems when one grouped kernel can run them all.
@@ -108,13 +124,30 @@ absl::Status GroupedGemm::CanImplement(const GroupedGemmArguments& args) {
 }
 
 size_t GroupedGemm::WorkspaceSize(const GroupedGemmArguments& args) {
+  return WorkspaceSize(args.problems.size());
+}
+
+size_t GroupedGemm::WorkspaceSize(size_t num_problems) {
   int num_sms = 0;
-  if (args.problems.empty() || !OnHopper(&num_sms)) return 0;
-  return Sm90GroupedWorkspaceSize(args.problems.size());
+  if (num_problems == 0 || !OnHopper(&num_sms)) return 0;
+  return Sm90GroupedWorkspaceSize(num_problems);
 }
 
 absl::Status GroupedGemm::Initialize(const GroupedGemmArguments& args, void* workspace,
                                      TileHint hint) {
+  return Init(args, workspace, nullptr, hint);
+}
+
+absl::Status GroupedGemm::InitializeDeferred(const GroupedGemmArguments& args, void* workspace,
+                                             void* host_image, TileHint hint) {
+  if (host_image == nullptr) return absl::InvalidArgumentError("host_image is null");
+  return Init(args, workspace, host_image, hint);
+}
+
+bool GroupedGemm::uses_workspace() const { return impl_->plan != nullptr; }
+
+absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace,
+                               void* host_image, TileHint hint) {
   impl_->plan.reset();
   impl_->loop.clear();
   kind_ = KernelKind::kNone;
@@ -129,7 +162,9 @@ absl::Status GroupedGemm::Initialize(const GroupedGemmArguments& args, void* wor
     if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
     if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
     std::string error;
-    impl_->plan = MakeSm90GroupedPlan(ps, tile, num_sms, workspace, &error);
+    impl_->plan = host_image != nullptr
+                      ? MakeSm90GroupedPlanDeferred(ps, tile, num_sms, workspace, host_image, &error)
+                      : MakeSm90GroupedPlan(ps, tile, num_sms, workspace, &error);
     if (!impl_->plan) return absl::InternalError(absl::StrCat("grouped kernel setup: ", error));
     kind_ = KernelKind::kSm90TmaWgmma;
     kernel_name_ = impl_->plan->name();

@@ -11,6 +11,9 @@
 //                                                      // copies them (blocking)
 //   RETURN_IF_ERROR(g.Run(stream));                    // one launch
 //
+// A server uses InitializeDeferred instead: the descriptors go to a host
+// buffer it copies in stream order with its own operands, so nothing blocks.
+//
 // On a Hopper GPU, when every problem has the same input dtype (bf16 or
 // fp16), the same output dtype and the same layouts of A, B and D, and every
 // operand suits TMA (16-byte aligned bases and leading dimensions), one
@@ -61,6 +64,9 @@ class GroupedGemm {
   // Device bytes of workspace Initialize() needs (problem descriptors and
   // tensor maps, about 300 bytes per problem); 0 when no GPU is usable.
   static size_t WorkspaceSize(const GroupedGemmArguments& args);
+  // The same from the problem count alone (all the size depends on), for a
+  // caller that places the workspace before its operands have addresses.
+  static size_t WorkspaceSize(size_t num_problems);
 
   // Picks the kernel for the current device; for the grouped kernel, builds
   // every problem's tensor maps and copies them to `workspace` with a
@@ -68,6 +74,19 @@ class GroupedGemm {
   // runs. `hint` forces the tile (kAuto: chosen from the whole group).
   absl::Status Initialize(const GroupedGemmArguments& args, void* workspace,
                           TileHint hint = TileHint::kAuto);
+
+  // Initialize without the blocking copy: the workspace's contents are
+  // written to `host_image` (WorkspaceSize(args) bytes of host memory; pinned
+  // for an asynchronous copy), and the caller must copy host_image to
+  // `workspace` on the launch's stream before Run. Nothing is copied or
+  // synchronized here. When the group falls back to a loop of Gemms the
+  // workspace is unused and host_image is left as it was.
+  absl::Status InitializeDeferred(const GroupedGemmArguments& args, void* workspace,
+                                  void* host_image, TileHint hint = TileHint::kAuto);
+
+  // Whether Run launches the grouped kernel (which reads the workspace), not
+  // a loop of Gemms.
+  bool uses_workspace() const;
 
   // Enqueues the group on `stream` (a cudaStream_t).
   absl::Status Run(void* stream) const;
@@ -81,6 +100,10 @@ class GroupedGemm {
   GroupedGemm& operator=(const GroupedGemm&) = delete;
 
  private:
+  // Initialize (host_image null: blocking copy) and InitializeDeferred.
+  absl::Status Init(const GroupedGemmArguments& args, void* workspace, void* host_image,
+                    TileHint hint);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
   KernelKind kind_ = KernelKind::kNone;

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "kernels/gemm.h"
+#include "kernels/grouped_gemm.h"
 #include "service/resident_matrix.h"
 
 namespace gemm {
@@ -23,6 +24,8 @@ namespace gk = gemm_kernels;
 
 // Operand starts are aligned for TMA (16 bytes) and for full DRAM bursts.
 constexpr size_t kAlign = 256;
+// A launch without grouped descriptors in the lane's input region.
+constexpr size_t kNoWorkspace = SIZE_MAX;
 
 size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -107,23 +110,35 @@ void CUDART_CB HostDone(void* lane);
 
 }  // namespace
 
+// One planned launch of a lane's batch, from set-up to completion.
+struct LaunchState {
+  std::unique_ptr<gk::Gemm> gemm;          // single and strided-batched launches
+  std::unique_ptr<gk::GroupedGemm> group;  // grouped launches
+  gk::GemmArguments args;                  // kept for a reducing launch's set-up
+  bool reducing = false;                   // stream-K / split-K, on the reducing stream
+  size_t reducing_workspace = 0;           // its bytes
+  size_t descriptors = kNoWorkspace;       // grouped: offset in the input region
+  absl::Status status;                     // set-up or launch failure: its requests fail
+  std::string label;                       // metrics: "<plan kind>/<kernel family>"
+  size_t owner = 0;                        // the item its time is reported on
+};
+
 struct CudaExecutor::Lane {
   CudaExecutor* owner = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, h2d_done = nullptr, d2h_done = nullptr;
+  cudaEvent_t reduce_done = nullptr;     // this lane's launch on the reducing stream
   std::vector<cudaEvent_t> launch_done;  // one per launch, grown as needed
   unsigned char* staging = nullptr;
   size_t staging_size = 0;
-  void* device = nullptr;  // this batch's device buffer, from the stream pool
+  unsigned char* device = nullptr;  // this batch's device buffer, from the stream pool
 
   // The batch in flight and what Finish needs to know about it.
   Batch batch;
   std::map<const GemmProblemRef*, Placement> placement;
   size_t input_bytes = 0;   // input region size; the output region follows
   size_t output_bytes = 0;
-  std::vector<std::unique_ptr<gk::Gemm>> gemms;  // alive until the batch ends
-  std::vector<std::string> launch_kinds;          // metrics label per launch
-  std::vector<size_t> launch_owner;               // item index per launch
+  std::vector<LaunchState> launches;  // alive until the batch ends
   std::map<const GemmProblemRef*, size_t> item_of;
   std::vector<std::set<std::string>> item_kernels;
   std::vector<absl::Status> item_status;
@@ -131,9 +146,7 @@ struct CudaExecutor::Lane {
   void Reset() {
     batch = Batch();
     placement.clear();
-    gemms.clear();
-    launch_kinds.clear();
-    launch_owner.clear();
+    launches.clear();
     item_of.clear();
     item_kernels.clear();
     item_status.clear();
@@ -185,6 +198,9 @@ absl::Status CudaExecutor::Init() {
                                             prop.totalGlobalMem, 0});
   info_.kernels = {"sm90_tma_wgmma (bf16, fp16, tf32; Hopper)",
                    "portable_simt (strict fp32; any sm_80+ GPU)"};
+  // The grouped kernel is sm_90a machine code: compute capability 9.0 only.
+  grouped_ = options_.grouped_launches && prop.major == 9 && prop.minor == 0;
+  if (grouped_) info_.kernels.push_back("sm90_tma_wgmma_grouped (bf16, fp16; mixed shapes)");
 
   // Keep freed device memory in the stream-ordered pool instead of returning
   // it to the driver, so that steady-state batches allocate nothing new.
@@ -193,6 +209,9 @@ absl::Status CudaExecutor::Init() {
   uint64_t threshold = UINT64_MAX;
   CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
 
+  cudaStream_t reduce = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaStreamCreate(&reduce));  // blocking: see reduce_stream_
+  reduce_stream_ = reduce;
   for (int i = 0; i < options_.streams; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->owner = this;
@@ -200,6 +219,7 @@ absl::Status CudaExecutor::Init() {
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->start));
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->h2d_done));
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->d2h_done));
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&lane->reduce_done, cudaEventDisableTiming));
     absl::MutexLock lock(&mu_);
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
@@ -215,10 +235,19 @@ CudaExecutor::~CudaExecutor() {
     stopping_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
+  cudaSetDevice(options_.device);
+  if (reduce_stream_ != nullptr) {
+    auto reduce = static_cast<cudaStream_t>(reduce_stream_);
+    absl::MutexLock lock(&reduce_mu_);
+    if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
+    cudaStreamSynchronize(reduce);
+    cudaStreamDestroy(reduce);
+  }
   // Give the pool's cached blocks back to the driver: the device is shared.
   ReleaseCachedMemory().IgnoreError();
   for (auto& lane : lanes_) {
     for (cudaEvent_t e : lane->launch_done) cudaEventDestroy(e);
+    if (lane->reduce_done) cudaEventDestroy(lane->reduce_done);
     cudaEventDestroy(lane->start);
     cudaEventDestroy(lane->h2d_done);
     cudaEventDestroy(lane->d2h_done);
@@ -275,10 +304,50 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   for (size_t i = 0; i < batch.items.size(); ++i)
     for (const GemmProblemRef& p : batch.items[i]->problems) lane.item_of[&p] = i;
 
-  // 1. Place every operand. Members of a strided batch sit at a fixed stride
-  //    per operand, so one launch covers them.
+  PlaceOperands(lane);
+  if (absl::Status st = StageInputs(lane); !st.ok()) return st;
+  // The device buffer's address is needed before the launches are set up:
+  // tensor maps and grouped descriptors name it.
+  void* device = nullptr;
+  CUDA_RETURN_IF_ERROR(
+      cudaMallocAsync(&device, lane.input_bytes + lane.output_bytes, lane.stream));
+  lane.device = static_cast<unsigned char*>(device);
+  PrepareLaunches(lane);
+
+  // One H2D copy (operands and grouped descriptors), the launches, one D2H
+  // copy, then the host callback.
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.device, lane.staging, lane.input_bytes,
+                                       cudaMemcpyHostToDevice, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
+  while (lane.launch_done.size() < lane.launches.size()) {
+    cudaEvent_t e;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    lane.launch_done.push_back(e);
+  }
+  for (size_t li = 0; li < lane.launches.size(); ++li) {
+    if (absl::Status st = EnqueueLaunch(lane, li); !st.ok()) return st;
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li], lane.stream));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.staging + lane.input_bytes,
+                                       lane.device + lane.input_bytes, lane.output_bytes,
+                                       cudaMemcpyDeviceToHost, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
+  CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
+  lane.device = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
+  return absl::OkStatus();
+}
+
+void CudaExecutor::PlaceOperands(Lane& lane) {
+  // Members of a strided batch sit at a fixed stride per operand, so one
+  // launch covers them. A grouped launch's descriptors follow the operands
+  // in the input region, so the one H2D copy carries them too.
+  const Batch& batch = lane.batch;
+  lane.launches.resize(batch.launches.size());
   size_t in = 0, out = 0;
-  for (const LaunchGroup& g : batch.launches) {
+  for (size_t li = 0; li < batch.launches.size(); ++li) {
+    const LaunchGroup& g = batch.launches[li];
     const GemmProblemRef& first = *g.problems.front();
     const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
     const size_t a_stride = RoundUp(first.a.bytes(), kAlign);
@@ -324,12 +393,19 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
       }
       out += count * d_stride;
     }
+    if (g.kind == LaunchGroup::Kind::kGrouped) {
+      if (const size_t bytes = gk::GroupedGemm::WorkspaceSize(g.problems.size()); bytes > 0) {
+        lane.launches[li].descriptors = in;
+        in += RoundUp(bytes, kAlign);
+      }
+    }
   }
   lane.input_bytes = RoundUp(in, kAlign);
   lane.output_bytes = out;
-  const size_t total = lane.input_bytes + lane.output_bytes;
+}
 
-  // 2. Stage the operands: the one host copy on the way in.
+absl::Status CudaExecutor::StageInputs(Lane& lane) {
+  const size_t total = lane.input_bytes + lane.output_bytes;
   if (lane.staging_size < total) {
     // Grow geometrically so that a lane reallocates only a few times.
     const size_t size = std::max(total, 2 * lane.staging_size);
@@ -340,6 +416,7 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
                                        cudaHostAllocDefault));
     lane.staging_size = size;
   }
+  // The one host copy on the way in.
   for (const auto& [p, pl] : lane.placement) {
     if (!ResidentData(p->a)) std::memcpy(lane.staging + pl.a, p->a.data, p->a.bytes());
     if (!ResidentData(p->b)) std::memcpy(lane.staging + pl.b, p->b.data, p->b.bytes());
@@ -357,86 +434,190 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
           std::memcpy(lane.staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
     }
   }
+  return absl::OkStatus();
+}
 
-  // 3. One H2D copy, the launches, one D2H copy, then the host callback.
-  CUDA_RETURN_IF_ERROR(cudaMallocAsync(&lane.device, total, lane.stream));
-  auto* dev = static_cast<unsigned char*>(lane.device);
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start, lane.stream));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dev, lane.staging, lane.input_bytes, cudaMemcpyHostToDevice, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
+namespace {
 
-  while (lane.launch_done.size() < batch.launches.size()) {
-    cudaEvent_t e;
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    lane.launch_done.push_back(e);
+// The kernel's view of `count` problems starting with `p` at `pl` (the
+// second member at `pl2` gives the batch strides) in the lane's device
+// buffer `dev`, whose output region starts at `out_dev`.
+gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
+                                  const Placement& pl2, int64_t count, unsigned char* dev,
+                                  unsigned char* out_dev) {
+  const GemmShape& s = p.shape;
+  auto stride = [count](size_t first, size_t second, DType t) -> int64_t {
+    return count > 1 ? static_cast<int64_t>((second - first) / SizeOf(t)) : 0;
+  };
+  auto operand = [dev](const MatrixRef& m, size_t offset) -> const void* {
+    const void* resident = ResidentData(m);
+    return resident != nullptr ? resident : dev + offset;
+  };
+  gk::GemmArguments args;
+  args.m = static_cast<int64_t>(s.m);
+  args.n = static_cast<int64_t>(s.n);
+  args.k = static_cast<int64_t>(s.k);
+  args.batch_count = count;
+  args.a = {operand(p.a, pl.a), KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
+            static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2.a, s.input_dtype)};
+  args.b = {operand(p.b, pl.b), KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
+            static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.input_dtype)};
+  const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
+  args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
+            stride(pl.d, pl2.d, s.output_dtype)};
+  args.c = args.d;
+  if (pl.has_c) {
+    args.c.ptr = operand(p.c, pl.c);
+    args.c.batch_stride = stride(pl.c, pl2.c, s.output_dtype);
   }
+  args.alpha = static_cast<float>(p.alpha);
+  args.beta = pl.has_c ? static_cast<float>(p.beta) : 0.0f;
+  args.allow_tf32 = s.allow_tf32;
+  return args;
+}
+
+gk::GroupedProblemArguments GroupMember(const gk::GemmArguments& g) {
+  gk::GroupedProblemArguments m;
+  m.m = g.m;
+  m.n = g.n;
+  m.k = g.k;
+  m.a = g.a;
+  m.b = g.b;
+  m.c = g.c;
+  m.d = g.d;
+  m.alpha = g.alpha;
+  m.beta = g.beta;
+  return m;
+}
+
+}  // namespace
+
+void CudaExecutor::PrepareLaunches(Lane& lane) {
+  const Batch& batch = lane.batch;
+  unsigned char* dev = lane.device;
   unsigned char* out_dev = dev + lane.input_bytes;
   for (size_t li = 0; li < batch.launches.size(); ++li) {
     const LaunchGroup& g = batch.launches[li];
+    LaunchState& ls = lane.launches[li];
     const GemmProblemRef& p = *g.problems.front();
+    ls.owner = lane.item_of.at(&p);
     const Placement& pl = lane.placement.at(&p);
-    const GemmShape& s = p.shape;
+    if (g.kind == LaunchGroup::Kind::kGrouped) {
+      gk::GroupedGemmArguments args;
+      args.allow_tf32 = p.shape.allow_tf32;
+      for (const GemmProblemRef* q : g.problems) {
+        const Placement& ql = lane.placement.at(q);
+        args.problems.push_back(GroupMember(KernelArguments(*q, ql, ql, 1, dev, out_dev)));
+      }
+      ls.group = std::make_unique<gk::GroupedGemm>();
+      ls.status = gk::GroupedGemm::CanImplement(args);
+      // The descriptors are written into staging here and reach the device
+      // with the operands: nothing blocks on the hot path.
+      if (ls.status.ok())
+        ls.status = ls.descriptors == kNoWorkspace
+                        ? ls.group->Initialize(args, nullptr)
+                        : ls.group->InitializeDeferred(args, dev + ls.descriptors,
+                                                       lane.staging + ls.descriptors);
+      continue;
+    }
     const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
     const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
-    auto stride = [&](size_t first, size_t second, DType t) -> int64_t {
-      return count > 1 ? static_cast<int64_t>((second - first) / SizeOf(t)) : 0;
-    };
-    const Placement* pl2 = count > 1 ? &lane.placement.at(g.problems[1]) : &pl;
-
-    gk::GemmArguments args;
-    args.m = static_cast<int64_t>(s.m);
-    args.n = static_cast<int64_t>(s.n);
-    args.k = static_cast<int64_t>(s.k);
-    args.batch_count = count;
-    auto operand = [dev](const MatrixRef& m, size_t offset) -> const void* {
-      const void* resident = ResidentData(m);
-      return resident != nullptr ? resident : dev + offset;
-    };
-    args.a = {operand(p.a, pl.a), KernelType(s.input_dtype),
-              OperandLayout(s.layout_a, s.transpose_a), static_cast<int64_t>(p.a.ld()),
-              stride(pl.a, pl2->a, s.input_dtype)};
-    args.b = {operand(p.b, pl.b), KernelType(s.input_dtype),
-              OperandLayout(s.layout_b, s.transpose_b), static_cast<int64_t>(p.b.ld()),
-              stride(pl.b, pl2->b, s.input_dtype)};
-    const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
-    args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
-              stride(pl.d, pl2->d, s.output_dtype)};
-    args.c = args.d;
-    if (pl.has_c) {
-      args.c.ptr = operand(p.c, pl.c);
-      args.c.batch_stride = stride(pl.c, pl2->c, s.output_dtype);
+    const Placement& pl2 = count > 1 ? lane.placement.at(g.problems[1]) : pl;
+    ls.args = KernelArguments(p, pl, pl2, count, dev, out_dev);
+    ls.gemm = std::make_unique<gk::Gemm>();
+    ls.status = gk::Gemm::CanImplement(ls.args);
+    if (!ls.status.ok()) continue;
+    if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
+        p.shape.flops() >= options_.reducing_min_flops) {
+      // Nonzero only where the heuristic picks stream-K or split-K.
+      ls.reducing_workspace = gk::Gemm::WorkspaceSize(ls.args);
+      ls.reducing = ls.reducing_workspace > 0 &&
+                    ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
     }
-    args.alpha = static_cast<float>(p.alpha);
-    args.beta = pl.has_c ? static_cast<float>(p.beta) : 0.0f;
-    args.allow_tf32 = s.allow_tf32;
-
-    auto gemm = std::make_unique<gk::Gemm>();
-    absl::Status st = gk::Gemm::CanImplement(args);
-    if (st.ok()) st = gemm->Initialize(args);
-    if (st.ok()) st = gemm->Run(lane.stream);
-    const size_t owner = lane.item_of.at(&p);
-    if (!st.ok()) {
-      // This launch's requests fail; the rest of the batch goes on.
-      for (const GemmProblemRef* q : g.problems) lane.item_status[lane.item_of.at(q)] = st;
-    } else {
-      for (const GemmProblemRef* q : g.problems)
-        lane.item_kernels[lane.item_of.at(q)].insert(gemm->kernel_name());
-    }
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li], lane.stream));
-    lane.launch_kinds.push_back(
-        absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(gemm->kernel_kind())));
-    lane.launch_owner.push_back(owner);
-    lane.gemms.push_back(std::move(gemm));
+    // A reducing launch is set up when it is enqueued, in turn with the others.
+    if (!ls.reducing) ls.status = ls.gemm->Initialize(ls.args);
   }
+}
 
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.staging + lane.input_bytes, out_dev,
-                                       lane.output_bytes, cudaMemcpyDeviceToHost, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
-  lane.device = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
+absl::Status CudaExecutor::EnqueueLaunch(Lane& lane, size_t li) {
+  LaunchState& ls = lane.launches[li];
+  const LaunchGroup& g = lane.batch.launches[li];
+  if (ls.status.ok()) {
+    if (ls.group) {
+      ls.status = ls.group->Run(lane.stream);
+    } else if (ls.reducing) {
+      ls.status = EnqueueReducing(lane, li);
+    } else {
+      ls.status = ls.gemm->Run(lane.stream);
+    }
+  }
+  const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
+  const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
+  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
+  for (const GemmProblemRef* q : g.problems) {
+    const size_t item = lane.item_of.at(q);
+    // This launch's requests fail; the rest of the batch goes on.
+    if (!ls.status.ok()) {
+      lane.item_status[item] = ls.status;
+    } else {
+      lane.item_kernels[item].insert(kernel);
+    }
+  }
+  // A failed launch leaves CUDA's last-error state set; it is reported above.
+  if (!ls.status.ok()) cudaGetLastError();
   return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
+  LaunchState& ls = lane.launches[li];
+  auto reduce = static_cast<cudaStream_t>(reduce_stream_);
+  {
+    absl::MutexLock lock(&reduce_mu_);
+    if (reduce_workspace_bytes_ < ls.reducing_workspace) {
+      // Stream-ordered on the reducing stream: the old workspace is freed
+      // after the last launch that used it.
+      if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
+      reduce_workspace_ = nullptr;
+      reduce_workspace_bytes_ = 0;
+      if (cudaMallocAsync(&reduce_workspace_, ls.reducing_workspace, reduce) == cudaSuccess) {
+        reduce_workspace_bytes_ = ls.reducing_workspace;
+      } else {
+        cudaGetLastError();
+        reduce_workspace_ = nullptr;
+      }
+    }
+    // Without a workspace the launch is data-parallel, on the lane.
+    if (reduce_workspace_ != nullptr) {
+      absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_);
+      if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done, 0), "reducing launch");
+      if (st.ok()) st = ls.gemm->Run(reduce);
+      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_done, reduce), "reducing launch");
+      if (!st.ok()) return st;
+      return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_done, 0), "reducing launch");
+    }
+  }
+  absl::Status st = ls.gemm->Initialize(ls.args);
+  if (st.ok()) st = ls.gemm->Run(lane.stream);
+  return st;
+}
+
+absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
+  const double compute = ComputeSeconds(item, info_.peak_rates);
+  if (!(compute > 0)) return absl::ZeroDuration();
+  // Bytes that travel: what is staged (resident operands are not) and every
+  // result.
+  double in = 0, out = 0;
+  for (const GemmProblemRef& p : item.problems) {
+    if (!ResidentData(p.a)) in += p.a.bytes();
+    if (!ResidentData(p.b)) in += p.b.bytes();
+    if (p.beta != 0.0 && p.c.present() && !ResidentData(p.c)) in += p.c.bytes();
+    out += p.d_bytes();
+  }
+  double seconds = compute;
+  if (host_copy_rate_ > 0) seconds += (in + out) / host_copy_rate_;
+  if (h2d_rate_ > 0) seconds += in / h2d_rate_;
+  if (d2h_rate_ > 0) seconds += out / d2h_rate_;
+  return absl::Seconds(seconds);
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
@@ -495,11 +676,11 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
   // A kernel fault surfaces here; it fails the whole batch.
   absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done), "batch");
   float h2d_ms = 0, d2h_ms = 0;
-  std::vector<float> launch_ms(batch.launches.size(), 0.0f);
+  std::vector<float> launch_ms(lane.launches.size(), 0.0f);
   if (batch_status.ok()) {
     cudaEventElapsedTime(&h2d_ms, lane.start, lane.h2d_done);
     cudaEvent_t prev = lane.h2d_done;
-    for (size_t i = 0; i < batch.launches.size(); ++i) {
+    for (size_t i = 0; i < lane.launches.size(); ++i) {
       cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
       prev = lane.launch_done[i];
     }
@@ -521,15 +702,17 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
     r.backend = "cuda";
     if (r.device < 0) r.device = options_.device;
     r.kernel = absl::StrJoin(lane.item_kernels[i], ",");
-    r.transfer = absl::Milliseconds(h2d_ms + d2h_ms);
+    r.h2d = absl::Milliseconds(h2d_ms);
+    r.d2h = absl::Milliseconds(d2h_ms);
+    r.transfer = r.h2d + r.d2h;
     r.compute = absl::Milliseconds(compute_ms);
     if (i == 0) {
       r.h2d_bytes = lane.input_bytes;
       r.d2h_bytes = lane.output_bytes;
     }
-    for (size_t li = 0; li < lane.launch_owner.size(); ++li)
-      if (lane.launch_owner[li] == i)
-        r.launches.emplace_back(lane.launch_kinds[li], absl::Milliseconds(launch_ms[li]));
+    for (size_t li = 0; li < lane.launches.size(); ++li)
+      if (lane.launches[li].owner == i)
+        r.launches.emplace_back(lane.launches[li].label, absl::Milliseconds(launch_ms[li]));
   }
   std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> outcomes;
   for (size_t i = 0; i < batch.items.size(); ++i)
@@ -546,6 +729,58 @@ void CudaExecutor::ReleaseLane(Lane* lane) {
     --busy_lanes_;
   }
   if (on_done) on_done();
+}
+
+void CudaExecutor::CalibrateCopies() {
+  // What PredictRunTime charges for moving a request's bytes: pinned copies
+  // each way on a lane's stream, as batches make them, and the host copy into
+  // pinned staging. 64 MiB each, median of 5 after a warm-up; a failed
+  // measurement stays 0 (left out of predictions).
+  const size_t bytes = size_t{64} << 20;
+  std::vector<unsigned char> pageable(bytes);
+  for (size_t i = 0; i < bytes; ++i) pageable[i] = static_cast<unsigned char>(i * 131 + (i >> 12));
+  void *pinned = nullptr, *dev = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cudaStream_t stream = lanes_.front()->stream;
+  const bool ok = cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault) == cudaSuccess &&
+                  cudaMalloc(&dev, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
+                  cudaEventCreate(&e1) == cudaSuccess;
+  auto median_rate = [bytes](std::vector<double> seconds) {
+    if (seconds.empty()) return 0.0;
+    std::sort(seconds.begin(), seconds.end());
+    const double s = seconds[seconds.size() / 2];
+    return s > 0 ? bytes / s : 0.0;
+  };
+  auto copy_rate = [&](void* dst, const void* src, cudaMemcpyKind kind) {
+    std::vector<double> seconds;
+    for (int i = 0; i < 6; ++i) {
+      float ms = 0;
+      if (cudaEventRecord(e0, stream) != cudaSuccess ||
+          cudaMemcpyAsync(dst, src, bytes, kind, stream) != cudaSuccess ||
+          cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
+          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        return 0.0;
+      if (i > 0) seconds.push_back(ms / 1e3);
+    }
+    return median_rate(seconds);
+  };
+  if (ok) {
+    std::memcpy(pinned, pageable.data(), bytes);
+    h2d_rate_ = copy_rate(dev, pinned, cudaMemcpyHostToDevice);
+    d2h_rate_ = copy_rate(pinned, dev, cudaMemcpyDeviceToHost);
+    std::vector<double> seconds;
+    for (int i = 0; i < 5; ++i) {
+      const absl::Time t0 = absl::Now();
+      std::memcpy(pinned, pageable.data(), bytes);
+      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    host_copy_rate_ = median_rate(seconds);
+  }
+  cudaGetLastError();
+  if (pinned) cudaFreeHost(pinned);
+  cudaFree(dev);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
 }
 
 void CudaExecutor::Calibrate() {
@@ -638,6 +873,7 @@ void CudaExecutor::Calibrate() {
   cudaFree(dst);
   if (e0) cudaEventDestroy(e0);
   if (e1) cudaEventDestroy(e1);
+  CalibrateCopies();
 }
 
 }  // namespace gemm

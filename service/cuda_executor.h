@@ -11,6 +11,15 @@
 // D2H copy, and a host callback hands the lane to the completion thread, which
 // copies results once into the responses and completes the requests. Batches
 // on different lanes overlap their copies with each other's kernels.
+//
+// Planned launches: strided-batched for identical problems; grouped (one
+// kernel for mixed shapes of one type, kernels/grouped_gemm.h) on sm_90,
+// whose descriptors travel in the batch's one H2D copy from staging; and
+// stream-K / split-K for large single problems where the kernel's heuristic
+// picks them. Those reducing launches spin on each other's partial tiles, so
+// two at once could deadlock the device: they all run on one stream of the
+// executor, one after another, with one workspace, and the lane waits for
+// its launch there.
 #ifndef GEMM_SERVICE_CUDA_EXECUTOR_H_
 #define GEMM_SERVICE_CUDA_EXECUTOR_H_
 
@@ -34,8 +43,20 @@ class CudaExecutor : public Executor {
     // one batch's copies with another's kernels; more help when batches are
     // small and many.
     int streams = 4;
-    // Measure the GEMM rates and memory bandwidth at start-up (about 0.1 s).
+    // Measure the GEMM rates, memory bandwidth and host<->device copy rates
+    // at start-up (about 0.2 s); they feed GetServerInfo and PredictRunTime
+    // (without them there is no prediction, so no refusal for lateness).
     bool calibrate = true;
+    // Grouped launches for planned groups of mixed shapes, where the grouped
+    // kernel exists (sm_90). Off, or elsewhere, the batcher plans single
+    // launches instead.
+    bool grouped_launches = true;
+    // Stream-K / split-K for single launches of at least
+    // reducing_min_flops (2MNK), when the kernel's heuristic prefers them; a
+    // workspace over max_reducing_workspace_bytes runs data-parallel instead.
+    bool reducing_schedules = true;
+    double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
+    uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
   };
 
   // The number of CUDA devices visible, 0 when there is no driver or GPU.
@@ -54,7 +75,10 @@ class CudaExecutor : public Executor {
 
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return options_.streams; }
+  bool supports_grouped() const override { return grouped_; }
   void Execute(Batch batch) override;
+  // Staging copies, H2D, the kernels at the calibrated peak rates, D2H.
+  absl::Duration PredictRunTime(const WorkItem& item) const override;
   // Device memory holding a copy of `source` (no host copy is kept); launches
   // read it in place. RESOURCE_EXHAUSTED when the device is out of memory.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
@@ -70,9 +94,20 @@ class CudaExecutor : public Executor {
   explicit CudaExecutor(const Options& options);
   absl::Status Init();
   void Calibrate();
+  void CalibrateCopies();
   // Stages, launches and enqueues the copies of `batch` on `lane`; on error
   // the batch's items are completed with it.
   absl::Status Enqueue(Lane& lane);
+  // The steps of Enqueue: where every operand goes in the lane's buffers;
+  // the one host copy into staging; each launch's kernel chosen and set up
+  // (grouped descriptors written into staging); each launch enqueued.
+  void PlaceOperands(Lane& lane);
+  absl::Status StageInputs(Lane& lane);
+  void PrepareLaunches(Lane& lane);
+  absl::Status EnqueueLaunch(Lane& lane, size_t launch);
+  // A stream-K / split-K launch on the reducing stream, after the lane's
+  // H2D copy; the lane waits for it.
+  absl::Status EnqueueReducing(Lane& lane, size_t launch);
   void CompletionLoop();
   // Copies results out and fills reports; returns each request's outcome.
   std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> Finish(Lane& lane);
@@ -81,7 +116,19 @@ class CudaExecutor : public Executor {
 
   const Options options_;
   BackendInfo info_;
+  bool grouped_ = false;
+  // Calibrated bytes/s: pinned H2D and D2H, and the host copy into staging;
+  // 0 when not measured.
+  double h2d_rate_ = 0, d2h_rate_ = 0, host_copy_rate_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
+
+  // Every reducing launch runs here, in turn. A blocking stream: the kernel
+  // library zeroes the workspace's flags on the legacy default stream, which
+  // is then ordered between consecutive launches.
+  void* reduce_stream_ = nullptr;  // cudaStream_t
+  absl::Mutex reduce_mu_;
+  void* reduce_workspace_ ABSL_GUARDED_BY(reduce_mu_) = nullptr;
+  size_t reduce_workspace_bytes_ ABSL_GUARDED_BY(reduce_mu_) = 0;
 
   absl::Mutex mu_;
   absl::CondVar lane_free_;

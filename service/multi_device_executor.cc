@@ -90,6 +90,12 @@ absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
   return best;
 }
 
+bool MultiDeviceExecutor::supports_grouped() const {
+  for (const auto& c : children_)
+    if (!c->supports_grouped()) return false;
+  return true;
+}
+
 int MultiDeviceExecutor::parallel_units() const {
   int total = 0;
   for (const auto& c : children_) total += c->parallel_units();

@@ -43,6 +43,8 @@ class MultiDeviceExecutor : public Executor {
   absl::Duration PredictRunTime(const WorkItem& item) const override;
   // Every device's units together.
   int parallel_units() const override;
+  // A batch's launches may land on any device: grouped only if all have it.
+  bool supports_grouped() const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
 

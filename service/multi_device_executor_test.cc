@@ -20,6 +20,7 @@ class FakeDevice : public Executor {
   }
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return 2; }
+  bool supports_grouped() const override { return grouped; }
   void Execute(Batch batch) override { batches.push_back(std::move(batch)); }
   // Completes batch `n` and reports it done.
   void Finish(size_t n) {
@@ -27,6 +28,7 @@ class FakeDevice : public Executor {
     batches[n].on_done();
   }
   std::deque<Batch> batches;
+  bool grouped = true;
 
  private:
   BackendInfo info_;
@@ -178,6 +180,13 @@ TEST(MultiDeviceExecutorTest, PredictsWhereTheRequestWouldRun) {
   ASSERT_TRUE(on0.ok());
   ASSERT_EQ((*on0)->device(), 0);
   EXPECT_EQ(f.multi->PredictRunTime(*Item(1000, on0->get())), absl::Milliseconds(2));
+}
+
+TEST(MultiDeviceExecutorTest, GroupedOnlyWhenEveryDeviceHasIt) {
+  Fixture f({1e14, 1e14});
+  EXPECT_TRUE(f.multi->supports_grouped());
+  f.devices[1]->grouped = false;
+  EXPECT_FALSE(f.multi->supports_grouped());
 }
 
 TEST(MultiDeviceExecutorTest, NoPredictionWithoutMeasuredRates) {

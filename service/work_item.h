@@ -19,6 +19,9 @@ namespace gemm {
 struct ExecutionReport {
   absl::Duration queue_wait;
   absl::Duration transfer;  // staging: host<->device copies, dtype conversion
+  // The batch's host-to-device and device-to-host copies alone (GPU
+  // backends; their sum is `transfer`), for the staging benchmark.
+  absl::Duration h2d, d2h;
   absl::Duration compute;
   std::string backend;
   std::string kernel;

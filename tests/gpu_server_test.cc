@@ -1,7 +1,8 @@
 // The server on the CUDA executor, end to end over gRPC: every dtype, layout
-// and transpose through our kernels, batching under concurrency, and a soak of
-// mixed, bad and cancelled requests that must leave device memory where it
-// started. Skips with a reason where no CUDA device is visible (CI); run on
+// and transpose through our kernels, batching under concurrency (strided and,
+// on sm_90, grouped launches), large problems on stream-K / split-K side by
+// side, admission by predicted completion, and a soak of mixed, bad and
+// cancelled requests that must leave device memory where it started. Skips with a reason where no CUDA device is visible (CI); run on
 // the GPU box with the bundled binary (bench/gpu/run.sh).
 #include <grpcpp/grpcpp.h>
 
@@ -16,7 +17,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/notification.h"
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
+#include "common/reference_gemm.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/cuda_executor.h"
 #include "service/server.h"
@@ -40,6 +43,13 @@ class GpuServerTest : public ::testing::Test {
     o.listen_address = "127.0.0.1:0";
     o.backend = "cuda";
     o.cuda.calibrate = false;
+    StartServer(o);
+  }
+
+  // Replaces the server (and the stub) with one started with `o`.
+  void StartServer(const ServerOptions& o) {
+    if (server_) server_->Shutdown(absl::Seconds(10));
+    server_.reset();
     auto s = GemmServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -110,9 +120,41 @@ class GpuServerTest : public ::testing::Test {
     return stub_->ReleaseMatrix(&ctx, r, &response);
   }
 
+  // Whether our sm_90a kernels (grouped, stream-K) serve this device.
+  bool OnHopper() const {
+    return server_->backend().devices.front().compute_capability == "9.0";
+  }
+
   std::unique_ptr<GemmServer> server_;
   std::unique_ptr<v1::GemmService::Stub> stub_;
 };
+
+// Rows [first, first + rows) of `result` against a float64 reference of
+// those rows alone: large problems checked at a small fraction of a full
+// reference's cost. A not transposed and row-major; D row-major; no C.
+::testing::AssertionResult RowsMatch(const v1::GemmProblem& problem, const v1::GemmResult& result,
+                                     uint64_t first, uint64_t rows) {
+  const GemmProblemRef full = test::ProblemRefOf(problem);
+  const GemmShape& s = full.shape;
+  if (s.transpose_a || s.layout_a != Layout::kRowMajor || s.layout_d != Layout::kRowMajor ||
+      full.beta != 0.0)
+    return ::testing::AssertionFailure() << "RowsMatch needs row-major A and D, no C";
+  if (result.data().size() != s.m * s.n * SizeOf(s.output_dtype))
+    return ::testing::AssertionFailure() << result.data().size() << " bytes of result";
+  GemmProblemRef part = full;
+  part.shape.m = rows;
+  part.a = MatrixA(part.shape, static_cast<const char*>(full.a.data) +
+                                   first * s.k * SizeOf(s.input_dtype));
+  const MatrixRef got{result.data().data() + first * s.n * SizeOf(s.output_dtype), rows, s.n,
+                      Layout::kRowMajor, s.output_dtype};
+  const double err = RelativeError(ReadMatrix(got), ReferenceGemm(part));
+  const double tol = Tolerance(s.input_dtype, s.output_dtype, s.allow_tf32);
+  if (!(err <= tol))
+    return ::testing::AssertionFailure()
+           << "rows " << first << ".." << first + rows << ": relative error " << err << " over "
+           << tol;
+  return ::testing::AssertionSuccess();
+}
 
 v1::GemmRequest Request(const ProblemSpec& spec, std::mt19937* rng, int id) {
   v1::GemmRequest r;
@@ -187,6 +229,179 @@ TEST_F(GpuServerTest, MixedShapesInOneRequest) {
     *r.add_problems() = MakeProblem(s, &rng);
   }
   SendAllAndCheck({r});
+}
+
+// One request of many shapes of one type class: one grouped launch (the
+// grouped kernel on sm_90, whose descriptors travel with the operands), with
+// alpha, beta and C on some members.
+TEST_F(GpuServerTest, OneRequestOfMixedShapesIsOneGroupedLaunch) {
+  std::mt19937 rng(15);
+  std::uniform_int_distribution<int> eighths(1, 48);
+  v1::GemmRequest r;
+  r.set_request_id("grouped");
+  for (int i = 0; i < 24; ++i) {
+    ProblemSpec s;
+    s.m = 8 * eighths(rng);  // multiples of 8: every operand suits TMA
+    s.n = 8 * eighths(rng);
+    s.k = 8 * eighths(rng);
+    s.input = DType::kBf16;
+    s.output = DType::kFp32;
+    s.transpose_b = true;
+    s.layout_b = Layout::kRowMajor;  // B^T row-major: K-major, like A
+    if (i % 3 == 0) {
+      s.alpha = 0.5;
+      s.beta = 2.0;
+    }
+    *r.add_problems() = MakeProblem(s, &rng);
+  }
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::GemmResponse response;
+  const grpc::Status st = stub_->Gemm(&ctx, r, &response);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  EXPECT_TRUE(ResponseMatches(r, response));
+  if (OnHopper()) {
+    EXPECT_EQ(response.kernel().rfind("sm90_tma_wgmma_grouped_bf16", 0), 0u) << response.kernel();
+    EXPECT_EQ(response.kernel().find(','), std::string::npos) << "one launch: " << response.kernel();
+  }
+}
+
+// Many requests of mixed shapes, dtypes, layouts and transposes at once: the
+// batcher forms strided, grouped and single launches from them (the grouped
+// kernel where a group's layouts agree and every operand suits TMA, a loop
+// of launches otherwise), and every result is right.
+TEST_F(GpuServerTest, ConcurrentMixedShapesFormGroupedLaunches) {
+  std::mt19937 rng(16);
+  const uint64_t sizes[] = {8, 24, 64, 72, 128, 136, 200, 256, 7, 33};  // last two unaligned
+  std::uniform_int_distribution<int> pick(0, 9), aligned(0, 7), coin(0, 1), type(0, 4);
+  struct Types {
+    DType in, out;
+    bool tf32;
+  };
+  const Types types[] = {{DType::kBf16, DType::kBf16, false}, {DType::kBf16, DType::kFp32, false},
+                         {DType::kFp16, DType::kFp16, false}, {DType::kFp32, DType::kFp32, true},
+                         {DType::kFp32, DType::kFp32, false}};
+  std::vector<v1::GemmRequest> requests;
+  for (int i = 0; i < 400; ++i) {
+    const Types& t = types[type(rng)];
+    ProblemSpec s;
+    const bool odd = i % 10 == 9;  // a few shapes the grouped kernel cannot take
+    s.m = sizes[odd ? pick(rng) : aligned(rng)];
+    s.n = sizes[odd ? pick(rng) : aligned(rng)];
+    s.k = sizes[odd ? pick(rng) : aligned(rng)];
+    s.input = t.in;
+    s.output = t.out;
+    s.allow_tf32 = t.tf32;
+    // Mostly one layout combination, so that groups agree; some others.
+    s.transpose_b = i % 7 != 0;
+    s.layout_a = i % 11 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+    if (i % 5 == 0) {
+      s.alpha = -1.5;
+      s.beta = 0.25;
+      s.layout_c = coin(rng) ? Layout::kColMajor : Layout::kRowMajor;
+    }
+    requests.push_back(Request(s, &rng, i));
+  }
+  SendAllAndCheck(requests);
+  const std::string metrics = server_->metrics()->Scrape();
+  if (OnHopper()) {
+    EXPECT_NE(metrics.find("kernel_kind=\"grouped/sm90_wgmma"), std::string::npos) << metrics;
+  }
+}
+
+// Large single problems that the kernel's heuristic runs as stream-K or
+// split-K, several at once from concurrent requests: those launches spin on
+// each other's partial tiles, so the executor runs them one after another on
+// one stream. They must all finish (a deadlock would hang here until the
+// calls' deadline) with right results, beside small requests on the lanes.
+TEST_F(GpuServerTest, LargeProblemsRunReducingSchedulesOneAtATime) {
+  std::mt19937 rng(17);
+  ProblemSpec big;  // 32 tiles of 128x256 and 128 k-blocks: far under one wave
+  big.m = 1024;
+  big.n = 1024;
+  big.k = 8192;
+  big.input = DType::kBf16;
+  big.transpose_b = true;
+  ProblemSpec small;
+  small.m = small.n = small.k = 96;
+  small.input = DType::kFp16;
+  std::vector<v1::GemmRequest> requests;
+  for (int i = 0; i < 12; ++i) requests.push_back(Request(i % 3 == 2 ? small : big, &rng, i));
+
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::GemmResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
+  std::vector<std::unique_ptr<Call>> calls;
+  for (const v1::GemmRequest& r : requests) {
+    calls.push_back(std::make_unique<Call>());
+    Call* c = calls.back().get();
+    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    stub_->async()->Gemm(&c->ctx, &r, &c->response, [c](grpc::Status s) {
+      c->status = std::move(s);
+      c->done.Notify();
+    });
+  }
+  int reducing = 0;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    calls[i]->done.WaitForNotification();
+    ASSERT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
+    const v1::GemmResponse& response = calls[i]->response;
+    if (i % 3 == 2) {
+      EXPECT_TRUE(ResponseMatches(requests[i], response)) << i;
+      continue;
+    }
+    for (uint64_t first : {uint64_t{0}, uint64_t{509}, big.m - 8})
+      EXPECT_TRUE(RowsMatch(requests[i].problems(0), response.results(0), first, 8)) << i;
+    reducing += absl::StrContains(response.kernel(), "_streamk") ||
+                absl::StrContains(response.kernel(), "_splitk");
+  }
+  if (OnHopper()) {
+    EXPECT_EQ(reducing, 8) << "the heuristic should reduce these shapes";
+  }
+}
+
+// With calibration, the server predicts run times and refuses at once a
+// request that cannot finish before its deadline, instead of queueing it to
+// expire; the same request with time to spare runs. Operands are resident so
+// that the call itself is quick.
+TEST_F(GpuServerTest, RequestsPredictedToMissTheirDeadlineAreRefusedAtOnce) {
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.backend = "cuda";
+  o.cuda.calibrate = true;
+  ASSERT_NO_FATAL_FAILURE(StartServer(o));
+  std::mt19937 rng(18);
+  ProblemSpec s;  // strict fp32: the portable kernel, several milliseconds here
+  s.m = s.n = s.k = 4096;
+  s.input = DType::kFp32;
+  v1::GemmRequest inline_request = Request(s, &rng, 0);
+  const v1::GemmProblem& p = inline_request.problems(0);
+  const std::string a = Register(p.a(), s.m, s.k, v1::DATA_TYPE_FP32);
+  const std::string b = Register(p.b(), s.k, s.n, v1::DATA_TYPE_FP32);
+  v1::GemmRequest request = inline_request;
+  request.mutable_problems(0)->mutable_a()->set_handle(a);
+  request.mutable_problems(0)->mutable_b()->set_handle(b);
+
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(2));
+    v1::GemmResponse response;
+    const grpc::Status st = stub_->Gemm(&ctx, request, &response);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_TRUE(absl::StrContains(st.error_message(), "predicted")) << st.error_message();
+  }
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::GemmResponse response;
+    const grpc::Status st = stub_->Gemm(&ctx, request, &response);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_TRUE(RowsMatch(p, response.results(0), 1000, 4)) << "with resident operands";
+  }
+  for (const std::string& h : {a, b}) EXPECT_TRUE(Release(h).ok());
 }
 
 // Resident operands in device memory: one registered B shared by many

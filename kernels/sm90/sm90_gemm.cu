@@ -117,7 +117,8 @@ class Sm90Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
     // Grouped launches read their descriptors from device memory: Initialize
-    // copied them there synchronously, so nothing is enqueued here.
+    // copied them there (or its caller did, in stream order), so nothing is
+    // enqueued here.
     void* args[] = {const_cast<KernelParams*>(&params_)};
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(grid_);
@@ -321,7 +322,21 @@ size_t Sm90GroupedWorkspaceSize(size_t num_problems) {
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
                                                 Sm90Tile tile, int num_sms, void* workspace,
                                                 std::string* error) {
-  if (problems.empty() || workspace == nullptr) {
+  std::vector<uint8_t> image(Sm90GroupedWorkspaceSize(problems.size()));
+  auto plan = MakeSm90GroupedPlanDeferred(problems, tile, num_sms, workspace, image.data(), error);
+  if (!plan) return nullptr;
+  const cudaError_t e = cudaMemcpy(workspace, image.data(), image.size(), cudaMemcpyHostToDevice);
+  if (e != cudaSuccess) {
+    *error = std::string("grouped descriptors: ") + cudaGetErrorString(e);
+    return nullptr;
+  }
+  return plan;
+}
+
+std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
+    const std::vector<NormalizedProblem>& problems, Sm90Tile tile, int num_sms, void* workspace,
+    void* host_image, std::string* error) {
+  if (problems.empty() || workspace == nullptr || host_image == nullptr) {
     *error = "grouped launch needs problems and a workspace";
     return nullptr;
   }
@@ -371,16 +386,10 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProb
   }
   const size_t desc_bytes = (descs.size() * sizeof(sm90::GroupedProblem) + 255) / 256 * 256;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  cudaError_t e = cudaMemcpy(ws, descs.data(), descs.size() * sizeof(sm90::GroupedProblem),
-                             cudaMemcpyHostToDevice);
-  if (e == cudaSuccess) {
-    e = cudaMemcpy(ws + desc_bytes, shapes.data(), shapes.size() * sizeof(GroupedProblemShape),
-                   cudaMemcpyHostToDevice);
-  }
-  if (e != cudaSuccess) {
-    *error = std::string("grouped descriptors: ") + cudaGetErrorString(e);
-    return nullptr;
-  }
+  uint8_t* image = static_cast<uint8_t*>(host_image);
+  std::memset(image, 0, Sm90GroupedWorkspaceSize(problems.size()));
+  std::memcpy(image, descs.data(), descs.size() * sizeof(sm90::GroupedProblem));
+  std::memcpy(image + desc_bytes, shapes.data(), shapes.size() * sizeof(GroupedProblemShape));
   KernelParams& kp = plan->params_;
   std::memset(&kp, 0, sizeof(kp));
   kp.group = reinterpret_cast<const sm90::GroupedProblem*>(ws);

@@ -35,5 +35,12 @@ size_t Sm90GroupedWorkspaceSize(size_t num_problems);
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
                                                 Sm90Tile tile, int num_sms, void* workspace,
                                                 std::string* error);
+// The same without the copy: the workspace's contents are written to
+// `host_image` (Sm90GroupedWorkspaceSize bytes of host memory), and the
+// caller copies them to `workspace` in stream order before the launch (for a
+// server, one asynchronous copy from pinned memory; nothing blocks).
+std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
+    const std::vector<NormalizedProblem>& problems, Sm90Tile tile, int num_sms, void* workspace,
+    void* host_image, std::string* error);
 
 }  // namespace gemm_kernels
