@@ -375,11 +375,10 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     on_done(s);
   };
   *item_out = item;
-  absl::Status st = queue_->Push(item);
-  if (!st.ok()) {
-    item_out->reset();
-    if (st.code() == absl::StatusCode::kResourceExhausted) *pushback = queue_->RetryHint();
-  }
+  // The queue says when a refused request may retry (negative: never, e.g.
+  // one predicted to outlast its deadline even on an idle server).
+  absl::Status st = queue_->Push(item, pushback);
+  if (!st.ok()) item_out->reset();
   return st;
 }
 
