@@ -182,6 +182,9 @@ int Main() {
   }
   CudaExecutor::Options options;
   options.calibrate = false;  // this run measures the copies itself
+  // One lane: every request reuses one staging buffer (with several, each
+  // lane would grow its own, and the first use of each would be a warm-up).
+  options.streams = 1;
   auto ex = CudaExecutor::Create(options);
   if (!ex.ok()) {
     std::fprintf(stderr, "executor: %s\n", ex.status().ToString().c_str());
