@@ -3,11 +3,11 @@
 // Admission is decided at Push, at once: a full queue (in requests), a full
 // in-flight byte budget, or a predicted completion past the request's
 // deadline rejects with RESOURCE_EXHAUSTED rather than making the caller wait
-// (or queueing work that would only expire). Items leave in priority order (higher first), earliest deadline
-// first within a priority, then fairly across clients (each client's k-th
-// queued request ranks with every other client's k-th), then first come first
-// served. Cancelled and expired
-// items are completed (CANCELLED / DEADLINE_EXCEEDED) and never handed out.
+// (or queueing work that would only expire). Items leave in priority order
+// (higher first), earliest deadline first within a priority, then fairly
+// across clients (each client's k-th queued request ranks with every other
+// client's k-th), then first come first served. Cancelled and expired items
+// are completed (CANCELLED / DEADLINE_EXCEEDED) and never handed out.
 #ifndef GEMM_SERVICE_REQUEST_QUEUE_H_
 #define GEMM_SERVICE_REQUEST_QUEUE_H_
 
