@@ -241,7 +241,9 @@ TEST_F(GpuServerTest, OneRequestOfMixedShapesIsOneGroupedLaunch) {
   r.set_request_id("grouped");
   for (int i = 0; i < 24; ++i) {
     ProblemSpec s;
-    s.m = 8 * eighths(rng);  // multiples of 8: every operand suits TMA
+    // All M different, so none share a strided launch; multiples of 8, so
+    // every operand suits TMA.
+    s.m = 8 * (2 * i + 1);
     s.n = 8 * eighths(rng);
     s.k = 8 * eighths(rng);
     s.input = DType::kBf16;
