@@ -138,7 +138,9 @@ absl::Status ChunkReader::Parse(const grpc::ByteBuffer& buffer) {
     if (!in.ReadVarint(&tag)) return malformed("truncated tag");
     const uint64_t field = tag >> 3;
     const uint32_t wire = static_cast<uint32_t>(tag & 7);
-    if (field == 0) return malformed("field number 0");
+    // Protobuf's field numbers are 1 to 2^29 - 1.
+    if (field == 0 || field > (uint64_t{1} << 29) - 1)
+      return malformed(absl::StrCat("field number ", field));
     if (field == kOffsetField && wire == kVarint) {
       if (!in.ReadVarint(&offset_)) return malformed("truncated offset");
       continue;
@@ -165,6 +167,10 @@ absl::Status ChunkReader::Parse(const grpc::ByteBuffer& buffer) {
           if (length > 1024) return malformed("handle longer than 1024 bytes");
           handle_.clear();
           if (!in.Take(length, &handle_)) return malformed("truncated handle");
+          // Handles are hex digits; anything outside printable ASCII (which
+          // also keeps the string valid UTF-8, as proto3 requires) is not one.
+          for (char c : handle_)
+            if (c < 0x20 || c > 0x7e) return malformed("handle is not printable ASCII");
         } else {
           if (field == kDataField) {  // the last occurrence wins, as in protobuf
             data_size_ = length;

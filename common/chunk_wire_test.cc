@@ -1,5 +1,6 @@
 #include "common/chunk_wire.h"
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
@@ -109,7 +110,10 @@ TEST(ChunkWireTest, MalformedMessagesAreRejected) {
         std::string("\x12\x01x", 3),      // offset as bytes
         std::string("\x08\xff", 2),       // truncated varint (field 1 as varint is bad too)
         std::string("\x0b", 1),           // group wire type
-        std::string("\x00\x01", 2)}) {    // field number 0
+        std::string("\x00\x01", 2),       // field number 0
+        // field number past 2^29 - 1 (found by fuzz/chunk_fuzzer)
+        std::string("\xe0\xfc\x8a\x86\x85\xb6\x05\x97\x68", 9),
+        std::string("\x0a\x02h\xeb", 4)}) {  // handle not ASCII (not UTF-8 either)
     ChunkReader reader;
     absl::Status st = reader.Parse(Sliced(bad, {}));
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << testing::PrintToString(bad);

@@ -35,18 +35,23 @@ build() {  # name, extra sources...
 }
 echo "building fuzzers in $work"
 build request_fuzzer
-build cpu_gemm_fuzzer service/cpu_executor.cc
+build cpu_gemm_fuzzer service/cpu_executor.cc service/executor.cc
+# The zero-copy Chunk parser of gemm.v1.Transfer (needs gRPC's slices).
+read -r -a grpc_libs <<<"$(pkg-config --libs grpc++)"
+build chunk_fuzzer common/chunk_wire.cc "${grpc_libs[@]}"
 
 total=0
-for name in request_fuzzer cpu_gemm_fuzzer; do
+for name in request_fuzzer cpu_gemm_fuzzer chunk_fuzzer; do
   corpus="$work/corpus_$name"
   mkdir -p "$corpus"
+  seeds=fuzz/corpus  # GemmRequest messages
+  [[ "$name" == chunk_fuzzer ]] && seeds=fuzz/corpus_chunk
   log="$work/$name.log"
   echo "running $name for ${seconds}s"
   # OpenBLAS on one thread: the inputs are tiny and libFuzzer runs one at a time.
   if ! OPENBLAS_NUM_THREADS=1 "$work/bin/$name" -max_total_time="$seconds" -timeout=10 \
       -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 -artifact_prefix="$work/$name-" \
-      "$corpus" fuzz/corpus >"$log" 2>&1; then
+      "$corpus" "$seeds" >"$log" 2>&1; then
     tail -n 60 "$log"
     echo "FAIL: $name found a problem; the input is $work/$name-*"
     exit 1
