@@ -235,7 +235,10 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
 
   Next DecideLocked(bool may_read = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Next next;
-    if (broken_) ready_.clear();
+    // A broken stream sends nothing more, but the response a write in flight
+    // was given stays until OnWriteDone: gRPC reads it in StartWrite, which
+    // runs outside the lock (ThreadSanitizer caught OnCancel freeing it there).
+    if (broken_) ready_.resize(writing_ && !ready_.empty() ? 1 : 0);
     if (!writing_ && !ready_.empty() && !broken_) {
       writing_ = true;
       next.write = ready_.front().get();
