@@ -376,8 +376,13 @@ TEST_F(GpuServerTest, RequestsPredictedToMissTheirDeadlineAreRefusedAtOnce) {
   o.cuda.calibrate = true;
   ASSERT_NO_FATAL_FAILURE(StartServer(o));
   std::mt19937 rng(18);
-  ProblemSpec s;  // strict fp32: the portable kernel, several milliseconds here
-  s.m = s.n = s.k = 4096;
+  // Strict fp32 runs the portable kernel: 8192^3 is over a TFLOP, tens of
+  // milliseconds even at the calibrated peak, whose optimism (admission
+  // predicts from peak rates) must not let it through. At 4096^3 the
+  // prediction came to under 5 ms on the H200 and the request was admitted,
+  // then expired (2026-11-29).
+  ProblemSpec s;
+  s.m = s.n = s.k = 8192;
   s.input = DType::kFp32;
   v1::GemmRequest inline_request = Request(s, &rng, 0);
   const v1::GemmProblem& p = inline_request.problems(0);
@@ -390,7 +395,7 @@ TEST_F(GpuServerTest, RequestsPredictedToMissTheirDeadlineAreRefusedAtOnce) {
   {
     grpc::ClientContext ctx;
     // Well over a loopback call, well under the prediction (the kernel alone
-    // is several milliseconds, and so is copying the 64 MiB result out).
+    // at peak is ~20 ms, and copying the 256 MiB result out ~5 ms).
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(5));
     v1::GemmResponse response;
     const grpc::Status st = stub_->Gemm(&ctx, request, &response);
