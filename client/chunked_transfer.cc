@@ -188,13 +188,26 @@ std::vector<ChunkedTransfer::Range> ChunkedTransfer::Stripes(uint64_t bytes,
 
 absl::Status ChunkedTransfer::Upload(const std::string& handle, const void* data, uint64_t bytes,
                                      const PrepareContext& prepare) const {
-  const std::vector<Range> ranges = Stripes(bytes, options_.chunk_bytes, options_.stripes);
+  return UploadAll({UploadJob{handle, data, bytes}}, prepare);
+}
+
+absl::Status ChunkedTransfer::UploadAll(const std::vector<UploadJob>& jobs,
+                                        const PrepareContext& prepare) const {
+  struct Stripe {
+    const UploadJob* job;
+    Range range;
+  };
+  std::vector<Stripe> stripes;
+  for (const UploadJob& job : jobs)
+    for (const Range& r : Stripes(job.bytes, options_.chunk_bytes, options_.stripes))
+      stripes.push_back(Stripe{&job, r});
   std::vector<grpc::GenericStub> stubs;
-  stubs.reserve(ranges.size());
-  for (size_t i = 0; i < ranges.size(); ++i) stubs.emplace_back(channels_[i % channels_.size()]);
-  Outcome outcome(static_cast<int>(ranges.size()));
-  for (size_t i = 0; i < ranges.size(); ++i)
-    new UploadStream(&stubs[i], handle, static_cast<const char*>(data), ranges[i],
+  stubs.reserve(stripes.size());
+  for (size_t i = 0; i < stripes.size(); ++i) stubs.emplace_back(channels_[i % channels_.size()]);
+  Outcome outcome(static_cast<int>(stripes.size()));
+  for (size_t i = 0; i < stripes.size(); ++i)
+    new UploadStream(&stubs[i], stripes[i].job->handle,
+                     static_cast<const char*>(stripes[i].job->data), stripes[i].range,
                      options_.chunk_bytes, prepare, &outcome);
   return outcome.Wait();
 }

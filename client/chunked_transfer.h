@@ -45,6 +45,15 @@ class ChunkedTransfer {
   absl::Status Upload(const std::string& handle, const void* data, uint64_t bytes,
                       const PrepareContext& prepare) const;
 
+  // Several uploads at once: all their stripes start together, so one
+  // request's operands share the connections instead of taking turns.
+  struct UploadJob {
+    std::string handle;
+    const void* data = nullptr;
+    uint64_t bytes = 0;
+  };
+  absl::Status UploadAll(const std::vector<UploadJob>& jobs, const PrepareContext& prepare) const;
+
   // Reads bytes [0, bytes) of resident matrix `handle` into `dst`.
   // DATA_LOSS if the server sends less or out of order.
   absl::Status Download(const std::string& handle, void* dst, uint64_t bytes,

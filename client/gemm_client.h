@@ -76,12 +76,12 @@ struct ClientOptions {
   // large payloads (bench/RESULTS.md has the measurements behind the
   // defaults). Requests that would not fit in max_message_bytes always go
   // this way; 0 sends everything as one message where it fits.
-  uint64_t chunked_threshold_bytes = uint64_t{8} << 20;
+  uint64_t chunked_threshold_bytes = uint64_t{4} << 20;
   // Bytes per chunk message.
-  uint64_t chunk_bytes = uint64_t{4} << 20;
+  uint64_t chunk_bytes = uint64_t{1} << 20;
   // Connections (channels with distinct arguments, so gRPC does not share
   // one) that one matrix's chunks are striped over.
-  int transfer_channels = 4;
+  int transfer_channels = 8;
   // HTTP/2 settings of the client's connections.
   Http2Tuning http2;
 };
@@ -196,6 +196,10 @@ class Client {
   // Gemm through uploads, keep_results and downloads (see Gemm).
   GemmResult GemmChunked(const v1::GemmRequest& request, const CallOptions& options);
   bool NeedsChunks(const v1::GemmRequest& request) const;
+  // BeginUpload for `matrix` (its bytes to follow through transfer()).
+  absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(const MatrixView& matrix, bool transient,
+                                                         absl::string_view label,
+                                                         const CallOptions& options);
   // The transfer channel pool, made on first use.
   const ChunkedTransfer& transfer();
 

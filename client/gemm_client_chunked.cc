@@ -100,13 +100,10 @@ const ChunkedTransfer& Client::transfer() {
   return *transfer_;
 }
 
-absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bool transient,
-                                                    absl::string_view label,
-                                                    const CallOptions& options) {
-  if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
-  const absl::Time deadline = DeadlineFor(options);
-  CallOptions within = options;
-  within.deadline = deadline;
+absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(const MatrixView& matrix,
+                                                               bool transient,
+                                                               absl::string_view label,
+                                                               const CallOptions& options) {
   v1::BeginUploadRequest begin;
   begin.set_dtype(ToProto(matrix.dtype()));
   begin.set_rows(matrix.rows());
@@ -115,23 +112,35 @@ absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bo
   begin.set_transient(transient);
   if (!label.empty()) begin.set_label(std::string(label));
   v1::RegisterMatrixResponse registered;
-  absl::Status status = CallWithRetry(within, [&](grpc::ClientContext* ctx) {
+  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
     return stub_->BeginUpload(ctx, begin, &registered);
   });
   if (!status.ok()) return status;
-  status = transfer().Upload(registered.handle(), matrix.data(), matrix.ref().bytes(),
-                             [&](grpc::ClientContext* ctx) {
-                               PrepareContext(ctx, within, deadline);
-                             });
+  return registered;
+}
+
+absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bool transient,
+                                                    absl::string_view label,
+                                                    const CallOptions& options) {
+  if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
+  const absl::Time deadline = DeadlineFor(options);
+  CallOptions within = options;
+  within.deadline = deadline;
+  auto registered = BeginUpload(matrix, transient, label, within);
+  if (!registered.ok()) return registered.status();
+  absl::Status status = transfer().Upload(registered->handle(), matrix.data(),
+                                          matrix.ref().bytes(), [&](grpc::ClientContext* ctx) {
+                                            PrepareContext(ctx, within, deadline);
+                                          });
   if (!status.ok()) {
     // Best effort: the server also frees unfinished uploads when idle.
     CallOptions once = within;
     once.retry = false;
-    ReleaseMatrix(registered.handle(), once).IgnoreError();
+    ReleaseMatrix(registered->handle(), once).IgnoreError();
     return status;
   }
-  return ResidentHandle{registered.handle(), matrix.rows(), matrix.cols(), matrix.layout(),
-                        matrix.dtype(), registered.bytes()};
+  return ResidentHandle{registered->handle(), matrix.rows(), matrix.cols(), matrix.layout(),
+                        matrix.dtype(), registered->bytes()};
 }
 
 absl::Status Client::DownloadMatrix(const std::string& handle, void* dst, uint64_t bytes,
@@ -163,6 +172,7 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
   const uint64_t threshold = options_.chunked_threshold_bytes == 0
                                  ? std::numeric_limits<uint64_t>::max()
                                  : options_.chunked_threshold_bytes;
+  std::vector<ChunkedTransfer::UploadJob> uploads;
   v1::GemmRequest light;
   light.set_request_id(request.request_id());
   light.set_priority(request.priority());
@@ -197,15 +207,23 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
                                          shape->rows, shape->cols, shape->layout)
                             : MatrixView(reinterpret_cast<const uint16_t*>(in.data().data()),
                                          shape->rows, shape->cols, shape->dtype, shape->layout);
-      absl::StatusOr<ResidentHandle> uploaded = UploadMatrix(view, /*transient=*/true, "", within);
-      if (!uploaded.ok())
-        return absl::Status(uploaded.status().code(),
-                            absl::StrCat("problems[", light.problems_size() - 1, "].", std::string(1, which), ": ",
-                                         uploaded.status().message()));
-      handles.push_back(uploaded->handle);
-      out->set_handle(uploaded->handle);
+      if (absl::Status s = view.Validate("operand"); !s.ok()) return s;
+      auto registered = BeginUpload(view, /*transient=*/true, "", within);
+      if (!registered.ok())
+        return absl::Status(registered.status().code(),
+                            absl::StrCat("problems[", light.problems_size() - 1, "].",
+                                         std::string(1, which), ": ",
+                                         registered.status().message()));
+      handles.push_back(registered->handle());
+      out->set_handle(registered->handle());
+      uploads.push_back({registered->handle(), in.data().data(), in.data().size()});
     }
   }
+  // Every operand's chunks at once, over all the transfer channels.
+  if (absl::Status st = transfer().UploadAll(
+          uploads, [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline); });
+      !st.ok())
+    return st;
   const bool keep = result_bytes >= threshold ||
                     result_bytes + 4096 * request.problems_size() >
                         static_cast<uint64_t>(options_.max_message_bytes);

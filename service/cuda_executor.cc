@@ -101,6 +101,28 @@ class DeviceResidentMatrix final : public ResidentMatrix {
     cudaFree(device_);
   }
 
+  // Chunks of an upload, straight from gRPC's buffers to the device. A
+  // pageable copy may return before its DMA is done, and the lanes' streams
+  // do not wait for the legacy stream, so each write waits for it.
+  absl::Status Write(uint64_t offset, const void* src, uint64_t n) override {
+    if (offset > bytes() || n > bytes() - offset)
+      return absl::OutOfRangeError("write past the end of a device matrix");
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    absl::Status st = CudaStatus(
+        cudaMemcpy(static_cast<char*>(device_) + offset, src, n, cudaMemcpyHostToDevice),
+        "writing a resident matrix");
+    if (st.ok()) st = CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "writing a resident matrix");
+    return st;
+  }
+  absl::Status Read(uint64_t offset, void* dst, uint64_t n) const override {
+    if (offset > bytes() || n > bytes() - offset)
+      return absl::OutOfRangeError("read past the end of a device matrix");
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
+    return CudaStatus(
+        cudaMemcpy(dst, static_cast<const char*>(device_) + offset, n, cudaMemcpyDeviceToHost),
+        "reading a resident matrix");
+  }
+
  private:
   void* const device_;
   const int ordinal_;
@@ -620,28 +642,28 @@ absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
   return absl::Seconds(seconds);
 }
 
-absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
-    const MatrixRef& source) const {
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::AllocateResident(
+    const MatrixRef& shape) const {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  const uint64_t bytes = source.bytes();
+  const uint64_t bytes = shape.bytes();
   void* device = nullptr;
   if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
     cudaGetLastError();
     return absl::ResourceExhaustedError(absl::StrCat(
         "could not allocate ", bytes, " bytes of device memory: ", cudaGetErrorString(e)));
   }
-  // A pageable copy may return before its DMA is done; the lanes' streams do
-  // not wait for the legacy stream, so wait here.
-  absl::Status st = CudaStatus(cudaMemcpy(device, source.data, bytes, cudaMemcpyHostToDevice),
-                               "copying a resident matrix");
-  if (st.ok()) st = CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "copying a resident matrix");
-  if (!st.ok()) {
-    cudaFree(device);
-    return st;
-  }
-  MatrixRef view = source;
+  MatrixRef view = shape;
   view.data = nullptr;
+  view.resident = nullptr;
   return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, device, options_.device));
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
+    const MatrixRef& source) const {
+  auto made = AllocateResident(source);
+  if (!made.ok()) return made.status();
+  if (absl::Status st = (*made)->Write(0, source.data, source.bytes()); !st.ok()) return st;
+  return made;
 }
 
 void CudaExecutor::OnLaneDone(Lane* lane) {

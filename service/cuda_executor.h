@@ -83,6 +83,8 @@ class CudaExecutor : public Executor {
   // read it in place. RESOURCE_EXHAUSTED when the device is out of memory.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
+      const MatrixRef& shape) const override;
 
   // Implementation details follow.
   struct Lane;

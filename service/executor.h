@@ -79,6 +79,15 @@ class Executor {
     return MakeHostResident(source);
   }
 
+  // An uninitialized matrix of `shape`'s size and type (shape.data is
+  // ignored) kept where this executor's launches read it, filled afterwards
+  // by ResidentMatrix::Write: the target of chunked uploads (BeginUpload).
+  // The default is host memory; a GPU executor allocates device memory so
+  // that chunks go straight to the device. Thread-safe.
+  virtual absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
+      const MatrixRef& shape) const {
+    return MakeHostResidentUninitialized(shape);
+  }
   // Runs every launch of `batch` and completes each item (WorkItem::Complete)
   // with its outcome, after filling item->report; then calls batch.on_done.
   // Returns without waiting for the work (it runs on the executor's threads

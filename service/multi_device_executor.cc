@@ -187,25 +187,26 @@ void MultiDeviceExecutor::Execute(Batch batch) {
   }
 }
 
-absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::CreateResident(
-    const MatrixRef& source) const {
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::PlaceResident(
+    uint64_t bytes,
+    const std::function<absl::StatusOr<std::shared_ptr<ResidentMatrix>>(const Executor&)>& make)
+    const {
   int d;
   {
     absl::MutexLock lock(&mu_);
     d = static_cast<int>(std::min_element(resident_bytes_.begin(), resident_bytes_.end()) -
                          resident_bytes_.begin());
-    resident_bytes_[d] += source.bytes();
+    resident_bytes_[d] += bytes;
   }
-  auto m = children_[d]->CreateResident(source);
+  auto m = make(*children_[d]);
   absl::MutexLock lock(&mu_);
   if (!m.ok()) {
-    resident_bytes_[d] -= source.bytes();
+    resident_bytes_[d] -= bytes;
     return m.status();
   }
   (*m)->set_device(d);
   // Count it off its device when the last holder lets go.
   ResidentMatrix* raw = m->get();
-  const uint64_t bytes = source.bytes();
   auto* self = this;
   return std::shared_ptr<ResidentMatrix>(raw, [self, d, bytes, keep = *m](ResidentMatrix*) mutable {
     {
@@ -214,6 +215,18 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::CreateResid
     }
     keep.reset();
   });
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::CreateResident(
+    const MatrixRef& source) const {
+  return PlaceResident(source.bytes(),
+                       [&source](const Executor& e) { return e.CreateResident(source); });
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::AllocateResident(
+    const MatrixRef& shape) const {
+  return PlaceResident(shape.bytes(),
+                       [&shape](const Executor& e) { return e.AllocateResident(shape); });
 }
 
 }  // namespace gemm

@@ -10,6 +10,7 @@
 #ifndef GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
 #define GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -47,6 +48,8 @@ class MultiDeviceExecutor : public Executor {
   bool supports_grouped() const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
+      const MatrixRef& shape) const override;
 
   int devices() const { return static_cast<int>(children_.size()); }
   // Predicted seconds of work handed to each device and not yet done.
@@ -66,6 +69,13 @@ class MultiDeviceExecutor : public Executor {
   BackendInfo info_;
   // Peak FLOP/s per device and dtype kind ("bf16", ...), from the children.
   std::vector<std::vector<PeakRate>> peaks_;
+
+  // Makes a resident matrix of `bytes` with `make` on the device holding the
+  // fewest resident bytes, and keeps that count.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> PlaceResident(
+      uint64_t bytes,
+      const std::function<absl::StatusOr<std::shared_ptr<ResidentMatrix>>(const Executor&)>& make)
+      const;
 
   mutable absl::Mutex mu_;
   std::vector<double> outstanding_ ABSL_GUARDED_BY(mu_);

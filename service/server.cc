@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   store_options.idle_timeout = options.transient_idle_timeout;
   s->residents_ = std::make_unique<ResidentStore>(
       store_options,
-      [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); });
+      [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
+      [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); });
   ResidentStore* residents = s->residents_.get();
   s->reaper_ = std::thread([server = s.get(), residents] {
     const absl::Duration period =
