@@ -324,7 +324,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
       return residents_->Lookup(*caller, handle);
     };
   }
-  auto problems = ValidateRequest(request, limits_, response, &residents);
+  auto problems = ValidateProblems(request, limits_, &residents);
   if (!problems.ok()) {
     // A request over a size limit fails the same way every time: tell
     // clients not to retry it (a negative pushback).
@@ -377,6 +377,10 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     }
     on_done(s);
   };
+  // Refuse what the queue would refuse before sizing the result buffers:
+  // for results of hundreds of MiB that alone outlasts a short deadline.
+  if (absl::Status st = queue_->Precheck(*item, pushback); !st.ok()) return st;
+  AttachResults(request, &item->problems, response);
   *item_out = item;
   // The queue says when a refused request may retry (negative: never, e.g.
   // one predicted to outlast its deadline even on an idle server).

@@ -47,31 +47,22 @@ RequestQueue::RequestQueue(Options options, const Clock* clock)
 
 RequestQueue::~RequestQueue() { Abandon(absl::UnavailableError("the server is shutting down")); }
 
-absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after) {
-  const absl::Time now = clock_->Now();
-  if (item->deadline <= now)
-    return absl::DeadlineExceededError("the deadline passed before the request was queued");
-  // Predicted before taking the lock: it walks the request's problems.
-  const bool predicting =
-      options_.admission.reject_predicted_late && options_.predict_run_time != nullptr;
-  const double predicted_s =
-      predicting ? std::max(0.0, absl::ToDoubleSeconds(options_.predict_run_time(*item))) : 0.0;
+absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry, absl::Time now,
+                                       absl::Duration* retry_after) const {
   auto reject = [retry_after](absl::Status status, absl::Duration hint) {
     if (retry_after != nullptr) *retry_after = hint;
     return status;
   };
-
-  absl::MutexLock lock(&mu_);
   if (closed_) return absl::UnavailableError("the server is shutting down");
   if (entries_.size() >= options_.max_queued_requests)
     return reject(absl::ResourceExhaustedError(absl::StrCat(
                       "the queue is full (", options_.max_queued_requests,
                       " requests); retry later")),
                   RetryHintLocked());
-  if (inflight_bytes_ + item->bytes > options_.max_inflight_bytes) {
-    if (item->bytes > options_.max_inflight_bytes)
+  if (inflight_bytes_ + item.bytes > options_.max_inflight_bytes) {
+    if (item.bytes > options_.max_inflight_bytes)
       return reject(absl::ResourceExhaustedError(absl::StrCat(
-                        "the request holds ", item->bytes,
+                        "the request holds ", item.bytes,
                         " bytes, more than the server's in-flight limit of ",
                         options_.max_inflight_bytes)),
                     kDoNotRetry);
@@ -80,13 +71,10 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
                                    options_.max_inflight_bytes, " in-flight bytes; retry later")),
                   RetryHintLocked());
   }
-  auto queued = queued_per_client_.find(item->client);
-  Entry entry{item->priority, item->deadline,
-              queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
-              predicted_s};
-  if (predicted_s > 0 && item->deadline != absl::InfiniteFuture()) {
+  const double predicted_s = entry.predicted_s;
+  if (predicted_s > 0 && item.deadline != absl::InfiniteFuture()) {
     const double factor = options_.admission.safety_factor;
-    const double left_s = absl::ToDoubleSeconds(item->deadline - now);
+    const double left_s = absl::ToDoubleSeconds(item.deadline - now);
     if (factor * predicted_s > left_s)
       return reject(absl::ResourceExhaustedError(absl::StrCat(
                         "the request alone is predicted to take ", Readable(factor * predicted_s),
@@ -99,10 +87,44 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
           absl::ResourceExhaustedError(absl::StrCat(
               "the request is predicted to finish in ", Readable(ahead_s + factor * predicted_s),
               " (", Readable(ahead_s), " of work running or queued ahead of it at priority ",
-              item->priority, " or above), after its deadline in ", Readable(left_s),
+              item.priority, " or above), after its deadline in ", Readable(left_s),
               "; retry later")),
           std::clamp(ToMicros(ahead_s), kMinRetryHint, kMaxRetryHint));
   }
+  return absl::OkStatus();
+}
+
+RequestQueue::Entry RequestQueue::ProbeLocked(const WorkItem& item, double predicted_s) const {
+  auto queued = queued_per_client_.find(item.client);
+  return Entry{item.priority, item.deadline,
+               queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
+               predicted_s};
+}
+
+double RequestQueue::Predict(const WorkItem& item) const {
+  const bool predicting =
+      options_.admission.reject_predicted_late && options_.predict_run_time != nullptr;
+  return predicting ? std::max(0.0, absl::ToDoubleSeconds(options_.predict_run_time(item))) : 0.0;
+}
+
+absl::Status RequestQueue::Precheck(const WorkItem& item, absl::Duration* retry_after) const {
+  const absl::Time now = clock_->Now();
+  if (item.deadline <= now)
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  const double predicted_s = Predict(item);
+  absl::MutexLock lock(&mu_);
+  return AdmitLocked(item, ProbeLocked(item, predicted_s), now, retry_after);
+}
+
+absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after) {
+  const absl::Time now = clock_->Now();
+  if (item->deadline <= now)
+    return absl::DeadlineExceededError("the deadline passed before the request was queued");
+  // Predicted before taking the lock: it walks the request's problems.
+  const double predicted_s = Predict(*item);
+  absl::MutexLock lock(&mu_);
+  Entry entry = ProbeLocked(*item, predicted_s);
+  if (absl::Status st = AdmitLocked(*item, entry, now, retry_after); !st.ok()) return st;
 
   inflight_bytes_ += item->bytes;
   const uint64_t bytes = item->bytes;

@@ -80,6 +80,11 @@ class RequestQueue {
   // request cannot help (it exceeds a limit, or alone would outlast its
   // deadline).
   absl::Status Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after = nullptr);
+  // The checks Push would make now, without queueing or reserving anything:
+  // lets the service refuse a request before it spends time on it (sizing
+  // result buffers of hundreds of MiB takes longer than a short deadline).
+  // Push checks again.
+  absl::Status Precheck(const WorkItem& item, absl::Duration* retry_after = nullptr) const;
 
   // Waits up to `wait` for live items and returns up to `max_items` of them in
   // queue order (possibly none). Returns at once with none after Close() once
@@ -143,6 +148,14 @@ class RequestQueue {
   // item ranked `entry` would start: what is running and what is queued
   // ahead of it.
   double BacklogAheadLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push's admission decision for `item` whose queue entry would be `entry`.
+  absl::Status AdmitLocked(const WorkItem& item, const Entry& entry, absl::Time now,
+                           absl::Duration* retry_after) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The entry `item` would have if queued now (no item attached).
+  Entry ProbeLocked(const WorkItem& item, double predicted_s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Predicted run time in seconds; 0 when admission does not predict.
+  double Predict(const WorkItem& item) const;
   // Predicted seconds, per parallel unit, that the popped and unfinished
   // items still need.
   double RunningBacklogLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

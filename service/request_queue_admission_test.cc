@@ -260,5 +260,28 @@ TEST(AdmissionOptionsTest, ValidateNamesTheField) {
   }
 }
 
+// Precheck answers as Push would, without queueing or reserving: the service
+// calls it before sizing result buffers.
+TEST_F(AdmissionTest, PrecheckDecidesAsPushWithoutQueueing) {
+  MakeQueue();
+  Queue(3, 1);  // 6 ms of work ahead (higher priority)
+  absl::Duration hint;
+  auto late = Item(0, absl::Milliseconds(7));  // 6 + 2 > 7
+  absl::Status st = queue_->Precheck(*late, &hint);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_GT(hint, absl::ZeroDuration());
+  auto alone = Item(0, absl::Milliseconds(1));  // 2 ms alone > 1 ms
+  st = queue_->Precheck(*alone, &hint);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  EXPECT_LT(hint, absl::ZeroDuration());
+  auto fine = Item(0, absl::Milliseconds(9));
+  EXPECT_TRUE(queue_->Precheck(*fine, &hint).ok());
+  EXPECT_TRUE(queue_->Precheck(*fine, &hint).ok());  // nothing was reserved
+  EXPECT_EQ(queue_->queued(), 3u);
+  auto expired = Item(0, absl::Milliseconds(1));
+  clock_.Advance(absl::Milliseconds(2));
+  EXPECT_EQ(queue_->Precheck(*expired).code(), absl::StatusCode::kDeadlineExceeded);
+}
+
 }  // namespace
 }  // namespace gemm

@@ -180,10 +180,9 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   return out;
 }
 
-absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
-                                                            const ServiceLimits& limits,
-                                                            v1::GemmResponse* response,
-                                                            ResidentOperands* residents) {
+absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmRequest& request,
+                                                             const ServiceLimits& limits,
+                                                             ResidentOperands* residents) {
   if (request.problems_size() == 0)
     return absl::InvalidArgumentError("problems: the request holds no problem");
   if (static_cast<uint64_t>(request.problems_size()) > limits.max_problems_per_request)
@@ -207,9 +206,14 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
         absl::StrCat("problems: the results need ", result_bytes,
                      " bytes, over the max message size of ", limits.max_message_bytes,
                      " (set keep_results and read them with Transfer.Download)"));
+  return problems;
+}
+
+void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* problems,
+                   v1::GemmResponse* response) {
   response->set_request_id(request.request_id());
   response->clear_results();
-  for (GemmProblemRef& p : problems) {
+  for (GemmProblemRef& p : *problems) {
     v1::GemmResult* r = response->add_results();
     r->set_dtype(ToProto(p.shape.output_dtype));
     r->set_layout(ToProto(p.shape.layout_d));
@@ -219,6 +223,15 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
     d->resize(p.shape.m * p.shape.n * SizeOf(p.shape.output_dtype));
     p.d = d->data();
   }
+}
+
+absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
+                                                            const ServiceLimits& limits,
+                                                            v1::GemmResponse* response,
+                                                            ResidentOperands* residents) {
+  auto problems = ValidateProblems(request, limits, residents);
+  if (!problems.ok()) return problems.status();
+  AttachResults(request, &*problems, response);
   return problems;
 }
 

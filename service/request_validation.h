@@ -46,6 +46,15 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmReques
                                                             v1::GemmResponse* response,
                                                             ResidentOperands* residents = nullptr);
 
+// ValidateRequest in two steps, for callers that decide admission in between
+// (sizing results of hundreds of MiB is not free): the problems with `d`
+// unset, then the response's result buffers sized and the `d` pointers set.
+absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmRequest& request,
+                                                             const ServiceLimits& limits,
+                                                             ResidentOperands* residents = nullptr);
+void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* problems,
+                   v1::GemmResponse* response);
+
 // Bytes a validated request holds while in flight: operands carried in the
 // request (resident ones are counted by their store) plus results.
 uint64_t InflightBytes(const std::vector<GemmProblemRef>& problems);
