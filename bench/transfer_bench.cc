@@ -39,6 +39,8 @@ ABSL_FLAG(std::string, chunk_mib, "1,4,16", "chunk sizes to sweep, MiB");
 ABSL_FLAG(std::string, channels, "1,2,4,8,16", "transfer channel counts to sweep");
 ABSL_FLAG(int, repeats, 7, "transfers per measurement (after one warm-up); medians");
 ABSL_FLAG(int, parallel, 16, "transfers in flight in the parallel case");
+ABSL_FLAG(std::string, parallel_settings, "1:4,1:8,4:4",
+          "chunk MiB:channels settings of the parallel case");
 ABSL_FLAG(int, parallel_mib, 16, "payload of each parallel transfer, MiB");
 ABSL_FLAG(double, parallel_seconds, 3.0, "measured time of the parallel case");
 ABSL_FLAG(std::string, gemm_sizes, "1024,2048,4096", "sizes of the end-to-end bf16 GEMMs");
@@ -230,31 +232,34 @@ void ParallelCase(int gemm_port, int echo_port) {
     std::printf("echo (%d connections):      %8.0f MB/s each way\n", n, echo_bytes / s / 1e6);
     echo_bytes = static_cast<uint64_t>(echo_bytes / s);
   }
-  // Ours: one client with the default options, n threads.
-  auto client = MakeClient(gemm_port, ClientOptions().chunk_bytes,
-                           ClientOptions().transfer_channels);
-  std::atomic<uint64_t> up_bytes{0};
-  std::atomic<double> up_s{0}, down_s{0};
-  {
-    std::string warm(bytes, '\0');
-    TransferOnce(client.get(), payload, &warm);
+  // Ours: one client, n threads, for each setting.
+  for (absl::string_view setting : absl::StrSplit(absl::GetFlag(FLAGS_parallel_settings), ',')) {
+    std::vector<std::string> parts = absl::StrSplit(setting, ':');
+    const uint64_t chunk = uint64_t(std::stoi(parts[0])) << 20;
+    const int channels = std::stoi(parts[1]);
+    auto client = MakeClient(gemm_port, chunk, channels);
+    std::atomic<uint64_t> up_bytes{0};
+    {
+      std::string warm(bytes, '\0');
+      TransferOnce(client.get(), payload, &warm);
+    }
+    const absl::Time end = absl::Now() + absl::Seconds(seconds);
+    const absl::Time t0 = absl::Now();
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; ++i)
+      threads.emplace_back([&] {
+        std::string back(bytes, '\0');
+        while (absl::Now() < end) {
+          TransferOnce(client.get(), payload, &back);
+          up_bytes += bytes;
+        }
+      });
+    for (auto& t : threads) t.join();
+    const double s = absl::ToDoubleSeconds(absl::Now() - t0);
+    const double ours = up_bytes / s / 1e6;
+    std::printf("ours (one client, %2d MiB chunks, %2d chan): %8.0f MB/s each way   ratio %.2f\n",
+                int(chunk >> 20), channels, ours, ours / (echo_bytes / 1e6));
   }
-  const absl::Time end = absl::Now() + absl::Seconds(seconds);
-  const absl::Time t0 = absl::Now();
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i)
-    threads.emplace_back([&] {
-      std::string back(bytes, '\0');
-      while (absl::Now() < end) {
-        TransferOnce(client.get(), payload, &back);
-        up_bytes += bytes;
-      }
-    });
-  for (auto& t : threads) t.join();
-  const double s = absl::ToDoubleSeconds(absl::Now() - t0);
-  const double ours = up_bytes / s / 1e6;
-  std::printf("ours (one client, %d chan):  %8.0f MB/s each way (upload + download)   ratio %.2f\n",
-              ClientOptions().transfer_channels, ours, ours / (echo_bytes / 1e6));
 }
 
 void GemmCase(int gemm_port, int size) {

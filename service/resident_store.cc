@@ -104,7 +104,13 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(absl::str
                                                                        bool transient) {
   const uint64_t bytes = shape.bytes();
   if (absl::Status st = Reserve(bytes); !st.ok()) return st;
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = upload_allocator_(shape);
+  // A transient upload feeds one request: host memory takes chunks fastest
+  // (plain parallel copies, no device synchronization per chunk; measured in
+  // bench/RESULTS.md, Transport) and the request's staging copies it once. A
+  // kept one goes where the executor keeps resident matrices (device memory
+  // on a GPU), read in place by every request that names it.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
+      transient ? MakeHostResidentUninitialized(shape) : upload_allocator_(shape);
   if (!made.ok()) {
     budget_->Free(bytes);
     return made.status();

@@ -68,7 +68,8 @@ class ResidentStore {
   absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source);
 
   // Reserves and allocates a matrix of `shape` (its data ignored) whose bytes
-  // arrive later by ClaimUpload / FinishUploadRange. Until all have arrived,
+  // arrive later by ClaimUpload / FinishUploadRange: in host memory when
+  // `transient`, else from the upload allocator (the executor's memory). Until all have arrived,
   // Lookup answers FAILED_PRECONDITION. Budget errors as for Register.
   absl::StatusOr<Registration> BeginUpload(absl::string_view owner, const MatrixRef& shape,
                                            bool transient);

@@ -485,11 +485,13 @@ TEST_F(GpuServerTest, ResidentOperandsAreReadInPlace) {
   EXPECT_EQ(stub_->Gemm(&ctx, sent[0], &response).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-// Chunked transfers on the CUDA backend: uploads land in device memory
-// (CudaExecutor::AllocateResident, written chunk by chunk), requests read them
-// there, kept results come back through Transfer.Download; every dtype, a
-// transposed and column-major mix, results checked against the reference.
-TEST_F(GpuServerTest, ChunkedOperandsGoStraightToDeviceMemory) {
+// Chunked transfers on the CUDA backend: a request's operands uploaded in
+// chunks (transient: host memory, staged once) and its results kept and
+// downloaded, for every dtype with a transposed and column-major mix, checked
+// against the reference; a kept upload lands in device memory
+// (CudaExecutor::AllocateResident, written chunk by chunk) and reads back
+// byte for byte.
+TEST_F(GpuServerTest, ChunkedOperandsAndResultsOnTheCudaBackend) {
   ClientOptions o;
   o.target = "127.0.0.1:" + std::to_string(server_->port());
   o.chunked_threshold_bytes = 1;  // everything in chunks
