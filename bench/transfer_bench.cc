@@ -314,6 +314,58 @@ void GemmCase(int gemm_port, int size) {
   }
 }
 
+// The chunked path of one GEMM step by step with the public API (what
+// Client::Gemm does above its threshold), timing each step: where the wall
+// time of a large request goes.
+void GemmBreakdown(int gemm_port, int size) {
+  auto client = MakeClient(gemm_port, ClientOptions().chunk_bytes, ClientOptions().transfer_channels);
+  std::mt19937 rng(6);
+  std::vector<uint16_t> a(uint64_t(size) * size), b(a.size());
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* v : {&a, &b})
+    for (uint16_t& x : *v) x = FloatToBf16(u(rng));
+  const uint64_t d_bytes = uint64_t(size) * size * 2;
+  std::vector<double> up_s, gemm_s, down_s, release_s, total_s, server_total_s;
+  std::string d(d_bytes, '\0');
+  for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
+    const absl::Time t0 = absl::Now();
+    auto ha = client->UploadMatrix(MatrixView(a.data(), size, size, DType::kBf16), true);
+    auto hb = client->UploadMatrix(MatrixView(b.data(), size, size, DType::kBf16), true);
+    const absl::Time t1 = absl::Now();
+    if (!ha.ok() || !hb.ok()) {
+      std::fprintf(stderr, "upload failed\n");
+      std::exit(1);
+    }
+    v1::GemmRequest request;
+    if (!AddProblem(&request, *ha, *hb).ok()) std::exit(1);
+    request.set_keep_results(true);
+    auto response = client->Gemm(request);
+    const absl::Time t2 = absl::Now();
+    if (!response.ok()) {
+      std::fprintf(stderr, "gemm: %s\n", response.status().ToString().c_str());
+      std::exit(1);
+    }
+    const std::string handle = response->results(0).handle();
+    absl::Status st = client->DownloadMatrix(handle, d.data(), d.size());
+    const absl::Time t3 = absl::Now();
+    for (const std::string& h : {ha->handle, hb->handle, handle})
+      client->ReleaseMatrix(h).IgnoreError();
+    const absl::Time t4 = absl::Now();
+    if (!st.ok()) std::exit(1);
+    if (r == 0) continue;
+    up_s.push_back(absl::ToDoubleSeconds(t1 - t0));
+    gemm_s.push_back(absl::ToDoubleSeconds(t2 - t1));
+    down_s.push_back(absl::ToDoubleSeconds(t3 - t2));
+    release_s.push_back(absl::ToDoubleSeconds(t4 - t3));
+    total_s.push_back(absl::ToDoubleSeconds(t4 - t0));
+    server_total_s.push_back(response->timing().total_ns() / 1e9);
+  }
+  std::printf("breakdown %d^3 (ms, medians): upload A+B (one after the other) %.2f | Gemm call "
+              "%.2f (server total %.2f) | download D %.2f | 3 releases %.2f | sum %.2f\n",
+              size, Median(up_s) * 1e3, Median(gemm_s) * 1e3, Median(server_total_s) * 1e3,
+              Median(down_s) * 1e3, Median(release_s) * 1e3, Median(total_s) * 1e3);
+}
+
 int Main() {
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
@@ -335,7 +387,10 @@ int Main() {
               options.http2.write_buffer_bytes);
   SingleCase((*server)->port(), echo.port());
   ParallelCase((*server)->port(), echo.port());
-  for (int size : Ints(absl::GetFlag(FLAGS_gemm_sizes))) GemmCase((*server)->port(), size);
+  for (int size : Ints(absl::GetFlag(FLAGS_gemm_sizes))) {
+    GemmCase((*server)->port(), size);
+    GemmBreakdown((*server)->port(), size);
+  }
   return 0;
 }
 
