@@ -20,13 +20,16 @@ namespace {
 // Answers with the float64 reference, after failing the first `reject` calls
 // with `reject_code` (and the pushback value, if any), or every call with
 // `fail_code`. A request whose id is "bad" fails with INVALID_ARGUMENT.
+// The settings are atomics: tests change them while the server runs, and the
+// order the loopback connection gives (set, then call) is invisible to
+// ThreadSanitizer.
 class FakeGemmService final : public v1::GemmService::CallbackService {
  public:
   std::atomic<int> reject{0};
-  grpc::StatusCode reject_code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-  std::string pushback;
-  grpc::StatusCode fail_code = grpc::StatusCode::OK;
-  absl::Duration delay = absl::ZeroDuration();
+  std::atomic<grpc::StatusCode> reject_code{grpc::StatusCode::RESOURCE_EXHAUSTED};
+  std::atomic<const char*> pushback{""};  // a string literal; "" sends none
+  std::atomic<grpc::StatusCode> fail_code{grpc::StatusCode::OK};
+  std::atomic<int64_t> delay_ms{0};
 
   int calls() {
     absl::MutexLock lock(&mu_);
@@ -75,7 +78,8 @@ class FakeGemmService final : public v1::GemmService::CallbackService {
     }
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     if (reject.fetch_sub(1) > 0) {
-      if (!pushback.empty()) ctx->AddTrailingMetadata(std::string(kRetryPushbackKey), pushback);
+      if (const std::string value = pushback.load(); !value.empty())
+        ctx->AddTrailingMetadata(std::string(kRetryPushbackKey), value);
       reactor->Finish(grpc::Status(reject_code, "rejected"));
       return reactor;
     }
@@ -88,9 +92,9 @@ class FakeGemmService final : public v1::GemmService::CallbackService {
       return reactor;
     }
     *response = Compute(*request);
-    if (delay > absl::ZeroDuration()) {
+    if (const absl::Duration d = absl::Milliseconds(delay_ms.load()); d > absl::ZeroDuration()) {
       // Test-only: a detached thread stands in for a slow backend.
-      std::thread([reactor, d = delay] {
+      std::thread([reactor, d] {
         absl::SleepFor(d);
         reactor->Finish(grpc::Status::OK);
       }).detach();
@@ -268,7 +272,7 @@ TEST_F(ClientTest, DoesNotRetryInvalidArgument) {
 }
 
 TEST_F(ClientTest, DeadlineEndsASlowCall) {
-  service_.delay = absl::Seconds(2);
+  service_.delay_ms = 2000;
   std::unique_ptr<Client> client = MakeClient();
   CallOptions options;
   options.timeout = absl::Milliseconds(200);
@@ -331,7 +335,7 @@ TEST_F(ClientTest, ManyConcurrentAsyncCallsShareOneRequest) {
 }
 
 TEST_F(ClientTest, AsyncDeadline) {
-  service_.delay = absl::Seconds(2);
+  service_.delay_ms = 2000;
   std::unique_ptr<Client> client = MakeClient();
   CallOptions options;
   options.timeout = absl::Milliseconds(100);

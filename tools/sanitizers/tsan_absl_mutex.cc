@@ -1,8 +1,11 @@
-// ThreadSanitizer builds only: tells TSan about Abseil's locks.
+// ThreadSanitizer builds only: tells TSan about Abseil's locks and
+// notifications.
 //
 // Debian's Abseil is not instrumented, so TSan does not see absl::Mutex
 // (futexes and atomics inside libabsl_synchronization) order anything and
-// reports every access under a lock as a race. These definitions interpose
+// reports every access under a lock as a race (and every access after
+// absl::Notification::HasBeenNotified as racing with the notifier's). These
+// definitions interpose
 // the library's exported lock functions (an executable's symbols come first),
 // call the real ones and add the happens-before edges: release before a lock
 // is let go, acquire once it is held. Await and CondVar::Wait release and
@@ -13,9 +16,11 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 extern "C" {
 void __tsan_acquire(void* addr);
@@ -48,6 +53,20 @@ bool EvalGuarded(Guarded* g) {
   const bool ready = g->condition->Eval();
   __tsan_release(g->mu);
   return ready;
+}
+
+// The address of absl::Notification's flag (its private notified_yet_), by
+// the layout of Debian 12's Abseil: the mutex, then the flag.
+struct NotificationLayout {
+  absl::Mutex mutex;
+  std::atomic<bool> notified_yet;
+};
+static_assert(sizeof(NotificationLayout) == sizeof(absl::Notification),
+              "absl::Notification's layout changed: update NotificationLayout");
+
+void* NotifiedFlag(const void* notification) {
+  auto* layout = static_cast<const NotificationLayout*>(notification);
+  return const_cast<std::atomic<bool>*>(&layout->notified_yet);
 }
 
 #define GEMM_GUARD(mu, c)                                                   \
@@ -115,6 +134,20 @@ GEMM_LOCKING(_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8Duration
              (void* cv, void* mu, Duration d), (cv, mu, d), __tsan_release(mu), __tsan_acquire(mu))
 GEMM_LOCKING(_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE, bool,
              (void* cv, void* mu, Duration t), (cv, mu, t), __tsan_release(mu), __tsan_acquire(mu))
+
+// Notification::Notify and WaitForNotification*: Notify sets the flag in the
+// library; HasBeenNotified reads it inline, in our instrumented code, with an
+// acquire load, which TSan pairs with a release on the flag's address. So
+// Notify releases on the flag, and a wait that saw the notification acquires
+// from it.
+GEMM_LOCKING_VOID(_ZN4absl7debian312Notification6NotifyEv, (void* n), (n),
+                  __tsan_release(NotifiedFlag(n)), )
+GEMM_LOCKING_VOID(_ZNK4absl7debian312Notification19WaitForNotificationEv, (const void* n), (n), ,
+                  __tsan_acquire(NotifiedFlag(n)))
+GEMM_LOCKING(_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE, bool,
+             (const void* n, Duration d), (n, d), , if (r) __tsan_acquire(NotifiedFlag(n)))
+GEMM_LOCKING(_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE, bool,
+             (const void* n, Duration t), (n, t), , if (r) __tsan_acquire(NotifiedFlag(n)))
 }  // extern "C"
 
 #endif  // __SANITIZE_THREAD__
