@@ -333,11 +333,14 @@ void GemmBreakdown(int gemm_port, int size) {
     auto hb = client->UploadMatrix(MatrixView(b.data(), size, size, DType::kBf16), true);
     const absl::Time t1 = absl::Now();
     if (!ha.ok() || !hb.ok()) {
-      std::fprintf(stderr, "upload failed\n");
+      std::fprintf(stderr, "upload: %s\n", (ha.ok() ? hb : ha).status().ToString().c_str());
       std::exit(1);
     }
     v1::GemmRequest request;
-    if (!AddProblem(&request, *ha, *hb).ok()) std::exit(1);
+    if (absl::Status st = AddProblem(&request, *ha, *hb); !st.ok()) {
+      std::fprintf(stderr, "AddProblem: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
     request.set_keep_results(true);
     auto response = client->Gemm(request);
     const absl::Time t2 = absl::Now();
@@ -351,7 +354,10 @@ void GemmBreakdown(int gemm_port, int size) {
     for (const std::string& h : {ha->handle, hb->handle, handle})
       client->ReleaseMatrix(h).IgnoreError();
     const absl::Time t4 = absl::Now();
-    if (!st.ok()) std::exit(1);
+    if (!st.ok()) {
+      std::fprintf(stderr, "download: %s\n", st.ToString().c_str());
+      std::exit(1);
+    }
     if (r == 0) continue;
     up_s.push_back(absl::ToDoubleSeconds(t1 - t0));
     gemm_s.push_back(absl::ToDoubleSeconds(t2 - t1));

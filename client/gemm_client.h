@@ -126,7 +126,9 @@ class Client {
 
   // Blocking unary Gemm, retries included. Large operands and results go in
   // chunks (ClientOptions::chunked_threshold_bytes); the response then looks
-  // the same, results in their data fields. The asynchronous calls and
+  // the same, results in their data fields (unless the request sets
+  // keep_results: then its results stay on the server and come back as
+  // handles, whatever their size). The asynchronous calls and
   // streams below send one message per request.
   GemmResult Gemm(const v1::GemmRequest& request, const CallOptions& options = {});
 

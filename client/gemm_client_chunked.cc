@@ -79,7 +79,8 @@ bool Client::NeedsChunks(const v1::GemmRequest& request) const {
       if (m->data().size() >= threshold) return true;
     results += ResultBytes(p);
   }
-  return results >= threshold;
+  // Results the caller asked the server to keep do not travel.
+  return !request.keep_results() && results >= threshold;
 }
 
 const ChunkedTransfer& Client::transfer() {
@@ -224,7 +225,10 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
           uploads, [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline); });
       !st.ok())
     return st;
-  const bool keep = result_bytes >= threshold ||
+  // Kept because the caller asked (the handles are theirs: returned as they
+  // are), or because they are large (downloaded and released here).
+  const bool caller_keeps = request.keep_results();
+  const bool keep = caller_keeps || result_bytes >= threshold ||
                     result_bytes + 4096 * request.problems_size() >
                         static_cast<uint64_t>(options_.max_message_bytes);
   light.set_keep_results(keep);
@@ -234,7 +238,7 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
     return stub_->Gemm(ctx, light, &response);
   });
   if (!status.ok()) return status;
-  if (keep) {
+  if (keep && !caller_keeps) {
     for (const v1::GemmResult& r : response.results())
       if (!r.handle().empty()) handles.push_back(r.handle());
     for (v1::GemmResult& r : *response.mutable_results()) {

@@ -160,6 +160,26 @@ TEST_F(ChunkedTransferTest, KeptResultsAreHandlesThatCanBeDownloadedAndReleased)
             absl::StatusCode::kNotFound);
 }
 
+// A caller that asks for keep_results gets handles even when the client
+// sends the operands in chunks (it does not download them on its own).
+TEST_F(ChunkedTransferTest, KeepResultsIsHonouredOnTheChunkedPath) {
+  std::unique_ptr<Client> client = MakeClient(1, 4096, 2);
+  std::mt19937 rng(8);
+  v1::GemmRequest request;
+  *request.add_problems() = test::MakeProblem({64, 64, 64, DType::kFp32}, &rng);
+  request.set_keep_results(true);
+  auto response = client->Gemm(request);
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_FALSE(response->results(0).handle().empty());
+  v1::GemmResult full = response->results(0);
+  full.mutable_data()->resize(64 * 64 * 4);
+  ASSERT_TRUE(client->DownloadMatrix(full.handle(), full.mutable_data()->data(), 64 * 64 * 4)
+                  .ok());
+  EXPECT_TRUE(test::ResultMatches(request.problems(0), full));
+  EXPECT_TRUE(client->ReleaseMatrix(full.handle()).ok());
+  EXPECT_EQ(Metric("gemm_resident_bytes"), 0);  // the uploads were released
+}
+
 TEST_F(ChunkedTransferTest, RegisterMatrixAboveTheThresholdUploadsInChunks) {
   std::unique_ptr<Client> client = MakeClient(1024, 1000, 3);
   std::mt19937 rng(3);
