@@ -15,6 +15,7 @@
 #include "common/dtype.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
+#include "common/parallel_copy.h"
 #include "service/resident_matrix.h"
 
 namespace gemm {
@@ -440,12 +441,12 @@ absl::Status CudaExecutor::StageInputs(Lane& lane) {
   }
   // The one host copy on the way in.
   for (const auto& [p, pl] : lane.placement) {
-    if (!ResidentData(p->a)) std::memcpy(lane.staging + pl.a, p->a.data, p->a.bytes());
-    if (!ResidentData(p->b)) std::memcpy(lane.staging + pl.b, p->b.data, p->b.bytes());
+    if (!ResidentData(p->a)) ParallelCopy(lane.staging + pl.a, p->a.data, p->a.bytes());
+    if (!ResidentData(p->b)) ParallelCopy(lane.staging + pl.b, p->b.data, p->b.bytes());
     // A resident C is in D's layout already (request validation checks it).
     if (!pl.has_c || ResidentData(p->c)) continue;
     if (p->c.layout == p->shape.layout_d) {
-      std::memcpy(lane.staging + pl.c, p->c.data, p->c.bytes());
+      ParallelCopy(lane.staging + pl.c, p->c.data, p->c.bytes());
     } else {
       // The kernel reads C in D's layout: transpose while staging.
       const MatrixRef to{nullptr, p->c.rows, p->c.cols, p->shape.layout_d, p->c.dtype};
@@ -715,7 +716,7 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
   if (batch_status.ok()) {
     for (const auto& [p, pl] : lane.placement) {
       if (!lane.item_status[lane.item_of.at(p)].ok()) continue;
-      std::memcpy(p->d, lane.staging + lane.input_bytes + pl.d, p->d_bytes());
+      ParallelCopy(p->d, lane.staging + lane.input_bytes + pl.d, p->d_bytes());
     }
   }
   for (size_t i = 0; i < batch.items.size(); ++i) {
