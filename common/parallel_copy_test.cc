@@ -2,6 +2,8 @@
 
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -23,6 +25,22 @@ TEST(ParallelCopyTest, CopiesEveryByteForSizesAroundTheSlices) {
       EXPECT_EQ(dst.substr(1, n), src) << n << " bytes, " << threads << " threads";
     }
   }
+}
+
+// Concurrent copies share the helper budget; each still copies every byte.
+TEST(ParallelCopyTest, ConcurrentCopiesAreEachComplete) {
+  const size_t n = size_t{24} << 20;
+  std::string src(n, '\0');
+  std::mt19937 rng(2);
+  for (char& c : src) c = static_cast<char>(rng());
+  std::vector<std::string> dst(6, std::string(n, '\0'));
+  std::vector<std::thread> threads;
+  for (std::string& d : dst)
+    threads.emplace_back([&src, &d, n] {
+      for (int i = 0; i < 3; ++i) ParallelCopy(d.data(), src.data(), n);
+    });
+  for (std::thread& t : threads) t.join();
+  for (const std::string& d : dst) EXPECT_TRUE(d == src);
 }
 
 }  // namespace
