@@ -12,10 +12,9 @@ namespace gemm {
 
 // Copies `n` bytes like std::memcpy (the ranges must not overlap). Copies of
 // at least kParallelCopyMinBytes use up to `max_threads` threads (0: up to
-// 8, at most the hardware's), each on a slice of at least 4 MiB, drawing
-// helper threads from a budget of half the cores shared by all concurrent
-// copies (a copy that finds none free runs alone); smaller ones run on the
-// caller's thread.
+// 8, at most the hardware's), each on a slice of at least 4 MiB, when no
+// other large copy is in progress (otherwise, and for smaller copies, on the
+// caller's thread alone).
 inline constexpr size_t kParallelCopyMinBytes = size_t{8} << 20;
 void ParallelCopy(void* dst, const void* src, size_t n, int max_threads = 0);
 
