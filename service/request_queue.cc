@@ -127,6 +127,7 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
   if (absl::Status st = AdmitLocked(*item, entry, now, retry_after); !st.ok()) return st;
 
   inflight_bytes_ += item->bytes;
+  inflight_high_water_ = std::max(inflight_high_water_, inflight_bytes_);
   const uint64_t bytes = item->bytes;
   const WorkItem* raw = item.get();
   auto inner = std::move(item->done);
@@ -317,6 +318,11 @@ size_t RequestQueue::queued() const {
 uint64_t RequestQueue::inflight_bytes() const {
   absl::MutexLock lock(&mu_);
   return inflight_bytes_;
+}
+
+uint64_t RequestQueue::inflight_bytes_high_water() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_high_water_;
 }
 
 absl::Duration RequestQueue::RetryHint() const {

@@ -115,6 +115,9 @@ class RequestQueue {
 
   size_t queued() const;
   uint64_t inflight_bytes() const;
+  // The most in-flight bytes admitted items held at once since the queue was
+  // made: the peak of the server's working memory, exact (not sampled).
+  uint64_t inflight_bytes_high_water() const;
   // A hint for clients told RESOURCE_EXHAUSTED: about how long until the
   // queue has room, from the recent service rate.
   absl::Duration RetryHint() const;
@@ -172,6 +175,7 @@ class RequestQueue {
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, uint64_t> queued_per_client_ ABSL_GUARDED_BY(mu_);
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t inflight_high_water_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Exponentially smoothed time between pops, for RetryHint.
   absl::Time last_pop_ ABSL_GUARDED_BY(mu_);

@@ -157,6 +157,22 @@ TEST_F(RequestQueueTest, ByteBudgetRejectsAndIsReleasedOnCompletion) {
   EXPECT_EQ(q->inflight_bytes(), 90u);
 }
 
+TEST_F(RequestQueueTest, InflightHighWaterIsThePeakOfAdmittedBytes) {
+  auto q = MakeQueue(16, /*max_bytes=*/100);
+  EXPECT_EQ(q->inflight_bytes_high_water(), 0u);
+  auto first = Item(0, absl::InfiniteFuture(), 60);
+  ASSERT_TRUE(q->Push(first).ok());
+  ASSERT_TRUE(q->Push(Item(0, absl::InfiniteFuture(), 30)).ok());
+  EXPECT_FALSE(q->Push(Item(0, absl::InfiniteFuture(), 20)).ok());  // refused: not counted
+  EXPECT_EQ(q->inflight_bytes_high_water(), 90u);
+  ASSERT_EQ(q->Pop(1, absl::ZeroDuration()).size(), 1u);
+  first->Complete(absl::OkStatus());
+  EXPECT_EQ(q->inflight_bytes(), 30u);
+  EXPECT_EQ(q->inflight_bytes_high_water(), 90u);  // a peak stays
+  ASSERT_TRUE(q->Push(Item(0, absl::InfiniteFuture(), 70)).ok());
+  EXPECT_EQ(q->inflight_bytes_high_water(), 100u);
+}
+
 TEST_F(RequestQueueTest, ItemLargerThanTheWholeBudgetIsRejected) {
   auto q = MakeQueue(16, /*max_bytes=*/100);
   const absl::Status st = q->Push(Item(0, absl::InfiniteFuture(), 101));

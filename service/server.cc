@@ -89,6 +89,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->metrics_->SetQueueProbe([queue] { return static_cast<double>(queue->queued()); },
                              [queue] { return static_cast<double>(queue->inflight_bytes()); });
   s->metrics_->SetLimits(options.limits.max_queued_requests, options.limits.max_inflight_bytes);
+  s->metrics_->AddProbe(
+      "gemm_inflight_bytes_high_water",
+      "The most operand and result bytes admitted requests held at once since start.", {},
+      [queue] { return static_cast<double>(queue->inflight_bytes_high_water()); });
   if (s->executor_->info().backend == "cuda") {
     const std::vector<int> devices = CudaDevices(options);
     for (size_t i = 0; i < devices.size(); ++i) {

@@ -8,9 +8,13 @@
 //  - clients that vanish mid-call (cancelled calls, a killed gemm_cli
 //    process) leave no queued work and no in-flight bytes behind;
 //  - shutdown under load: every call finishes or gets UNAVAILABLE.
-// The overload figures are printed for the record.
+// The overload figures are printed for the record, in one line starting
+// "burst:".
 //
-// Usage (from tests/BUILD): overload_test <gemm_cli>
+// Usage: overload_test [<gemm_cli>] [--reject_p99_ms=<ms>] [gtest flags]
+// tests/BUILD passes gemm_cli; run by hand from the workspace,
+// bazel-bin/tests/overload_test finds bazel-bin/client/gemm_cli beside it.
+// No runfiles or environment are needed.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -40,19 +44,23 @@
 namespace gemm {
 namespace {
 
-const char* g_cli_path = nullptr;
+std::string g_cli_path;
 
 constexpr uint32_t kMaxQueued = 4;
-// The p99 a rejection may take, measured at the client from the start of its
-// call: about 5-10 ms here, nearly all of it the client and server threads
-// waiting for one of the two cores (one runs the heavy GEMMs); the bound
-// leaves room for a loaded CI machine. Sanitizer builds run our code several
-// times slower.
+// The p99 a rejection may take (--reject_p99_ms), measured at the client
+// from the start of its call. The issue asks for 10 ms. On the 2-core CI
+// machine the whole burst waits for a free core (one runs the heavy GEMMs,
+// and CI builds run beside it), so the default leaves room; the server's own
+// part of a rejection is under 50 us (gemm_request_duration_seconds).
+// Sanitizer builds run our code several times slower.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr double kFastRejectMs = 100;
+double g_reject_p99_ms = 100;
 #else
-constexpr double kFastRejectMs = 25;
+double g_reject_p99_ms = 25;
 #endif
+// How much longer than a GetServerInfo in the same burst a rejection may
+// take, at the median.
+constexpr double kRejectOverInfoMs = 2;
 constexpr uint64_t kInflightBound = 8 << 20;
 
 ServerOptions OverloadOptions() {
@@ -130,32 +138,7 @@ class OverloadTest : public ::testing::Test {
   std::unique_ptr<GemmServer> server_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::GemmService::Stub> stub_;
-};
-
-// Samples the in-flight bytes gauge until stopped; keeps the high-water mark.
-class InflightSampler {
- public:
-  explicit InflightSampler(ServiceMetrics* metrics)
-      : thread_([this, metrics] {
-          while (!stop_.load()) {
-            const double v =
-                test::MetricValue(metrics->Scrape(), "gemm_inflight_bytes");
-            double seen = high_.load();
-            while (v > seen && !high_.compare_exchange_weak(seen, v)) {
-            }
-            absl::SleepFor(absl::Milliseconds(5));
-          }
-        }) {}
-  double Stop() {
-    stop_.store(true);
-    thread_.join();
-    return high_.load();
-  }
-
- private:
-  std::atomic<bool> stop_{false};
-  std::atomic<double> high_{0};
-  std::thread thread_;
+  const v1::GetServerInfoRequest info_request_;
 };
 
 struct CallRecord {
@@ -177,9 +160,21 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
   constexpr int kHeavy = 6;
   constexpr int kLight = 60;
   std::vector<std::unique_ptr<CallRecord>> calls;
+  // Among the light calls, every kInfoEvery-th is followed by a
+  // GetServerInfo (the cheapest call there is) on the same connection: the
+  // time the burst's rejections take beyond it is what the reject path costs.
+  // Few, so that the burst stays as dense as without them.
+  constexpr int kInfoEvery = 6;
+  struct InfoRecord {
+    grpc::ClientContext ctx;
+    v1::ServerInfo info;
+    absl::Time start;
+    absl::Duration latency;
+    bool ok = false;
+  };
+  std::vector<std::unique_ptr<InfoRecord>> infos;
   absl::Mutex mu;
-  int outstanding = kHeavy + kLight;
-  InflightSampler sampler(server_->metrics());
+  int outstanding = kHeavy + kLight + kLight / kInfoEvery;
 
   // The light burst goes over a connection of its own, so that it does not
   // queue behind the heavy requests' bytes on the client's side.
@@ -208,11 +203,29 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
                          });
   };
   for (int i = 0; i < kHeavy; ++i) start_call(heavy);
-  // Let the heavy requests back up in the queue.
+  // Let the heavy requests back up in the queue: one running and at least
+  // one waiting. (They arrive one after another over their connection, and
+  // a fast core can keep the queue from getting deeper than that.)
   const absl::Time wait_full = absl::Now() + absl::Seconds(10);
-  while (Gauge("gemm_queue_depth") < 2 && absl::Now() < wait_full)
+  while (Gauge("gemm_queue_depth") < 1 && absl::Now() < wait_full)
     absl::SleepFor(absl::Milliseconds(2));
-  for (int i = 0; i < kLight; ++i) start_call(light);
+  auto start_info = [&] {
+    infos.push_back(std::make_unique<InfoRecord>());
+    InfoRecord* r = infos.back().get();
+    r->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    r->start = absl::Now();
+    burst_stub->async()->GetServerInfo(&r->ctx, &info_request_, &r->info,
+                                       [r, &mu, &outstanding](grpc::Status st) {
+                                         r->latency = absl::Now() - r->start;
+                                         r->ok = st.ok();
+                                         absl::MutexLock lock(&mu);
+                                         --outstanding;
+                                       });
+  };
+  for (int i = 0; i < kLight; ++i) {
+    start_call(light);
+    if (i % kInfoEvery == kInfoEvery - 1) start_info();
+  }
   {
     absl::MutexLock lock(&mu);
     ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
@@ -221,7 +234,8 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
         << outstanding << " calls unanswered";
   }
   absl::SleepFor(absl::Milliseconds(100));  // a second answer would show by now
-  const double high_water = sampler.Stop();
+  // Exact: the queue keeps the peak of the bytes it admitted.
+  const double high_water = Gauge("gemm_inflight_bytes_high_water");
 
   int accepted = 0, rejected = 0, wrong = 0;
   std::vector<double> reject_ms;
@@ -241,16 +255,27 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
                     << c.status.error_message();
     }
   }
+  std::vector<double> info_ms;
+  for (const auto& r : infos) {
+    EXPECT_TRUE(r->ok);
+    info_ms.push_back(absl::ToDoubleMilliseconds(r->latency));
+  }
   const double p50 = Percentile(reject_ms, 0.5), p99 = Percentile(reject_ms, 0.99);
+  const double info_p50 = Percentile(info_ms, 0.5);
   std::printf(
       "burst: offered %d (%d heavy 384^3 + %d light 4^3), accepted %d, rejected %d, wrong %d; "
-      "light rejections p50 %.2f ms p99 %.2f ms; in-flight high-water %.0f bytes (bound %llu)\n",
-      kHeavy + kLight, kHeavy, kLight, accepted, rejected, wrong, p50, p99, high_water,
+      "light rejections p50 %.2f ms p99 %.2f ms (bound %.0f); GetServerInfo in the same burst "
+      "p50 %.2f ms p99 %.2f ms; in-flight high-water %.0f bytes (bound %llu)\n",
+      kHeavy + kLight, kHeavy, kLight, accepted, rejected, wrong, p50, p99, g_reject_p99_ms,
+      info_p50, Percentile(info_ms, 0.99), high_water,
       static_cast<unsigned long long>(kInflightBound));
   EXPECT_EQ(wrong, 0);
   EXPECT_EQ(accepted + rejected, kHeavy + kLight);
   EXPECT_GE(rejected, kLight / 4) << "the burst did not overload the server";
-  EXPECT_LT(p99, kFastRejectMs) << "rejections must be fast";
+  EXPECT_LT(p99, g_reject_p99_ms) << "rejections must be fast";
+  // What our reject path adds over the cheapest call: within noise (the
+  // median of the two differs by well under a millisecond here).
+  EXPECT_LT(p50, info_p50 + kRejectOverInfoMs) << "the reject path is slower than GetServerInfo";
   EXPECT_LE(high_water, kInflightBound);
   EXPECT_GT(high_water, 0);
   EXPECT_TRUE(WaitIdle(absl::Seconds(10)));
@@ -368,12 +393,13 @@ TEST_F(OverloadTest, CancelledCallsLeaveNothingBehind) {
 }
 
 TEST_F(OverloadTest, KilledClientProcessLeavesNothingBehind) {
-  ASSERT_NE(g_cli_path, nullptr);
+  if (g_cli_path.empty())
+    GTEST_SKIP() << "no gemm_cli: pass its path as the first argument";
   const std::string target = absl::StrCat("--target=127.0.0.1:", server_->port());
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    execl(g_cli_path, g_cli_path, "bench", target.c_str(), "--m=256", "--n=256", "--k=256",
+    execl(g_cli_path.c_str(), g_cli_path.c_str(), "bench", target.c_str(), "--m=256", "--n=256", "--k=256",
           "--concurrency=8", "--duration_s=60", "--max_attempts=1", static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -455,9 +481,39 @@ TEST_F(OverloadTest, ShutdownUnderLoadAnswersEveryCall) {
 }  // namespace
 }  // namespace gemm
 
+namespace {
+
+// gemm_cli as bazel-bin lays it out: ../client/gemm_cli from this binary.
+std::string CliBesideThisBinary() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "";
+  const std::string exe(self, static_cast<size_t>(n));
+  const std::string cli = exe.substr(0, exe.rfind('/')) + "/../client/gemm_cli";
+  return access(cli.c_str(), X_OK) == 0 ? cli : "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  if (argc > 1) gemm::g_cli_path = argv[1];
+  constexpr char kRejectFlag[] = "--reject_p99_ms=";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind(kRejectFlag, 0) == 0) {
+      gemm::g_reject_p99_ms = std::atof(arg.c_str() + sizeof(kRejectFlag) - 1);
+      if (gemm::g_reject_p99_ms <= 0) {
+        std::fprintf(stderr, "%s wants a positive number of milliseconds\n", kRejectFlag);
+        return 2;
+      }
+    } else if (arg.rfind("--", 0) == 0) {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return 2;
+    } else {
+      gemm::g_cli_path = arg;
+    }
+  }
+  if (gemm::g_cli_path.empty()) gemm::g_cli_path = CliBesideThisBinary();
   signal(SIGPIPE, SIG_IGN);
   return RUN_ALL_TESTS();
 }
