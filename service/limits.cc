@@ -9,6 +9,10 @@ absl::Status ServiceLimits::Validate() const {
   if (max_message_bytes == 0 || max_message_bytes > 0x7fffffffu)
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes must be in [1, 2^31-1], got ", max_message_bytes));
+  if (max_receive_buffer_bytes != 0 && max_receive_buffer_bytes < max_message_bytes)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_receive_buffer_bytes (", max_receive_buffer_bytes,
+        ") must be 0 (unbounded) or at least max_message_bytes (", max_message_bytes, ")"));
   // Backends index with 32-bit integers (BLAS, CUDA grids).
   if (max_dimension == 0 || max_dimension > 0x7fffffffu)
     return absl::InvalidArgumentError(

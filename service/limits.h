@@ -1,5 +1,6 @@
 // The server's explicit limits. Every one is a flag of the server binary
-// (server_main.cc) and is reported to clients by GetServerInfo.
+// (server_main.cc) and is reported to clients by GetServerInfo, except
+// max_receive_buffer_bytes (a property of the transport, not of requests).
 #ifndef GEMM_SERVICE_LIMITS_H_
 #define GEMM_SERVICE_LIMITS_H_
 
@@ -13,6 +14,18 @@ struct ServiceLimits {
   // Largest gRPC message, either direction. gRPC's own default is 4 MiB; one
   // 8192^2 fp32 operand alone is 256 MiB.
   uint64_t max_message_bytes = uint64_t{1} << 30;  // 1 GiB
+  // Memory gRPC may hold for all the server's connections together (its
+  // resource quota), mostly messages still arriving; 0 (the default) leaves
+  // it unbounded, as gRPC does. gRPC 1.51 reads a message up to the length
+  // its 5-byte prefix declares before checking it against max_message_bytes,
+  // so max_message_bytes does not bound what a client can make the server
+  // buffer; this can, loosely. Past it gRPC reclaims memory: it closes idle
+  // connections (GOAWAY) and resets a stream of whichever connection it
+  // reclaims from first, which may be another client's (UNAVAILABLE or
+  // RESOURCE_EXHAUSTED; gemm::Client retries both); and a message arriving
+  // fast may still arrive in full before that runs. When set, at least
+  // max_message_bytes, so that one message of the largest size fits.
+  uint64_t max_receive_buffer_bytes = 0;
   // Largest M, N or K of one problem.
   uint64_t max_dimension = uint64_t{1} << 20;
   // Largest single operand or result, in bytes.

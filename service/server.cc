@@ -3,6 +3,7 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
@@ -150,6 +151,13 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
+  // gRPC checks max_message only once a message has fully arrived; a quota
+  // is what can stop it reading an oversized one (limits.h says how well).
+  if (options.limits.max_receive_buffer_bytes != 0) {
+    grpc::ResourceQuota receive_quota("gemm_server_receive_buffers");
+    receive_quota.Resize(options.limits.max_receive_buffer_bytes);
+    builder.SetResourceQuota(receive_quota);
+  }
   for (const auto& [name, value] : options.http2.ChannelArgs())
     builder.AddChannelArgument(name, value);
   s->server_ = builder.BuildAndStart();

@@ -69,6 +69,11 @@ ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
           "CPU backend: OpenBLAS threads per GEMM; 0 = one per core");
 ABSL_FLAG(uint64_t, max_message_bytes, kLimits.max_message_bytes,
           "largest gRPC message in either direction (at most 2^31-1)");
+ABSL_FLAG(uint64_t, max_receive_buffer_bytes, kLimits.max_receive_buffer_bytes,
+          "memory gRPC may hold for all connections together, mostly messages still "
+          "arriving (gRPC reads a message in full before its size check); past it gRPC closes "
+          "idle connections and resets streams, possibly other clients' (retryable). 0 = "
+          "unbounded; else at least max_message_bytes");
 ABSL_FLAG(uint64_t, max_dimension, kLimits.max_dimension, "largest M, N or K");
 ABSL_FLAG(uint64_t, max_matrix_bytes, kLimits.max_matrix_bytes,
           "largest single operand or result, in bytes");
@@ -143,6 +148,7 @@ int main(int argc, char** argv) {
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   gemm::ServiceLimits& l = options.limits;
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  l.max_receive_buffer_bytes = absl::GetFlag(FLAGS_max_receive_buffer_bytes);
   l.max_dimension = absl::GetFlag(FLAGS_max_dimension);
   l.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
   l.max_problems_per_request = absl::GetFlag(FLAGS_max_problems_per_request);

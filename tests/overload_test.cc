@@ -176,23 +176,32 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
   absl::Mutex mu;
   int outstanding = kHeavy + kLight + kLight / kInfoEvery;
 
-  // The light burst goes over a connection of its own, so that it does not
-  // queue behind the heavy requests' bytes on the client's side.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto burst_stub = v1::GemmService::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
-  {  // channels connect lazily: the first light call must not pay for it
+  // Every heavy request and the light burst go over connections of their
+  // own: the heavy ones then arrive together (over one connection they
+  // arrive one after another, and a fast core can finish each before the
+  // next is in, so that the queue never backs up), and the light ones do not
+  // queue behind the heavy ones' bytes on the client's side.
+  auto connect = [this] {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = v1::GemmService::NewStub(grpc::CreateCustomChannel(
+        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+    // Channels connect lazily: the calls measured must not pay for it.
     grpc::ClientContext ctx;
     v1::ServerInfo info;
-    ASSERT_TRUE(burst_stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
-  }
+    EXPECT_TRUE(stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+    return stub;
+  };
+  auto burst_stub = connect();
+  std::vector<std::unique_ptr<v1::GemmService::Stub>> heavy_stubs;
+  for (int i = 0; i < kHeavy; ++i) heavy_stubs.push_back(connect());
   auto start_call = [&](const std::shared_ptr<v1::GemmRequest>& request) {
     calls.push_back(std::make_unique<CallRecord>());
     CallRecord* c = calls.back().get();
     c->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
     c->start = absl::Now();
-    v1::GemmService::Stub* stub = request == heavy ? stub_.get() : burst_stub.get();
+    v1::GemmService::Stub* stub =
+        request == heavy ? heavy_stubs[calls.size() - 1].get() : burst_stub.get();
     stub->async()->Gemm(&c->ctx, request.get(), &c->response,
                         [c, &mu, &outstanding](grpc::Status st) {
                            c->latency = absl::Now() - c->start;
@@ -203,12 +212,12 @@ TEST_F(OverloadTest, BurstOfTenTimesCapacity) {
                          });
   };
   for (int i = 0; i < kHeavy; ++i) start_call(heavy);
-  // Let the heavy requests back up in the queue: one running and at least
-  // one waiting. (They arrive one after another over their connection, and
-  // a fast core can keep the queue from getting deeper than that.)
-  const absl::Time wait_full = absl::Now() + absl::Seconds(10);
-  while (Gauge("gemm_queue_depth") < 1 && absl::Now() < wait_full)
-    absl::SleepFor(absl::Milliseconds(2));
+  // The burst follows as soon as the first heavy request is admitted (the
+  // high-water mark never goes down, so the moment cannot be missed between
+  // polls); the other heavy ones are arriving beside it.
+  const absl::Time wait_admitted = absl::Now() + absl::Seconds(10);
+  while (Gauge("gemm_inflight_bytes_high_water") == 0 && absl::Now() < wait_admitted)
+    absl::SleepFor(absl::Microseconds(200));
   auto start_info = [&] {
     infos.push_back(std::make_unique<InfoRecord>());
     InfoRecord* r = infos.back().get();

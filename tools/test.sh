@@ -37,7 +37,10 @@
 #     under TSan in-process in the integration tests.
 # Time on the 2-core machine from a cold cache (2026-11-29): bazel test //...
 # 7.7 minutes, then ASan 10.3, TSan 1.7, fuzzers 2.3 (build and 2 x 30 s):
-# 22 minutes in all.
+# 22 minutes in all, when TSan ran on the seven tests without gRPC. TSan on
+# the ASan set builds about what ASan builds, so expect it near ASan's 10
+# minutes (not yet timed from a cold cache; with a warm one the step took
+# 2.3 minutes, the tests themselves about 2): some 30 minutes in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./tools/install-deps.sh || exit 1
