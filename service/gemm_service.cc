@@ -194,7 +194,10 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
       // flight, re-decides reads when it is done.
       next = DecideLocked(/*may_read=*/false);
     }
-    Apply(next);
+    // With nothing to start, `this` may already be gone (the stream finished
+    // on another thread): touch nothing. With something to start it cannot
+    // be: a write in flight or an unfinished stream keeps it alive.
+    if (next.write != nullptr || next.read || next.finish) Apply(next);
   }
 
   void RecordDoneLocked(uint64_t id, const absl::Status& status)
