@@ -12,9 +12,10 @@
 // "burst:".
 //
 // Usage: overload_test [<gemm_cli>] [--reject_p99_ms=<ms>] [gtest flags]
-// tests/BUILD passes gemm_cli; run by hand from the workspace,
-// bazel-bin/tests/overload_test finds bazel-bin/client/gemm_cli beside it.
-// No runfiles or environment are needed.
+// tests/BUILD passes gemm_cli; run by hand, the binary finds gemm_cli next to
+// itself or at ../client/gemm_cli (bazel-bin's layout). No runfiles or
+// environment are needed; tests/bundle_overload.sh packs both for another
+// host.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -492,14 +493,17 @@ TEST_F(OverloadTest, ShutdownUnderLoadAnswersEveryCall) {
 
 namespace {
 
-// gemm_cli as bazel-bin lays it out: ../client/gemm_cli from this binary.
+// gemm_cli next to this binary (a bundle, tests/bundle_overload.sh) or where
+// bazel-bin puts it (../client/gemm_cli); "" if neither is there.
 std::string CliBesideThisBinary() {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return "";
   const std::string exe(self, static_cast<size_t>(n));
-  const std::string cli = exe.substr(0, exe.rfind('/')) + "/../client/gemm_cli";
-  return access(cli.c_str(), X_OK) == 0 ? cli : "";
+  const std::string dir = exe.substr(0, exe.rfind('/'));
+  for (const std::string& cli : {dir + "/gemm_cli", dir + "/../client/gemm_cli"})
+    if (access(cli.c_str(), X_OK) == 0) return cli;
+  return "";
 }
 
 }  // namespace
