@@ -49,9 +49,17 @@ class IdentityRecordingExecutor final : public Executor {
   const BackendInfo& info() const override { return inner_->info(); }
   int max_concurrent_batches() const override { return inner_->max_concurrent_batches(); }
   bool supports_grouped() const override { return inner_->supports_grouped(); }
+  absl::Duration PredictRunTime(const WorkItem& item) const override {
+    return inner_->PredictRunTime(item);
+  }
+  int parallel_units() const override { return inner_->parallel_units(); }
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override {
     return inner_->CreateResident(source);
+  }
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
+      const MatrixRef& shape) const override {
+    return inner_->AllocateResident(shape);
   }
   void Execute(Batch batch) override {
     {
