@@ -39,9 +39,11 @@ class Cursor {
     Advance(1);
     return true;
   }
-  bool ReadVarint(uint64_t* v) {
+  // A varint of at most `max_bytes` bytes (10 for 64 bits; 5 for a tag,
+  // which protobuf reads as 32 bits).
+  bool ReadVarint(uint64_t* v, int max_bytes = 10) {
     *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
+    for (int shift = 0; shift < 7 * max_bytes; shift += 7) {
       uint8_t b;
       if (!ReadByte(&b)) return false;
       *v |= static_cast<uint64_t>(b & 0x7f) << shift;
@@ -135,7 +137,7 @@ absl::Status ChunkReader::Parse(const grpc::ByteBuffer& buffer) {
   Cursor in(slices_);
   while (!in.done()) {
     uint64_t tag;
-    if (!in.ReadVarint(&tag)) return malformed("truncated tag");
+    if (!in.ReadVarint(&tag, 5) || tag > 0xffffffffu) return malformed("bad tag");
     const uint64_t field = tag >> 3;
     const uint32_t wire = static_cast<uint32_t>(tag & 7);
     // Protobuf's field numbers are 1 to 2^29 - 1.

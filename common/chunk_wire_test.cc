@@ -113,7 +113,9 @@ TEST(ChunkWireTest, MalformedMessagesAreRejected) {
         std::string("\x00\x01", 2),       // field number 0
         // field number past 2^29 - 1 (found by fuzz/chunk_fuzzer)
         std::string("\xe0\xfc\x8a\x86\x85\xb6\x05\x97\x68", 9),
-        std::string("\x0a\x02h\xeb", 4)}) {  // handle not ASCII (not UTF-8 either)
+        std::string("\x0a\x02h\xeb", 4),  // handle not ASCII (not UTF-8 either)
+        // a 6-byte tag varint (found by fuzz/chunk_fuzzer in CI)
+        std::string("\xe0\xfc\x8a\x86\x85\x00\xb6\x05", 8)}) {
     ChunkReader reader;
     absl::Status st = reader.Parse(Sliced(bad, {}));
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << testing::PrintToString(bad);
