@@ -19,14 +19,40 @@ grpc::Status ToGrpc(const absl::Status& st) {
   return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
 }
 
-// Transfer.Upload: writes each chunk into its matrix as it arrives, then
-// answers with an UploadSummary when the client closes its side.
-class UploadCall final : public grpc::ServerGenericBidiReactor {
+// What both Transfer calls share: who calls, since when, and how a call ends
+// (recorded in the request metrics under `method`).
+class TransferCall : public grpc::ServerGenericBidiReactor {
  public:
-  UploadCall(TransferService* service, grpc::GenericCallbackServerContext* context)
+  void OnDone() override { delete this; }
+
+ protected:
+  TransferCall(TransferService* service, grpc::GenericCallbackServerContext* context,
+               const char* method)
       : service_(service),
         caller_(CallerIdentity(*context)),
-        started_(service->clock()->Now()) {
+        started_(service->clock()->Now()),
+        method_(method) {}
+
+  void End(const absl::Status& st) {
+    service_->metrics()->RecordRequest(method_, static_cast<int>(st.code()),
+                                       service_->clock()->Now() - started_);
+    Finish(ToGrpc(st));
+  }
+
+  TransferService* const service_;
+  const std::string caller_;
+  const absl::Time started_;
+  const char* const method_;
+  grpc::ByteBuffer in_;
+  grpc::ByteBuffer out_;
+};
+
+// Transfer.Upload: writes each chunk into its matrix as it arrives, then
+// answers with an UploadSummary when the client closes its side.
+class UploadCall final : public TransferCall {
+ public:
+  UploadCall(TransferService* service, grpc::GenericCallbackServerContext* context)
+      : TransferCall(service, context, "Upload") {
     StartRead(&in_);
   }
 
@@ -53,7 +79,6 @@ class UploadCall final : public grpc::ServerGenericBidiReactor {
     End(ok ? absl::OkStatus() : absl::CancelledError("the client went away"));
   }
 
-  void OnDone() override { delete this; }
 
  private:
   absl::Status Take() {
@@ -87,17 +112,6 @@ class UploadCall final : public grpc::ServerGenericBidiReactor {
     return absl::OkStatus();
   }
 
-  void End(const absl::Status& st) {
-    service_->metrics()->RecordRequest("Upload", static_cast<int>(st.code()),
-                                       service_->clock()->Now() - started_);
-    Finish(ToGrpc(st));
-  }
-
-  TransferService* const service_;
-  const std::string caller_;
-  const absl::Time started_;
-  grpc::ByteBuffer in_;
-  grpc::ByteBuffer out_;
   absl::flat_hash_map<std::string, uint64_t> next_offset_;
   uint64_t bytes_ = 0;
   uint64_t chunks_ = 0;
@@ -106,12 +120,10 @@ class UploadCall final : public grpc::ServerGenericBidiReactor {
 // Transfer.Download: reads one DownloadRequest, then writes the range in
 // chunks that point into the matrix (kept alive by each chunk until gRPC has
 // sent it).
-class DownloadCall final : public grpc::ServerGenericBidiReactor {
+class DownloadCall final : public TransferCall {
  public:
   DownloadCall(TransferService* service, grpc::GenericCallbackServerContext* context)
-      : service_(service),
-        caller_(CallerIdentity(*context)),
-        started_(service->clock()->Now()) {
+      : TransferCall(service, context, "Download") {
     StartRead(&in_);
   }
 
@@ -136,7 +148,6 @@ class DownloadCall final : public grpc::ServerGenericBidiReactor {
     WriteNext();
   }
 
-  void OnDone() override { delete this; }
 
  private:
   absl::Status Begin() {
@@ -190,17 +201,6 @@ class DownloadCall final : public grpc::ServerGenericBidiReactor {
     StartWrite(&out_);
   }
 
-  void End(const absl::Status& st) {
-    service_->metrics()->RecordRequest("Download", static_cast<int>(st.code()),
-                                       service_->clock()->Now() - started_);
-    Finish(ToGrpc(st));
-  }
-
-  TransferService* const service_;
-  const std::string caller_;
-  const absl::Time started_;
-  grpc::ByteBuffer in_;
-  grpc::ByteBuffer out_;
   std::shared_ptr<const ResidentMatrix> matrix_;
   uint64_t position_ = 0;
   uint64_t end_ = 0;
