@@ -139,6 +139,7 @@ struct LaunchState {
   std::unique_ptr<gk::GroupedGemm> group;  // grouped launches
   gk::GemmArguments args;                  // kept for a reducing launch's set-up
   bool reducing = false;                   // stream-K / split-K, on the reducing stream
+  bool on_reduce_stream = false;           // it ran there (it had a workspace)
   size_t reducing_workspace = 0;           // its bytes
   size_t descriptors = kNoWorkspace;       // grouped: offset in the input region
   absl::Status status;                     // set-up or launch failure: its requests fail
@@ -150,8 +151,11 @@ struct CudaExecutor::Lane {
   CudaExecutor* owner = nullptr;
   cudaStream_t stream = nullptr;
   cudaEvent_t start = nullptr, h2d_done = nullptr, d2h_done = nullptr;
-  cudaEvent_t reduce_done = nullptr;     // this lane's launch on the reducing stream
   std::vector<cudaEvent_t> launch_done;  // one per launch, grown as needed
+  // Per launch too: the start and end of a launch on the reducing stream. The
+  // lane's own interval for it also holds the wait behind other lanes'
+  // reducing launches, which is not this launch's compute time.
+  std::vector<cudaEvent_t> reduce_start, reduce_end;
   unsigned char* staging = nullptr;
   size_t staging_size = 0;
   unsigned char* device = nullptr;  // this batch's device buffer, from the stream pool
@@ -242,7 +246,6 @@ absl::Status CudaExecutor::Init() {
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->start));
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->h2d_done));
     CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->d2h_done));
-    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&lane->reduce_done, cudaEventDisableTiming));
     absl::MutexLock lock(&mu_);
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
@@ -269,8 +272,8 @@ CudaExecutor::~CudaExecutor() {
   // Give the pool's cached blocks back to the driver: the device is shared.
   ReleaseCachedMemory().IgnoreError();
   for (auto& lane : lanes_) {
-    for (cudaEvent_t e : lane->launch_done) cudaEventDestroy(e);
-    if (lane->reduce_done) cudaEventDestroy(lane->reduce_done);
+    for (const auto* events : {&lane->launch_done, &lane->reduce_start, &lane->reduce_end})
+      for (cudaEvent_t e : *events) cudaEventDestroy(e);
     cudaEventDestroy(lane->start);
     cudaEventDestroy(lane->h2d_done);
     cudaEventDestroy(lane->d2h_done);
@@ -343,10 +346,12 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.device, lane.staging, lane.input_bytes,
                                        cudaMemcpyHostToDevice, lane.stream));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
-  while (lane.launch_done.size() < lane.launches.size()) {
-    cudaEvent_t e;
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-    lane.launch_done.push_back(e);
+  for (auto* events : {&lane.launch_done, &lane.reduce_start, &lane.reduce_end}) {
+    while (events->size() < lane.launches.size()) {
+      cudaEvent_t e;
+      CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+      events->push_back(e);
+    }
   }
   for (size_t li = 0; li < lane.launches.size(); ++li) {
     if (absl::Status st = EnqueueLaunch(lane, li); !st.ok()) return st;
@@ -613,10 +618,12 @@ absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
     if (reduce_workspace_ != nullptr) {
       absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_);
       if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done, 0), "reducing launch");
+      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_start[li], reduce), "reducing launch");
       if (st.ok()) st = ls.gemm->Run(reduce);
-      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_done, reduce), "reducing launch");
+      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_end[li], reduce), "reducing launch");
       if (!st.ok()) return st;
-      return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_done, 0), "reducing launch");
+      ls.on_reduce_stream = true;
+      return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_end[li], 0), "reducing launch");
     }
   }
   absl::Status st = ls.gemm->Initialize(ls.args);
@@ -704,7 +711,11 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
     cudaEventElapsedTime(&h2d_ms, lane.start, lane.h2d_done);
     cudaEvent_t prev = lane.h2d_done;
     for (size_t i = 0; i < lane.launches.size(); ++i) {
-      cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
+      if (lane.launches[i].on_reduce_stream) {
+        cudaEventElapsedTime(&launch_ms[i], lane.reduce_start[i], lane.reduce_end[i]);
+      } else {
+        cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
+      }
       prev = lane.launch_done[i];
     }
     cudaEventElapsedTime(&d2h_ms, prev, lane.d2h_done);
