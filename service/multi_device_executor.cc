@@ -56,7 +56,51 @@ absl::StatusOr<std::unique_ptr<MultiDeviceExecutor>> MultiDeviceExecutor::Create
   }
   ex->outstanding_.assign(ex->children_.size(), 0.0);
   ex->resident_bytes_.assign(ex->children_.size(), 0);
+  // Every slot first: a running thread reads the vector.
+  for (size_t d = 0; d < ex->children_.size(); ++d)
+    ex->hand_over_.push_back(std::make_unique<HandOver>());
+  for (size_t d = 0; d < ex->children_.size(); ++d)
+    ex->hand_over_[d]->thread =
+        std::thread([raw = ex.get(), d] { raw->HandOverLoop(static_cast<int>(d)); });
   return ex;
+}
+
+MultiDeviceExecutor::~MultiDeviceExecutor() {
+  for (auto& h : hand_over_) {
+    absl::MutexLock lock(&h->mu);
+    h->stopping = true;
+  }
+  for (auto& h : hand_over_) h->thread.join();
+}
+
+void MultiDeviceExecutor::HandOverLoop(int device) {
+  HandOver& h = *hand_over_[device];
+  for (;;) {
+    Batch part;
+    {
+      absl::MutexLock lock(&h.mu);
+      h.busy = false;
+      auto ready = [&h]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h.mu) {
+        return !h.parts.empty() || h.stopping;
+      };
+      h.mu.Await(absl::Condition(&ready));
+      if (h.parts.empty()) return;  // stopping, and nothing is left to hand over
+      part = std::move(h.parts.front());
+      h.parts.pop_front();
+      h.busy = true;
+    }
+    children_[device]->Execute(std::move(part));
+  }
+}
+
+void MultiDeviceExecutor::WaitHandedOver() {
+  for (auto& h : hand_over_) {
+    absl::MutexLock lock(&h->mu);
+    auto idle = [&h]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(h->mu) {
+      return h->parts.empty() && !h->busy;
+    };
+    h->mu.Await(absl::Condition(&idle));
+  }
 }
 
 int MultiDeviceExecutor::max_concurrent_batches() const {
@@ -183,7 +227,9 @@ void MultiDeviceExecutor::Execute(Batch batch) {
       }
       if (remaining->fetch_sub(1) == 1 && *on_done) (*on_done)();
     };
-    children_[d]->Execute(std::move(part));
+    HandOver& h = *hand_over_[d];
+    absl::MutexLock lock(&h.mu);
+    h.parts.push_back(std::move(part));
   }
 }
 

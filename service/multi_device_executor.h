@@ -7,11 +7,18 @@
 // operands go where those operands live. Resident matrices are placed on the
 // device holding the fewest resident bytes. Tested on the CPU with fake
 // children; on a GPU host the children are CudaExecutors, one per device.
+//
+// Each device's parts of a batch are handed to it by a thread of its own, in
+// order: a child's Execute may wait for a free lane, and that wait must hold
+// up neither the batcher nor the other devices. (It did: with every lane of
+// GPU 0 busy, the batcher waited there while GPU 1's lanes went idle.)
 #ifndef GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
 #define GEMM_SERVICE_MULTI_DEVICE_EXECUTOR_H_
 
+#include <deque>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +41,8 @@ class MultiDeviceExecutor : public Executor {
       std::vector<std::unique_ptr<Executor>> children) {
     return Create(std::move(children), Options());
   }
+  // Hands over what is still queued for the devices, then stops their threads.
+  ~MultiDeviceExecutor() override;
 
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override;
@@ -54,6 +63,9 @@ class MultiDeviceExecutor : public Executor {
   int devices() const { return static_cast<int>(children_.size()); }
   // Predicted seconds of work handed to each device and not yet done.
   std::vector<double> outstanding_seconds() const;
+  // Waits until every part given to Execute so far has been passed to its
+  // device's Execute (which has returned). For tests.
+  void WaitHandedOver();
 
   // Implementation details follow.
   // Predicted seconds `item` takes on device `d`.
@@ -80,6 +92,18 @@ class MultiDeviceExecutor : public Executor {
   mutable absl::Mutex mu_;
   std::vector<double> outstanding_ ABSL_GUARDED_BY(mu_);
   mutable std::vector<uint64_t> resident_bytes_ ABSL_GUARDED_BY(mu_);
+
+  // The parts waiting to be handed to one device, and its thread.
+  struct HandOver {
+    absl::Mutex mu;
+    std::deque<Batch> parts ABSL_GUARDED_BY(mu);
+    bool busy ABSL_GUARDED_BY(mu) = false;  // in the child's Execute
+    bool stopping ABSL_GUARDED_BY(mu) = false;
+    std::thread thread;
+  };
+  void HandOverLoop(int device);
+  // After children_: the threads stop before the children go.
+  std::vector<std::unique_ptr<HandOver>> hand_over_;
 };
 
 }  // namespace gemm

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+
 #include "service/resident_matrix.h"
 
 namespace gemm {
@@ -21,14 +24,22 @@ class FakeDevice : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return 2; }
   bool supports_grouped() const override { return grouped; }
-  void Execute(Batch batch) override { batches.push_back(std::move(batch)); }
+  // Like a device with no free lane while `blocked`: Execute waits.
+  void Execute(Batch batch) override {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(+[](bool* b) { return !*b; }, &blocked));
+    batches.push_back(std::move(batch));
+  }
   // Completes batch `n` and reports it done.
   void Finish(size_t n) {
     for (auto& item : batches[n].items) item->Complete(absl::OkStatus());
     batches[n].on_done();
   }
+  // Read by the test after MultiDeviceExecutor::WaitHandedOver.
   std::deque<Batch> batches;
   bool grouped = true;
+  absl::Mutex mu;
+  bool blocked ABSL_GUARDED_BY(mu) = false;
 
  private:
   BackendInfo info_;
@@ -83,18 +94,21 @@ TEST(MultiDeviceExecutorTest, BalancesByPredictedFinishTime) {
   Fixture f({1e14, 1e14});
   // Four equal batches alternate between two equal devices.
   for (int i = 0; i < 4; ++i) f.multi->Execute(BatchOf({Item(1024)}));
+  f.multi->WaitHandedOver();
   EXPECT_EQ(f.devices[0]->batches.size(), 2u);
   EXPECT_EQ(f.devices[1]->batches.size(), 2u);
   // Finishing device 1's work makes it the next choice again.
   f.devices[1]->Finish(0);
   f.devices[1]->Finish(1);
   f.multi->Execute(BatchOf({Item(1024)}));
+  f.multi->WaitHandedOver();
   EXPECT_EQ(f.devices[1]->batches.size(), 3u);
 }
 
 TEST(MultiDeviceExecutorTest, AFasterDeviceTakesMoreOfTheWork) {
   Fixture f({3e14, 1e14});
   for (int i = 0; i < 8; ++i) f.multi->Execute(BatchOf({Item(2048)}));
+  f.multi->WaitHandedOver();
   EXPECT_EQ(f.devices[0]->batches.size(), 6u);
   EXPECT_EQ(f.devices[1]->batches.size(), 2u);
 }
@@ -116,6 +130,7 @@ TEST(MultiDeviceExecutorTest, ResidentOperandsPinRequestsToTheirDevice) {
   for (int i = 0; i < 3; ++i) f.multi->Execute(BatchOf({Item(4096)}));
   int done = 0;
   f.multi->Execute(BatchOf({Item(64, r1->get()), Item(64, r0->get()), Item(64)}, &done));
+  f.multi->WaitHandedOver();
   ASSERT_EQ(f.devices[0]->batches.size(), 3u);
   ASSERT_EQ(f.devices[1]->batches.size(), 2u);
   const Batch& on0 = f.devices[0]->batches.back();
@@ -132,6 +147,35 @@ TEST(MultiDeviceExecutorTest, ResidentOperandsPinRequestsToTheirDevice) {
   EXPECT_EQ(done, 0);
   f.devices[0]->Finish(f.devices[0]->batches.size() - 1);
   EXPECT_EQ(done, 1);
+}
+
+TEST(MultiDeviceExecutorTest, ABusyDeviceHoldsUpNeitherTheCallerNorTheOthers) {
+  Fixture f({1e14, 1e14});
+  {
+    absl::MutexLock lock(&f.devices[0]->mu);
+    f.devices[0]->blocked = true;  // every lane of device 0 busy
+  }
+  // Device 0 gets the first and third batches, device 1 the second and
+  // fourth; Execute returns at once for all four.
+  for (int i = 0; i < 4; ++i) f.multi->Execute(BatchOf({Item(1024)}));
+  for (int spins = 0; spins < 10000; ++spins) {
+    {
+      absl::MutexLock lock(&f.devices[1]->mu);
+      if (f.devices[1]->batches.size() == 2) break;
+    }
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  {
+    absl::MutexLock lock(&f.devices[1]->mu);
+    EXPECT_EQ(f.devices[1]->batches.size(), 2u) << "device 1 waited for device 0";
+  }
+  {
+    absl::MutexLock lock(&f.devices[0]->mu);
+    EXPECT_TRUE(f.devices[0]->batches.empty());
+    f.devices[0]->blocked = false;
+  }
+  f.multi->WaitHandedOver();
+  EXPECT_EQ(f.devices[0]->batches.size(), 2u);
 }
 
 TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesAreRefused) {
