@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/config/heuristic.h"
+#include "kernels/copy/kmajor_copy.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/portable/simt_gemm.h"
 #include "kernels/problem.h"
@@ -86,6 +87,11 @@ absl::Status CurrentDeviceInfo(DeviceInfo* out) {
 
 struct Gemm::Impl {
   std::unique_ptr<KernelPlan> plan;
+  // Operands copied into K-major order before the GEMM (TF32 with an operand
+  // that is not K-major): the originals, the plan and where the copies go.
+  NormalizedProblem original;
+  KMajorCopyPlan copies;
+  void* copy_workspace = nullptr;
 };
 
 Gemm::Gemm() : impl_(new Impl) {}
@@ -158,9 +164,35 @@ size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHin
   return ScheduleWorkspaceBytes(ChooseLaunch(p, dev, hint, schedule, true));
 }
 
+namespace {
+
+// The K-major copies that make `p` runnable on the Hopper kernel, or an empty
+// plan when it runs as it is or copies would not make it runnable.
+KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
+  std::string why;
+  if (Sm90Supports(p, &why)) return {};
+  const KMajorCopyPlan plan = PlanKMajorCopies(p);
+  if (plan.total_bytes == 0) return {};
+  // Any 256-byte-aligned address stands in for the workspace here.
+  if (!Sm90Supports(WithKMajorCopies(p, plan, reinterpret_cast<void*>(uintptr_t{256})), &why))
+    return {};
+  return plan;
+}
+
+}  // namespace
+
+size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
+  if (!CanImplement(args).ok()) return 0;
+  DeviceInfo dev;
+  if (!CurrentDeviceInfo(&dev).ok() || dev.major != 9 || dev.minor != 0) return 0;
+  return CopiesThatEnableSm90(Normalize(args)).total_bytes;
+}
+
 absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint,
-                              ScheduleHint schedule) {
+                              ScheduleHint schedule, void* operand_copies) {
   impl_->plan.reset();
+  impl_->copies = {};
+  impl_->copy_workspace = nullptr;
   kind_ = KernelKind::kNone;
   kernel_name_.clear();
   absl::Status s = CanImplement(args);
@@ -169,10 +201,22 @@ absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHi
   s = CurrentDeviceInfo(&dev);
   if (!s.ok()) return s;
 
-  const NormalizedProblem p = Normalize(args);
+  NormalizedProblem p = Normalize(args);
   std::string why;
+  const bool hopper = dev.major == 9 && dev.minor == 0;
+  if (hopper && operand_copies != nullptr) {
+    if (reinterpret_cast<uintptr_t>(operand_copies) % 256 != 0)
+      return absl::InvalidArgumentError("operand_copies must be 256-byte aligned");
+    const KMajorCopyPlan copies = CopiesThatEnableSm90(p);
+    if (copies.total_bytes > 0) {
+      impl_->original = p;
+      impl_->copies = copies;
+      impl_->copy_workspace = operand_copies;
+      p = WithKMajorCopies(p, copies, operand_copies);
+    }
+  }
   // sm_90a machine code runs on compute capability 9.0 only.
-  if (dev.major == 9 && dev.minor == 0 && Sm90Supports(p, &why)) {
+  if (hopper && Sm90Supports(p, &why)) {
     const Sm90LaunchChoice choice =
         ChooseLaunch(p, dev, hint, schedule, workspace != nullptr);
     std::string error;
@@ -192,11 +236,27 @@ absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHi
     kind_ = KernelKind::kPortableSimt;
   }
   kernel_name_ = impl_->plan->name();
+  if (impl_->copies.a.needed) kernel_name_ += "+kmajor_copy_a";
+  if (impl_->copies.b.needed) kernel_name_ += "+kmajor_copy_b";
   return absl::OkStatus();
 }
 
 absl::Status Gemm::Run(void* stream) const {
   if (!impl_->plan) return absl::FailedPreconditionError("Gemm::Run before a successful Initialize");
+  // The copies first, on the same stream. The Hopper kernel is launched with
+  // programmatic serialization, but waits (griddepcontrol.wait) for the
+  // kernels before it to finish before it reads an operand.
+  const NormalizedProblem& o = impl_->original;
+  for (const auto& [copy, from] : {std::pair{&impl_->copies.a, &o.a}, {&impl_->copies.b, &o.b}}) {
+    if (!copy->needed) continue;
+    const std::string error = LaunchKMajorCopyF32(
+        static_cast<const float*>(from->ptr), from->ld, from->batch_stride, copy->rows, o.k,
+        copy->members,
+        reinterpret_cast<float*>(static_cast<unsigned char*>(impl_->copy_workspace) +
+                                 copy->offset),
+        copy->ld_copy, stream);
+    if (!error.empty()) return absl::InternalError(absl::StrCat("K-major copy: ", error));
+  }
   const std::string error = impl_->plan->Launch(stream);
   if (!error.empty()) {
     return absl::InternalError(absl::StrCat(kernel_name_, " launch failed: ", error));

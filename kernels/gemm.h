@@ -93,16 +93,27 @@ class Gemm {
   static size_t WorkspaceSize(const GemmArguments& args, TileHint hint = TileHint::kAuto,
                               ScheduleHint schedule = ScheduleHint::kAuto);
 
+  // Bytes of device memory that let Initialize() run fp32 inputs with
+  // allow_tf32 on the Hopper kernel when an operand is not K-major (TF32
+  // wgmma reads only K-major operands): each such operand is copied into
+  // K-major order there by every Run, before the GEMM. 0 when no operand
+  // needs it, or on a device where it would not help.
+  static size_t OperandCopyBytes(const GemmArguments& args);
+
   // Picks a kernel and configuration for the current CUDA device and
   // precomputes its launch parameters (tensor maps). Does not launch anything.
   // `hint` and `schedule` only affect the Hopper kernel. `workspace`: device
   // memory of WorkspaceSize() bytes, or nullptr (then data-parallel only).
   // Initialize zeroes the workspace's flag words (cudaMemsetAsync on the
   // legacy default stream) and every launch leaves them zero; runs that share
-  // one workspace must not overlap in time.
+  // one workspace must not overlap in time. `operand_copies`: device memory
+  // of OperandCopyBytes() bytes, or nullptr (then an fp32 operand that is not
+  // K-major takes the strict-fp32 SIMT kernel); runs that share it must not
+  // overlap either.
   absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr,
                           TileHint hint = TileHint::kAuto,
-                          ScheduleHint schedule = ScheduleHint::kAuto);
+                          ScheduleHint schedule = ScheduleHint::kAuto,
+                          void* operand_copies = nullptr);
 
   // Enqueues the GEMM on `stream` (a cudaStream_t). Returns an error if the
   // launch fails; asynchronous kernel faults surface at the next sync.
@@ -111,7 +122,8 @@ class Gemm {
   // E.g. "sm90_tma_wgmma_coop_bf16_128x256x64_s4_kk" (Hopper kernel, cooperative
   // or pingpong consumers, input type, tile MxNxK, pipeline stages, A and B
   // k-major or m/n-major; "_streamk<tiles>" or "_splitk<splits>" when the
-  // schedule reduces partial tiles) or "portable_simt_f32_f32_64x64x16".
+  // schedule reduces partial tiles; "+kmajor_copy_a/b" when operands are
+  // copied first) or "portable_simt_f32_f32_64x64x16".
   const std::string& kernel_name() const { return kernel_name_; }
   KernelKind kernel_kind() const { return kind_; }
 

@@ -149,13 +149,15 @@ struct Case {
   bool broadcast_b = false;
   bool in_place = false;  // C aliases D
   TileHint hint = TileHint::kAuto;
+  bool operand_copies = false;  // give Initialize its K-major copy workspace
 
   std::string Describe() const {
     std::ostringstream os;
     auto L = [](Layout l) { return l == Layout::kRowMajor ? "R" : "C"; };
     os << m << "x" << n << "x" << k << " batch=" << batch << " " << DataTypeName(in) << "->"
        << DataTypeName(out) << " A" << L(la) << " B" << L(lb) << " D" << L(ld) << " alpha=" << alpha
-       << " beta=" << beta << " tf32=" << allow_tf32 << " pad=" << pad
+       << " beta=" << beta << " tf32=" << allow_tf32 << (operand_copies ? "+copies" : "")
+       << " pad=" << pad
        << (broadcast_b ? " bcastB" : "") << (in_place ? " inplace" : "")
        << (hint == TileHint::kAuto ? "" : " hint=") << (hint == TileHint::kAuto ? 0 : int(hint));
     return os.str();
@@ -175,15 +177,17 @@ double Tolerance(const Case& c) {
 
 // Which kernel family the case must reach on a Hopper GPU.
 bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
-  if (c.in == DataType::kF32 &&
-      !(c.allow_tf32 && c.la == Layout::kRowMajor && c.lb == Layout::kColMajor)) {
-    return false;  // strict fp32, or a tf32 operand that is not K-major
+  const bool a_k = c.la == Layout::kRowMajor, b_k = c.lb == Layout::kColMajor;
+  if (c.in == DataType::kF32 && !(c.allow_tf32 && ((a_k && b_k) || c.operand_copies))) {
+    return false;  // strict fp32, or a tf32 operand that is not K-major and no copy
   }
   const int64_t es = DataTypeSize(c.in);
-  auto aligned = [&](const HostMatrix& m) {
-    return (m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0);
+  auto aligned = [&](const HostMatrix& m, bool copied) {
+    return copied ||
+           ((m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0));
   };
-  return aligned(a) && aligned(b);
+  const bool copies = c.in == DataType::kF32 && c.operand_copies;
+  return aligned(a, copies && !a_k) && aligned(b, copies && !b_k);
 }
 
 void RunCase(const Case& c, std::mt19937_64& rng) {
@@ -216,7 +220,10 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
 
   ASSERT_TRUE(Gemm::CanImplement(args).ok()) << Gemm::CanImplement(args);
   Gemm gemm;
-  const absl::Status init = gemm.Initialize(args, nullptr, c.hint);
+  const size_t copy_bytes = c.operand_copies ? Gemm::OperandCopyBytes(args) : 0;
+  DeviceBuffer copies(std::vector<uint8_t>(copy_bytes, 0xFF));  // poisoned
+  const absl::Status init =
+      gemm.Initialize(args, nullptr, c.hint, ScheduleHint::kAuto, copy_bytes ? copies.ptr : nullptr);
   ASSERT_TRUE(init.ok()) << init;
   if (IsHopper()) {
     EXPECT_EQ(gemm.kernel_kind() == KernelKind::kSm90TmaWgmma, ExpectSm90(c, a, b)) << gemm.kernel_name();
@@ -387,6 +394,39 @@ TEST_F(GemmGpuTest, Tf32AndStrictFp32) {
         }
       }
     }
+  }
+}
+
+// TF32 with operands that are not K-major: copied into K-major order by the
+// Gemm's own pass, then the Hopper kernel (every layout, ragged K, batches
+// with a broadcast operand).
+TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
+  for (int64_t s : {1, 7, 129, 1000}) {
+    for (Layout la : kLayouts) {
+      for (Layout lb : kLayouts) {
+        for (Layout ld : kLayouts) {
+          Case c{s, s + 8, s + 3};
+          c.in = c.out = DataType::kF32;
+          c.allow_tf32 = true;
+          c.operand_copies = true;
+          c.la = la;
+          c.lb = lb;
+          c.ld = ld;
+          c.beta = 0.5f;
+          RunCase(c, rng_);
+        }
+      }
+    }
+  }
+  for (bool broadcast : {false, true}) {
+    Case c{65, 130, 97, 7};
+    c.in = c.out = DataType::kF32;
+    c.allow_tf32 = true;
+    c.operand_copies = true;
+    c.la = Layout::kColMajor;
+    c.lb = Layout::kRowMajor;
+    c.broadcast_b = broadcast;
+    RunCase(c, rng_);
   }
 }
 

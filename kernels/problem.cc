@@ -46,4 +46,37 @@ NormalizedProblem Normalize(const GemmArguments& args) {
   return p;
 }
 
+KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
+  KMajorCopyPlan plan;
+  if (p.in_dtype != DataType::kF32 || !p.allow_tf32) return plan;
+  auto place = [&](const NormalizedOperand& op, int64_t rows, KMajorCopy* copy) {
+    if (op.k_major) return;
+    copy->needed = true;
+    copy->rows = rows;
+    copy->ld_copy = (p.k + 3) / 4 * 4;
+    copy->members = (p.batch > 1 && op.batch_stride == 0) ? 1 : p.batch;
+    copy->offset = plan.total_bytes;
+    copy->bytes = static_cast<size_t>(copy->members) * rows * copy->ld_copy * sizeof(float);
+    plan.total_bytes += (copy->bytes + 255) / 256 * 256;
+  };
+  place(p.a, p.m, &plan.a);
+  place(p.b, p.n, &plan.b);
+  return plan;
+}
+
+NormalizedProblem WithKMajorCopies(const NormalizedProblem& p, const KMajorCopyPlan& plan,
+                                   void* workspace) {
+  NormalizedProblem q = p;
+  auto redirect = [workspace](const KMajorCopy& copy, NormalizedOperand* op) {
+    if (!copy.needed) return;
+    op->ptr = static_cast<const unsigned char*>(workspace) + copy.offset;
+    op->ld = copy.ld_copy;
+    op->batch_stride = copy.members == 1 ? 0 : copy.rows * copy.ld_copy;
+    op->k_major = true;
+  };
+  redirect(plan.a, &q.a);
+  redirect(plan.b, &q.b);
+  return q;
+}
+
 }  // namespace gemm_kernels

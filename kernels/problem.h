@@ -36,4 +36,33 @@ struct NormalizedProblem {
 // Requires Gemm::CanImplement(args) to have succeeded.
 NormalizedProblem Normalize(const GemmArguments& args);
 
+// TF32 wgmma reads only K-major operands. An fp32 operand that is M- or
+// N-major is copied into K-major order first (one transposing pass, a few
+// percent of a large GEMM's time) instead of falling back to the strict-fp32
+// SIMT kernel, which is ~20x slower. One operand's copy: the source holds,
+// per batch member, `rows` x k elements with the rows contiguous (element
+// (r, kk) at kk * ld + r); the copy holds element (r, kk) at r * ld_copy + kk,
+// ld_copy being k rounded up to 4 elements (TMA needs 16-byte strides).
+struct KMajorCopy {
+  bool needed = false;
+  int64_t rows = 0;     // m for A, n for B
+  int64_t ld_copy = 0;  // elements
+  int64_t members = 0;  // 1 for a broadcast operand (batch stride 0), else batch
+  size_t offset = 0;    // bytes into the copy workspace (256-byte aligned)
+  size_t bytes = 0;
+};
+
+struct KMajorCopyPlan {
+  KMajorCopy a, b;
+  size_t total_bytes = 0;  // 0 when nothing needs copying
+};
+
+// The copies `p` needs: fp32 inputs with allow_tf32 and an operand that is
+// not K-major. Pure arithmetic, tested on the CPU.
+KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p);
+
+// `p` reading the planned copies in `workspace` instead of the originals.
+NormalizedProblem WithKMajorCopies(const NormalizedProblem& p, const KMajorCopyPlan& plan,
+                                   void* workspace);
+
 }  // namespace gemm_kernels

@@ -85,5 +85,82 @@ TEST(Normalize, ColumnMajorDSwapsAndTransposes) {
   EXPECT_EQ(p.ldd, 100);
 }
 
+TEST(KMajorCopies, NoneForSixteenBitOrStrictOrKMajorOperands) {
+  GemmArguments a = Valid();  // bf16
+  a.b.layout = Layout::kRowMajor;
+  a.b.ld = 200;
+  EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u);
+  a.a.dtype = a.b.dtype = DataType::kF32;
+  EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "strict fp32 is not TF32";
+  a = Valid();
+  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.allow_tf32 = true;
+  EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "both K-major already";
+}
+
+TEST(KMajorCopies, RowMajorBIsCopiedWithPaddedStride) {
+  GemmArguments a = Valid();
+  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.allow_tf32 = true;
+  a.k = 301;  // ld of the copy rounds up to 304 elements (16 bytes)
+  a.a.ld = 301;
+  a.b.layout = Layout::kRowMajor;
+  a.b.ld = 200;
+  const NormalizedProblem p = Normalize(a);
+  const KMajorCopyPlan plan = PlanKMajorCopies(p);
+  EXPECT_FALSE(plan.a.needed);
+  ASSERT_TRUE(plan.b.needed);
+  EXPECT_EQ(plan.b.rows, 200);
+  EXPECT_EQ(plan.b.ld_copy, 304);
+  EXPECT_EQ(plan.b.members, 1);
+  EXPECT_EQ(plan.b.bytes, 200u * 304 * 4);
+  EXPECT_EQ(plan.total_bytes, (200u * 304 * 4 + 255) / 256 * 256);
+  const NormalizedProblem q = WithKMajorCopies(p, plan, reinterpret_cast<void*>(0x10000));
+  EXPECT_TRUE(q.b.k_major);
+  EXPECT_EQ(q.b.ptr, P(0x10000));
+  EXPECT_EQ(q.b.ld, 304);
+  EXPECT_EQ(q.a.ptr, p.a.ptr) << "A was K-major and stays in place";
+}
+
+TEST(KMajorCopies, BothOperandsBatchedAndBroadcast) {
+  GemmArguments a = Valid();
+  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.allow_tf32 = true;
+  a.batch_count = 5;
+  a.a.layout = Layout::kColMajor;  // m-major
+  a.a.ld = 100;
+  a.a.batch_stride = 100 * 300;
+  a.b.layout = Layout::kRowMajor;  // n-major, one matrix for every member
+  a.b.ld = 200;
+  a.b.batch_stride = 0;
+  a.d.batch_stride = 100 * 200;
+  const NormalizedProblem p = Normalize(a);
+  const KMajorCopyPlan plan = PlanKMajorCopies(p);
+  ASSERT_TRUE(plan.a.needed && plan.b.needed);
+  EXPECT_EQ(plan.a.members, 5);
+  EXPECT_EQ(plan.b.members, 1);
+  EXPECT_EQ(plan.a.offset, 0u);
+  EXPECT_EQ(plan.b.offset % 256, 0u);
+  EXPECT_GE(plan.b.offset, plan.a.bytes);
+  EXPECT_EQ(plan.total_bytes, plan.b.offset + (plan.b.bytes + 255) / 256 * 256);
+  const NormalizedProblem q = WithKMajorCopies(p, plan, reinterpret_cast<void*>(0x10000));
+  EXPECT_EQ(q.a.batch_stride, 100 * 300);
+  EXPECT_EQ(q.b.batch_stride, 0) << "the broadcast copy stays broadcast";
+}
+
+TEST(KMajorCopies, ColumnMajorDSwapsWhichOperandIsCopied) {
+  GemmArguments a = Valid();
+  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.allow_tf32 = true;
+  a.b.layout = Layout::kRowMajor;  // n-major B becomes the normalized A, m-major
+  a.b.ld = 200;
+  a.d.layout = Layout::kColMajor;
+  a.d.ld = 100;
+  const KMajorCopyPlan plan = PlanKMajorCopies(Normalize(a));
+  EXPECT_TRUE(plan.a.needed);
+  EXPECT_EQ(plan.a.rows, 200);
+  EXPECT_FALSE(plan.b.needed);
+}
+
 }  // namespace
 }  // namespace gemm_kernels

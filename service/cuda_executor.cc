@@ -142,6 +142,11 @@ struct LaunchState {
   bool on_reduce_stream = false;           // it ran there (it had a workspace)
   size_t reducing_workspace = 0;           // its bytes
   size_t descriptors = kNoWorkspace;       // grouped: offset in the input region
+  // TF32 operands that are not K-major are copied into K-major order here
+  // (stream-ordered pool memory, freed after the batch) so the launch takes
+  // the tensor cores; null when none is needed or the allocation failed (then
+  // the strict-fp32 kernel runs).
+  void* operand_copies = nullptr;
   absl::Status status;                     // set-up or launch failure: its requests fail
   std::string label;                       // metrics: "<plan kind>/<kernel family>"
   size_t owner = 0;                        // the item its time is reported on
@@ -298,6 +303,18 @@ absl::Status CudaExecutor::ReleaseCachedMemory() {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Stream-ordered: after every launch of the lane that reads them.
+void FreeOperandCopies(CudaExecutor::Lane& lane) {
+  for (LaunchState& ls : lane.launches) {
+    if (ls.operand_copies != nullptr) cudaFreeAsync(ls.operand_copies, lane.stream);
+    ls.operand_copies = nullptr;
+  }
+}
+
+}  // namespace
+
 void CudaExecutor::Execute(Batch batch) {
   Lane* lane;
   {
@@ -317,6 +334,7 @@ void CudaExecutor::Execute(Batch batch) {
     // answer every request of the batch with the error.
     cudaStreamSynchronize(lane->stream);
     if (lane->device) cudaFreeAsync(lane->device, lane->stream);
+    FreeOperandCopies(*lane);
     for (auto& item : lane->batch.items) item->Complete(st);
     ReleaseLane(lane);
   }
@@ -363,6 +381,7 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
   CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
   lane.device = nullptr;
+  FreeOperandCopies(lane);
   CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
   return absl::OkStatus();
 }
@@ -562,8 +581,16 @@ void CudaExecutor::PrepareLaunches(Lane& lane) {
       ls.reducing = ls.reducing_workspace > 0 &&
                     ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
     }
+    if (const size_t bytes = gk::Gemm::OperandCopyBytes(ls.args); bytes > 0) {
+      if (cudaMallocAsync(&ls.operand_copies, bytes, lane.stream) != cudaSuccess) {
+        cudaGetLastError();
+        ls.operand_copies = nullptr;
+      }
+    }
     // A reducing launch is set up when it is enqueued, in turn with the others.
-    if (!ls.reducing) ls.status = ls.gemm->Initialize(ls.args);
+    if (!ls.reducing)
+      ls.status = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
+                                      gk::ScheduleHint::kAuto, ls.operand_copies);
   }
 }
 
@@ -616,7 +643,8 @@ absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
     }
     // Without a workspace the launch is data-parallel, on the lane.
     if (reduce_workspace_ != nullptr) {
-      absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_);
+      absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_, gk::TileHint::kAuto,
+                                            gk::ScheduleHint::kAuto, ls.operand_copies);
       if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done, 0), "reducing launch");
       if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_start[li], reduce), "reducing launch");
       if (st.ok()) st = ls.gemm->Run(reduce);
@@ -626,7 +654,8 @@ absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
       return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_end[li], 0), "reducing launch");
     }
   }
-  absl::Status st = ls.gemm->Initialize(ls.args);
+  absl::Status st = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
+                                        gk::ScheduleHint::kAuto, ls.operand_copies);
   if (st.ok()) st = ls.gemm->Run(lane.stream);
   return st;
 }
