@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
@@ -40,23 +43,69 @@ class Outcome {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
+// What both kinds of stripe share: the call's context, and how a stream ends:
+// its result, prefixed with what it was moving, goes to the Outcome, and the
+// stream deletes itself.
+class StripeStream : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  void OnDone(const grpc::Status& status) final {
+    absl::Status st = Result(status);
+    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat(what_, ": ", st.message()));
+    Outcome* outcome = outcome_;
+    delete this;
+    outcome->Done(st);
+  }
+
+ protected:
+  StripeStream(const char* what, Outcome* outcome) : what_(what), outcome_(outcome) {}
+
+  // Sets up the call on `stub`; the caller starts its first operations and
+  // then StartCall.
+  void Prepare(grpc::GenericStub* stub, const char* method,
+               const ChunkedTransfer::PrepareContext& prepare) {
+    prepare(&context_);
+    stub->PrepareBidiStreamingCall(&context_, method, grpc::StubOptions(), this);
+  }
+
+  // The stream's result once gRPC is done with it: by default the call's.
+  virtual absl::Status Result(const grpc::Status& status) { return FromGrpcStatus(status); }
+
+  grpc::ClientContext context_;
+
+ private:
+  const char* const what_;
+  Outcome* const outcome_;
+};
+
+// Starts one stream per stripe, stripe i on channels[i % channels.size()]
+// (`start(stub, i, outcome)` starts stripe i's), and waits for all of them:
+// the first error, else OK.
+absl::Status RunStripes(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
+                        size_t stripes,
+                        const std::function<void(grpc::GenericStub*, size_t, Outcome*)>& start) {
+  std::vector<grpc::GenericStub> stubs;
+  stubs.reserve(stripes);
+  for (size_t i = 0; i < stripes; ++i) stubs.emplace_back(channels[i % channels.size()]);
+  Outcome outcome(static_cast<int>(stripes));
+  for (size_t i = 0; i < stripes; ++i) start(&stubs[i], i, &outcome);
+  return outcome.Wait();
+}
+
 }  // namespace
 
 // One stripe of an upload: writes its chunks one after another (gRPC allows
 // one write in flight per stream), then reads the summary.
-class ChunkedTransfer::UploadStream final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class ChunkedTransfer::UploadStream final : public StripeStream {
  public:
   UploadStream(grpc::GenericStub* stub, const std::string& handle, const char* data, Range range,
                uint64_t chunk_bytes, const PrepareContext& prepare, Outcome* outcome)
-      : handle_(handle),
+      : StripeStream("upload", outcome),
+        handle_(handle),
         data_(data),
         next_(range.begin),
         end_(range.end),
-        chunk_bytes_(chunk_bytes),
-        outcome_(outcome) {
-    prepare(&context_);
-    stub->PrepareBidiStreamingCall(&context_, kUploadMethod, grpc::StubOptions(), this);
+        chunk_bytes_(chunk_bytes) {
+    Prepare(stub, kUploadMethod, prepare);
     StartRead(&summary_);
     WriteNext();
     StartCall();
@@ -66,13 +115,6 @@ class ChunkedTransfer::UploadStream final
     if (ok) WriteNext();  // else the call is over; OnDone has its status
   }
   void OnReadDone(bool) override {}
-  void OnDone(const grpc::Status& status) override {
-    absl::Status st = FromGrpcStatus(status);
-    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("upload: ", st.message()));
-    Outcome* outcome = outcome_;
-    delete this;
-    outcome->Done(st);
-  }
 
  private:
   void WriteNext() {
@@ -86,25 +128,22 @@ class ChunkedTransfer::UploadStream final
     StartWrite(&out_);
   }
 
-  grpc::ClientContext context_;
   const std::string handle_;
   const char* const data_;
   uint64_t next_;
   const uint64_t end_;
   const uint64_t chunk_bytes_;
-  Outcome* const outcome_;
   grpc::ByteBuffer out_;
   grpc::ByteBuffer summary_;
 };
 
 // One stripe of a download: sends its DownloadRequest and copies each chunk
 // to its place as it arrives.
-class ChunkedTransfer::DownloadStream final
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class ChunkedTransfer::DownloadStream final : public StripeStream {
  public:
   DownloadStream(grpc::GenericStub* stub, const std::string& handle, char* dst, Range range,
                  uint64_t chunk_bytes, const PrepareContext& prepare, Outcome* outcome)
-      : dst_(dst), next_(range.begin), end_(range.end), outcome_(outcome) {
+      : StripeStream("download", outcome), dst_(dst), next_(range.begin), end_(range.end) {
     v1::DownloadRequest request;
     request.set_handle(handle);
     request.set_offset(range.begin);
@@ -112,8 +151,7 @@ class ChunkedTransfer::DownloadStream final
     request.set_chunk_bytes(chunk_bytes);
     bool own;
     grpc::SerializationTraits<v1::DownloadRequest>::Serialize(request, &request_, &own);
-    prepare(&context_);
-    stub->PrepareBidiStreamingCall(&context_, kDownloadMethod, grpc::StubOptions(), this);
+    Prepare(stub, kDownloadMethod, prepare);
     StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&in_);
     StartCall();
@@ -131,19 +169,17 @@ class ChunkedTransfer::DownloadStream final
     }
     StartRead(&in_);
   }
-  void OnDone(const grpc::Status& status) override {
+
+ private:
+  absl::Status Result(const grpc::Status& status) override {
     absl::Status st = error_;
     if (st.ok()) st = FromGrpcStatus(status);
     if (st.ok() && next_ != end_)
       st = absl::DataLossError(absl::StrCat("the download ended at byte ", next_, " of [", next_,
                                             ", ", end_, ")"));
-    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("download: ", st.message()));
-    Outcome* outcome = outcome_;
-    delete this;
-    outcome->Done(st);
+    return st;
   }
 
- private:
   absl::Status Take() {
     ChunkReader chunk;
     if (absl::Status st = chunk.Parse(in_); !st.ok())
@@ -157,11 +193,9 @@ class ChunkedTransfer::DownloadStream final
     return absl::OkStatus();
   }
 
-  grpc::ClientContext context_;
   char* const dst_;
   uint64_t next_;
   const uint64_t end_;
-  Outcome* const outcome_;
   grpc::ByteBuffer request_;
   grpc::ByteBuffer in_;
   absl::Status error_;  // set by a reaction before cancelling; read in OnDone
@@ -201,28 +235,22 @@ absl::Status ChunkedTransfer::UploadAll(const std::vector<UploadJob>& jobs,
   for (const UploadJob& job : jobs)
     for (const Range& r : Stripes(job.bytes, options_.chunk_bytes, options_.stripes))
       stripes.push_back(Stripe{&job, r});
-  std::vector<grpc::GenericStub> stubs;
-  stubs.reserve(stripes.size());
-  for (size_t i = 0; i < stripes.size(); ++i) stubs.emplace_back(channels_[i % channels_.size()]);
-  Outcome outcome(static_cast<int>(stripes.size()));
-  for (size_t i = 0; i < stripes.size(); ++i)
-    new UploadStream(&stubs[i], stripes[i].job->handle,
-                     static_cast<const char*>(stripes[i].job->data), stripes[i].range,
-                     options_.chunk_bytes, prepare, &outcome);
-  return outcome.Wait();
+  return RunStripes(channels_, stripes.size(),
+                    [&](grpc::GenericStub* stub, size_t i, Outcome* outcome) {
+                      new UploadStream(stub, stripes[i].job->handle,
+                                       static_cast<const char*>(stripes[i].job->data),
+                                       stripes[i].range, options_.chunk_bytes, prepare, outcome);
+                    });
 }
 
 absl::Status ChunkedTransfer::Download(const std::string& handle, void* dst, uint64_t bytes,
                                        const PrepareContext& prepare) const {
   const std::vector<Range> ranges = Stripes(bytes, options_.chunk_bytes, options_.stripes);
-  std::vector<grpc::GenericStub> stubs;
-  stubs.reserve(ranges.size());
-  for (size_t i = 0; i < ranges.size(); ++i) stubs.emplace_back(channels_[i % channels_.size()]);
-  Outcome outcome(static_cast<int>(ranges.size()));
-  for (size_t i = 0; i < ranges.size(); ++i)
-    new DownloadStream(&stubs[i], handle, static_cast<char*>(dst), ranges[i],
-                       options_.chunk_bytes, prepare, &outcome);
-  return outcome.Wait();
+  return RunStripes(channels_, ranges.size(),
+                    [&](grpc::GenericStub* stub, size_t i, Outcome* outcome) {
+                      new DownloadStream(stub, handle, static_cast<char*>(dst), ranges[i],
+                                         options_.chunk_bytes, prepare, outcome);
+                    });
 }
 
 }  // namespace gemm

@@ -1,7 +1,7 @@
 // The client's conversions from gRPC statuses to Abseil ones. The two share
 // numeric codes (both follow google.rpc.Code), so the mapping is by value.
 // The other direction belongs to the server (gemm::ToGrpcStatus in
-// service/gemm_service.h) and is defined only there, so that one binary can
+// service/grpc_status.h) and is defined only there, so that one binary can
 // link both the client and the server (in-process tests do).
 #ifndef GEMM_CLIENT_GRPC_STATUS_H_
 #define GEMM_CLIENT_GRPC_STATUS_H_

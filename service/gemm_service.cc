@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "common/proto_enums.h"
 #include "service/caller_identity.h"
+#include "service/grpc_status.h"
 #include "service/request_validation.h"
 #include "service/transfer_service.h"
 #include "service/version.h"
@@ -287,10 +288,6 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
 };
 
 }  // namespace
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response) {
   v1::Timing* t = response->mutable_timing();

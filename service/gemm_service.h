@@ -82,9 +82,6 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
 // Fills a response's timing and backend fields from an executor's report.
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response);
 
-// absl::Status -> grpc::Status (same code and message).
-grpc::Status ToGrpcStatus(const absl::Status& status);
-
 }  // namespace gemm
 
 #endif  // GEMM_SERVICE_GEMM_SERVICE_H_

@@ -11,13 +11,10 @@
 #include "common/chunk_wire.h"
 #include "gemm/v1/gemm.pb.h"
 #include "service/caller_identity.h"
+#include "service/grpc_status.h"
 
 namespace gemm {
 namespace {
-
-grpc::Status ToGrpc(const absl::Status& st) {
-  return grpc::Status(static_cast<grpc::StatusCode>(st.code()), std::string(st.message()));
-}
 
 // What both Transfer calls share: who calls, since when, and how a call ends
 // (recorded in the request metrics under `method`).
@@ -36,7 +33,7 @@ class TransferCall : public grpc::ServerGenericBidiReactor {
   void End(const absl::Status& st) {
     service_->metrics()->RecordRequest(method_, static_cast<int>(st.code()),
                                        service_->clock()->Now() - started_);
-    Finish(ToGrpc(st));
+    Finish(ToGrpcStatus(st));
   }
 
   TransferService* const service_;

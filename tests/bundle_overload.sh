@@ -4,12 +4,5 @@
 # .gpu/overload, for a run on a host with cores to spare (the device tool
 # carries it: carry [".gpu/overload"]).
 # usage: tests/bundle_overload.sh [/work/main]
-set -euo pipefail
-main=${1:-/work/main}
-cd "$(dirname "$0")/.."
-bazel build //tests:overload_test //client:gemm_cli
-rm -rf "$main/.gpu/overload"
-../shared/tools/bundle-libs "$main/.gpu/overload" bazel-bin/tests/overload_test \
-  bazel-bin/client/gemm_cli
-cp tests/run_overload.sh "$main/.gpu/overload/"
-git rev-parse HEAD >"$main/.gpu/overload/COMMIT"
+exec "$(dirname "$0")/../bench/bundle.sh" "${1:-/work/main}" overload tests/run_overload.sh \
+  //tests:overload_test //client:gemm_cli

@@ -58,31 +58,23 @@ class ChunkedTransferTest : public ::testing::Test {
     return test::MetricValue(server_->metrics()->Scrape(), name, labels);
   }
 
-  // A raw Transfer stream: writes `chunks` then reads the outcome.
-  grpc::Status RawUpload(const std::vector<grpc::ByteBuffer>& chunks) {
-    auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
-    grpc::GenericStub stub(channel);
-    grpc::ClientContext ctx;
-    grpc::CompletionQueue cq;
-    auto call = stub.PrepareCall(&ctx, "/gemm.v1.Transfer/Upload", &cq);
-    void* tag;
-    bool ok;
-    call->StartCall(reinterpret_cast<void*>(1));
-    cq.Next(&tag, &ok);
-    for (const grpc::ByteBuffer& b : chunks) {
-      call->Write(b, reinterpret_cast<void*>(2));
-      cq.Next(&tag, &ok);
-      if (!ok) break;
-    }
-    call->WritesDone(reinterpret_cast<void*>(3));
-    cq.Next(&tag, &ok);
-    grpc::ByteBuffer summary;
-    call->Read(&summary, reinterpret_cast<void*>(4));
-    cq.Next(&tag, &ok);
-    grpc::Status status;
-    call->Finish(&status, reinterpret_cast<void*>(5));
-    cq.Next(&tag, &ok);
-    return status;
+  // A request for one random problem of `spec` whose result stays on the
+  // server (keep_results).
+  static v1::GemmRequest KeepResultRequest(const test::ProblemSpec& spec, uint32_t seed) {
+    std::mt19937 rng(seed);
+    v1::GemmRequest request;
+    *request.add_problems() = test::MakeProblem(spec, &rng);
+    request.set_keep_results(true);
+    return request;
+  }
+
+  // `kept` (a result left on the server) with its `bytes` bytes downloaded
+  // into `full`'s data.
+  static absl::Status DownloadKept(Client* client, const v1::GemmResult& kept, uint64_t bytes,
+                                   v1::GemmResult* full) {
+    *full = kept;
+    full->mutable_data()->resize(bytes);
+    return client->DownloadMatrix(kept.handle(), full->mutable_data()->data(), bytes);
   }
 
   std::unique_ptr<GemmServer> server_;
@@ -136,20 +128,14 @@ TEST_F(ChunkedTransferTest, ChunkedGemmMatchesTheReferenceForEverySizeAndType) {
 
 TEST_F(ChunkedTransferTest, KeptResultsAreHandlesThatCanBeDownloadedAndReleased) {
   std::unique_ptr<Client> client = MakeClient(0, 4096, 2);
-  std::mt19937 rng(7);
-  v1::GemmRequest request;
-  *request.add_problems() = test::MakeProblem({64, 96, 32, DType::kBf16}, &rng);
-  request.set_keep_results(true);
+  const v1::GemmRequest request = KeepResultRequest({64, 96, 32, DType::kBf16}, 7);
   auto response = client->Gemm(request);
   ASSERT_TRUE(response.ok()) << response.status();
   const v1::GemmResult& kept = response->results(0);
   ASSERT_FALSE(kept.handle().empty());
   EXPECT_TRUE(kept.data().empty());
-  v1::GemmResult full = kept;
-  full.mutable_data()->resize(64 * 96 * 2);
-  ASSERT_TRUE(client->DownloadMatrix(kept.handle(), full.mutable_data()->data(),
-                                     full.data().size())
-                  .ok());
+  v1::GemmResult full;
+  ASSERT_TRUE(DownloadKept(client.get(), kept, 64 * 96 * 2, &full).ok());
   EXPECT_TRUE(test::ResultMatches(request.problems(0), full));
   EXPECT_EQ(Metric("gemm_resident_bytes"), 64 * 96 * 2);
   ASSERT_TRUE(client->ReleaseMatrix(kept.handle()).ok());
@@ -164,17 +150,12 @@ TEST_F(ChunkedTransferTest, KeptResultsAreHandlesThatCanBeDownloadedAndReleased)
 // sends the operands in chunks (it does not download them on its own).
 TEST_F(ChunkedTransferTest, KeepResultsIsHonouredOnTheChunkedPath) {
   std::unique_ptr<Client> client = MakeClient(1, 4096, 2);
-  std::mt19937 rng(8);
-  v1::GemmRequest request;
-  *request.add_problems() = test::MakeProblem({64, 64, 64, DType::kFp32}, &rng);
-  request.set_keep_results(true);
+  const v1::GemmRequest request = KeepResultRequest({64, 64, 64, DType::kFp32}, 8);
   auto response = client->Gemm(request);
   ASSERT_TRUE(response.ok()) << response.status();
   ASSERT_FALSE(response->results(0).handle().empty());
-  v1::GemmResult full = response->results(0);
-  full.mutable_data()->resize(64 * 64 * 4);
-  ASSERT_TRUE(client->DownloadMatrix(full.handle(), full.mutable_data()->data(), 64 * 64 * 4)
-                  .ok());
+  v1::GemmResult full;
+  ASSERT_TRUE(DownloadKept(client.get(), response->results(0), 64 * 64 * 4, &full).ok());
   EXPECT_TRUE(test::ResultMatches(request.problems(0), full));
   EXPECT_TRUE(client->ReleaseMatrix(full.handle()).ok());
   EXPECT_EQ(Metric("gemm_resident_bytes"), 0);  // the uploads were released
@@ -198,9 +179,12 @@ TEST_F(ChunkedTransferTest, RegisterMatrixAboveTheThresholdUploadsInChunks) {
 // The raw protocol, as any gRPC client could speak it.
 class RawTransferTest : public ChunkedTransferTest {
  protected:
+  std::shared_ptr<grpc::Channel> Channel() const {
+    return grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  }
+
   std::string Begin(uint64_t rows, uint64_t cols) {
-    auto stub = v1::GemmService::NewStub(
-        grpc::CreateChannel(target_, grpc::InsecureChannelCredentials()));
+    auto stub = v1::GemmService::NewStub(Channel());
     v1::BeginUploadRequest r;
     r.set_dtype(v1::DATA_TYPE_FP32);
     r.set_rows(rows);
@@ -215,6 +199,33 @@ class RawTransferTest : public ChunkedTransferTest {
     data_.emplace_back(size, 'x');
     return EncodeChunk(handle, offset, data_.back().data(), size);
   }
+
+  // A raw Transfer.Upload stream: writes `chunks` then reads the outcome.
+  grpc::Status RawUpload(const std::vector<grpc::ByteBuffer>& chunks) {
+    grpc::GenericStub stub(Channel());
+    grpc::ClientContext ctx;
+    grpc::CompletionQueue cq;
+    auto call = stub.PrepareCall(&ctx, "/gemm.v1.Transfer/Upload", &cq);
+    void* tag;
+    bool ok;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    for (const grpc::ByteBuffer& b : chunks) {
+      call->Write(b, reinterpret_cast<void*>(2));
+      cq.Next(&tag, &ok);
+      if (!ok) break;
+    }
+    call->WritesDone(reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    grpc::ByteBuffer summary;
+    call->Read(&summary, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(5));
+    cq.Next(&tag, &ok);
+    return status;
+  }
+
   std::deque<std::string> data_;
 };
 
@@ -282,8 +293,7 @@ TEST_F(RawTransferTest, AnUploadThatStopsMidwayIsFreedAfterTheIdleTimeout) {
 }
 
 TEST_F(RawTransferTest, UnknownMethodsAreUnimplemented) {
-  auto channel = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
+  grpc::GenericStub stub(Channel());
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   grpc::Slice empty("", 0);

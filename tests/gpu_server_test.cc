@@ -64,22 +64,17 @@ class GpuServerTest : public ::testing::Test {
     if (server_) server_->Shutdown(absl::Seconds(10));
   }
 
-  // Sends every request at once (so the batcher sees them together) and
-  // checks every response.
-  void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests) {
-    SendAllAndCheck(requests, requests);
-  }
+  // One Gemm call in flight; `done` is notified once it has its status.
+  struct Call {
+    grpc::ClientContext ctx;
+    v1::GemmResponse response;
+    grpc::Status status;
+    absl::Notification done;
+  };
 
-  // The same, checking response i against checked[i] (requests[i] with the
-  // bytes of the resident operands it names by handle).
-  void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests,
-                       const std::vector<v1::GemmRequest>& checked) {
-    struct Call {
-      grpc::ClientContext ctx;
-      v1::GemmResponse response;
-      grpc::Status status;
-      absl::Notification done;
-    };
+  // Starts every request at once (so the batcher sees them together), each
+  // with a 120 s deadline. `requests` must outlive the calls.
+  std::vector<std::unique_ptr<Call>> StartAll(const std::vector<v1::GemmRequest>& requests) {
     std::vector<std::unique_ptr<Call>> calls;
     for (const v1::GemmRequest& r : requests) {
       calls.push_back(std::make_unique<Call>());
@@ -90,6 +85,19 @@ class GpuServerTest : public ::testing::Test {
         c->done.Notify();
       });
     }
+    return calls;
+  }
+
+  // Sends every request at once and checks every response.
+  void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests) {
+    SendAllAndCheck(requests, requests);
+  }
+
+  // The same, checking response i against checked[i] (requests[i] with the
+  // bytes of the resident operands it names by handle).
+  void SendAllAndCheck(const std::vector<v1::GemmRequest>& requests,
+                       const std::vector<v1::GemmRequest>& checked) {
+    std::vector<std::unique_ptr<Call>> calls = StartAll(requests);
     for (size_t i = 0; i < calls.size(); ++i) {
       calls[i]->done.WaitForNotification();
       ASSERT_TRUE(calls[i]->status.ok()) << i << ": " << calls[i]->status.error_message();
@@ -331,22 +339,7 @@ TEST_F(GpuServerTest, LargeProblemsRunReducingSchedulesOneAtATime) {
   std::vector<v1::GemmRequest> requests;
   for (int i = 0; i < 12; ++i) requests.push_back(Request(i % 3 == 2 ? small : big, &rng, i));
 
-  struct Call {
-    grpc::ClientContext ctx;
-    v1::GemmResponse response;
-    grpc::Status status;
-    absl::Notification done;
-  };
-  std::vector<std::unique_ptr<Call>> calls;
-  for (const v1::GemmRequest& r : requests) {
-    calls.push_back(std::make_unique<Call>());
-    Call* c = calls.back().get();
-    c->ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    stub_->async()->Gemm(&c->ctx, &r, &c->response, [c](grpc::Status s) {
-      c->status = std::move(s);
-      c->done.Notify();
-    });
-  }
+  std::vector<std::unique_ptr<Call>> calls = StartAll(requests);
   int reducing = 0;
   for (size_t i = 0; i < calls.size(); ++i) {
     calls[i]->done.WaitForNotification();

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds Bazel targets here and bundles the binaries, with their shared
+# libraries (../shared/tools/bundle-libs), a run script and a COMMIT file,
+# into the main checkout's git-ignored .gpu/ for the device tool to carry:
+# the folder .gpu/NAME (carry [".gpu/NAME"]) or, with --tar, the tarball
+# .gpu/NAME.tar.xz that unpacks to NAME/ (carry [".gpu/NAME.tar.xz"]).
+# A tarball's COMMIT also lists the tree's uncommitted changes ("dirty: "
+# lines) for the run scripts that copy it into their report; a folder's
+# holds the commit alone (run_overload.sh prints it on one line).
+# The bench/bundle_*.sh and tests/bundle_overload.sh scripts call this.
+# usage: bench/bundle.sh [--tar] MAIN NAME RUN_SCRIPT //package:target...
+set -euo pipefail
+as_tar=false
+if [[ ${1:-} == --tar ]]; then
+  as_tar=true
+  shift
+fi
+main=$1 name=$2 run=$3
+shift 3
+cd "$(dirname "$0")/.."
+bazel build "$@"
+bins=()
+for target in "$@"; do
+  target=${target#//}
+  bins+=("bazel-bin/${target/://}")
+done
+if $as_tar; then
+  tmp=$(mktemp -d)
+  out=$tmp/$name
+else
+  out=$main/.gpu/$name
+  rm -rf "$out"
+fi
+../shared/tools/bundle-libs "$out" "${bins[@]}"
+cp "$run" "$out/"
+git rev-parse HEAD >"$out/COMMIT"
+if $as_tar; then
+  git status --short --untracked-files=no | sed 's/^/dirty: /' >>"$out/COMMIT"
+  mkdir -p "$main/.gpu"
+  tar -C "$tmp" -cJf "$main/.gpu/$name.tar.xz" "$name"
+  rm -rf "$tmp"
+  ls -l "$main/.gpu/$name.tar.xz"
+fi
