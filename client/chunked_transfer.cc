@@ -143,7 +143,11 @@ class ChunkedTransfer::DownloadStream final : public StripeStream {
  public:
   DownloadStream(grpc::GenericStub* stub, const std::string& handle, char* dst, Range range,
                  uint64_t chunk_bytes, const PrepareContext& prepare, Outcome* outcome)
-      : StripeStream("download", outcome), dst_(dst), next_(range.begin), end_(range.end) {
+      : StripeStream("download", outcome),
+        dst_(dst),
+        begin_(range.begin),
+        next_(range.begin),
+        end_(range.end) {
     v1::DownloadRequest request;
     request.set_handle(handle);
     request.set_offset(range.begin);
@@ -175,7 +179,7 @@ class ChunkedTransfer::DownloadStream final : public StripeStream {
     absl::Status st = error_;
     if (st.ok()) st = FromGrpcStatus(status);
     if (st.ok() && next_ != end_)
-      st = absl::DataLossError(absl::StrCat("the download ended at byte ", next_, " of [", next_,
+      st = absl::DataLossError(absl::StrCat("the download ended at byte ", next_, " of [", begin_,
                                             ", ", end_, ")"));
     return st;
   }
@@ -194,6 +198,7 @@ class ChunkedTransfer::DownloadStream final : public StripeStream {
   }
 
   char* const dst_;
+  const uint64_t begin_;  // this stripe's range is [begin_, end_)
   uint64_t next_;
   const uint64_t end_;
   grpc::ByteBuffer request_;

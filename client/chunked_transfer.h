@@ -40,8 +40,9 @@ class ChunkedTransfer {
   ChunkedTransfer(std::vector<std::shared_ptr<grpc::Channel>> channels, const Options& options);
 
   // Writes `bytes` bytes from `data` into the unfinished upload `handle`
-  // (BeginUpload). `data` must stay valid until this returns. The first
-  // failing stream's status, with the others cancelled.
+  // (BeginUpload). `data` must stay valid until this returns. Returns the
+  // first failing stream's status once every stream has ended (the others
+  // are not cancelled: each runs until its own end or error).
   absl::Status Upload(const std::string& handle, const void* data, uint64_t bytes,
                       const PrepareContext& prepare) const;
 

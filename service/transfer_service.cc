@@ -177,6 +177,11 @@ class DownloadCall final : public TransferCall {
 
   void WriteNext() {
     if (position_ >= end_) {
+      // Let go of the matrix before the client hears OK: a release it sends
+      // straight away must find the matrix unused (the last chunk's buffer
+      // holds it too).
+      out_.Clear();
+      matrix_.reset();
       End(absl::OkStatus());
       return;
     }
