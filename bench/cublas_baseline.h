@@ -18,9 +18,11 @@ class CublasBaseline {
   int version() const;
 
   // D (row-major m x n, ld n) = A (row-major m x k, ld k) * B (column-major
-  // k x n, ld k), strided-batched with packed strides. Returns "" or the error.
+  // k x n, ld k; or row-major, ld n, when b_row_major), strided-batched with
+  // packed strides. Returns "" or the error.
   std::string Gemm(gemm_kernels::DataType dtype, bool tf32, int64_t batch, int64_t m, int64_t n,
-                   int64_t k, const void* a, const void* b, void* d) const;
+                   int64_t k, const void* a, const void* b, void* d,
+                   bool b_row_major = false) const;
 
   void* handle() const { return handle_; }
 

@@ -49,6 +49,7 @@ struct BenchCase {
   DataType dtype;
   bool tf32;
   int64_t batch, m, n, k;
+  bool b_row_major = false;  // N-major B: TF32 goes through the K-major copy
 };
 
 constexpr gemm_kernels::TileHint kForced[] = {gemm_kernels::TileHint::k128x256,
@@ -112,7 +113,7 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
   const size_t set_bytes = (a_elems + b_elems) * es * bc.batch + d_elems * es * bc.batch;
   const int sets = int(std::min<size_t>(16, std::max<size_t>(2, (4 * l2_bytes) / set_bytes + 1)));
 
-  std::vector<void*> a(sets), b(sets), d_ours(sets), d_ref(sets);
+  std::vector<void*> a(sets), b(sets), d_ours(sets), d_ref(sets), copies(sets, nullptr);
   const std::vector<uint8_t> ha = RandomBytes(in, a_elems * bc.batch);
   const std::vector<uint8_t> hb = RandomBytes(in, b_elems * bc.batch);
   for (int s = 0; s < sets; ++s) {
@@ -141,16 +142,21 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     args.k = bc.k;
     args.batch_count = bc.batch;
     args.a = {a[s], in, Layout::kRowMajor, bc.k, a_elems};
-    args.b = {b[s], in, Layout::kColMajor, bc.k, b_elems};
+    args.b = {b[s], in, bc.b_row_major ? Layout::kRowMajor : Layout::kColMajor,
+              bc.b_row_major ? bc.n : bc.k, b_elems};
     args.d = {d_ours[s], out, Layout::kRowMajor, bc.n, d_elems};
     args.allow_tf32 = bc.tf32;
-    const absl::Status st = gemms[s].Initialize(args);
+    if (const size_t bytes = Gemm::OperandCopyBytes(args); bytes > 0)
+      CHECK_CUDA(cudaMalloc(&copies[s], bytes));
+    const absl::Status st = gemms[s].Initialize(args, nullptr, gemm_kernels::TileHint::kAuto,
+                                                gemm_kernels::ScheduleHint::kAuto, copies[s]);
     if (!st.ok()) {
       std::fprintf(stderr, "%s: Initialize: %s\n", bc.name, st.ToString().c_str());
       return false;
     }
     for (int f = 0; f < kNumForced; ++f) {
-      const absl::Status sf = forced[f][s].Initialize(args, nullptr, kForced[f]);
+      const absl::Status sf = forced[f][s].Initialize(
+          args, nullptr, kForced[f], gemm_kernels::ScheduleHint::kAuto, copies[s]);
       if (!sf.ok()) {
         std::fprintf(stderr, "%s: Initialize (forced tile): %s\n", bc.name, sf.ToString().c_str());
         return false;
@@ -161,7 +167,7 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
 
   auto cublas = [&](int s) {
     const std::string err =
-        baseline.Gemm(in, bc.tf32, bc.batch, bc.m, bc.n, bc.k, a[s], b[s], d_ref[s]);
+        baseline.Gemm(in, bc.tf32, bc.batch, bc.m, bc.n, bc.k, a[s], b[s], d_ref[s], bc.b_row_major);
     if (!err.empty()) std::fprintf(stderr, "%s: %s\n", bc.name, err.c_str());
     return err.empty();
   };
@@ -207,6 +213,7 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     cudaFree(b[s]);
     cudaFree(d_ours[s]);
     cudaFree(d_ref[s]);
+    cudaFree(copies[s]);
   }
   return true;
 }
@@ -237,6 +244,7 @@ int main(int argc, char** argv) {
       {"bf16 2048^3", DataType::kBF16, false, 1, 2048, 2048, 2048},
       {"fp16 8192^3", DataType::kF16, false, 1, 8192, 8192, 8192},
       {"tf32 8192^3", DataType::kF32, true, 1, 8192, 8192, 8192},
+      {"tf32 8192^3 B row-major", DataType::kF32, true, 1, 8192, 8192, 8192, true},
       {"bf16 1024x128^3", DataType::kBF16, false, 1024, 128, 128, 128},
       {"bf16 256x256^3", DataType::kBF16, false, 256, 256, 256, 256},
       {"bf16 64x512^3", DataType::kBF16, false, 64, 512, 512, 512},
