@@ -68,6 +68,9 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int64_t sk_tiles;
   float* partials;  // workspace: one 128 x BN fp32 tile per slot
   int* flags;       // workspace: 2 words per slot (one per consumer); 0 between launches
+  // Split-K with a separate reduction kernel: every stream-K unit stores its
+  // partial (StreamKScheduler::partials_only); flags is nullptr.
+  int partials_only;
   // Grouped launches (kGrouped kernels) only.
   const GroupedProblemShape* group_shapes;
   const GroupedProblem* group;
@@ -84,7 +87,7 @@ template <>
 struct KernelScheduler<false> : StreamKScheduler {
   __device__ explicit KernelScheduler(const KernelParams& p)
       : StreamKScheduler(p.tiles_m, p.tiles_n, p.batch, p.group_m, p.k_blocks, p.sk_tiles,
-                         gridDim.x, blockIdx.x) {}
+                         gridDim.x, blockIdx.x, p.partials_only != 0) {}
 };
 
 template <>
@@ -504,6 +507,8 @@ __device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, 
   return reinterpret_cast<float4*>(p.partials + (int64_t(slot) * 2 + consumer) * (64 * Cfg::kBN_));
 }
 
+// The slot's flag tells an in-kernel finalizer; with a separate reduction
+// kernel (p.flags == nullptr) there is none to tell.
 template <class Cfg>
 __device__ __forceinline__ void StorePartial(const KernelParams& p, const float (&acc)[Cfg::kAccRegs],
                                              int slot, int consumer) {
@@ -513,6 +518,7 @@ __device__ __forceinline__ void StorePartial(const KernelParams& p, const float 
   for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
     __stcg(dst + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
   }
+  if (p.flags == nullptr) return;
   ptx::NamedBarrierSync(1 + consumer, 128);
   if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
 }
