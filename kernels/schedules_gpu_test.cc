@@ -388,6 +388,32 @@ TEST_F(SchedulesGpuTest, HybridAndIssueShapes) {
   }
 }
 
+// Split-K through the separate reduction kernel: many splits (several split
+// groups per output), each output dtype, C read or not, row- and
+// column-major D, ragged M and N, both tiles; against data-parallel and
+// float64.
+TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
+  const Shape shapes[] = {{128, 128, 65536}, {100, 72, 20000}, {200, 390, 9000}, {1000, 1000, 1000}};
+  int i = 0;
+  for (Shape s : shapes) {
+    for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+      ++i;
+      s.in = i % 2 ? DataType::kF16 : DataType::kBF16;
+      s.out = out;
+      s.ld = i % 3 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+      s.alpha = i % 2 ? -1.5f : 1.0f;
+      s.beta = i % 4 < 2 ? 0.5f : 0.0f;
+      s.tile = i % 5 == 0 ? TileHint::k128x256 : TileHint::k128x128;
+      s.schedule = ScheduleHint::kSplitK;
+      std::string name;
+      RunAgainstDataParallel(s, rng_, true, &name);
+      if (HasFatalFailure()) return;
+      EXPECT_NE(name.find("_reduce"), std::string::npos) << s.Describe() << ": " << name;
+      std::printf("  %-80s %s\n", s.Describe().c_str(), name.c_str());
+    }
+  }
+}
+
 // Stream-K and split-K reduce partials in a fixed order: repeated runs give
 // the same bits.
 TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {

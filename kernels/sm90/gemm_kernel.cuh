@@ -274,10 +274,12 @@ struct OutTraits<__half> {
 // predicated, dtype-switched stores for every element and spent ~45% of its
 // cycles on instruction-fetch stalls (ncu). Now interior slices take a
 // predicate-free unrolled path per output dtype, and edge slices go through a
-// compact rolled loop.
-template <typename Out, int kBN, bool kHasC>
+// compact rolled loop. kColPredicates: column pairs at or past `col_end`
+// are skipped (N-ragged tiles with an even N).
+template <typename Out, int kBN, bool kHasC, bool kColPredicates = false>
 __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const float (&acc)[kBN / 2],
-                                              int row, int col, int batch, bool r0, bool r8) {
+                                              int row, int col, int batch, bool r0, bool r8,
+                                              int col_end = 0) {
   using T = OutTraits<Out>;
   using Pair = typename T::Pair;
   Pair* d0 = reinterpret_cast<Pair*>(static_cast<Out*>(p.d) + batch * p.batch_stride_d +
@@ -293,19 +295,42 @@ __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const flo
   const float alpha = p.alpha, beta = p.beta;
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j) {
+    const bool in0 = kColPredicates ? r0 && col + 8 * j < col_end : r0;
+    const bool in8 = kColPredicates ? r8 && col + 8 * j < col_end : r8;
     float v[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = alpha * acc[4 * j + e];
     if constexpr (kHasC) {
-      const float2 x = r0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
-      const float2 y = r8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
+      const float2 x = in0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
+      const float2 y = in8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
       v[0] += beta * x.x;
       v[1] += beta * x.y;
       v[2] += beta * y.x;
       v[3] += beta * y.y;
     }
-    if (r0) d0[4 * j] = T::Pack(v[0], v[1]);
-    if (r8) d8[4 * j] = T::Pack(v[2], v[3]);
+    if (in0) d0[4 * j] = T::Pack(v[0], v[1]);
+    if (in8) d8[4 * j] = T::Pack(v[2], v[3]);
+  }
+}
+
+// N-ragged slice with an even N: pair stores, pairs past N skipped.
+template <int kBN>
+__device__ __forceinline__ void StoreColumnRagged(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                                  int row, int col, int batch, bool r0, bool r8) {
+  const bool has_c = p.c != nullptr;
+  switch (p.out_dtype) {
+    case DataType::kBF16:
+      if (has_c) StoreInterior<__nv_bfloat16, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<__nv_bfloat16, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
+    case DataType::kF16:
+      if (has_c) StoreInterior<__half, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<__half, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
+    case DataType::kF32:
+      if (has_c) StoreInterior<float, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<float, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
   }
 }
 
@@ -451,13 +476,26 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // Full column range: the vector paths, with rows past M predicated off
   // (M-ragged tiles are common: grouped members, small M). Otherwise the
   // rolled element-wise path.
+  // NOTES: N-ragged tiles with an even N (1000^3: the whole last tile
+  // column) take pair stores with column predicates where row predicates
+  // are on; in the rolled loop each of a thread's kBN / 2 elements costs a
+  // local-memory load, a dtype switch and a 2- or 4-byte store, and those
+  // tiles finish last in a single-wave launch.
+  const bool full_cols = (t.n_block + 1) * kBN <= p.n;
+  const bool column_pairs = kRowPredicates && !full_cols && p.n % 2 == 0;
   const bool interior =
-      p.vec2_ok && (t.n_block + 1) * kBN <= p.n && (kRowPredicates || slice_row + 64 <= p.m);
+      p.vec2_ok && (full_cols || column_pairs) && (kRowPredicates || slice_row + 64 <= p.m);
   if (interior) {
     const bool r0 = !kRowPredicates || row < p.m;
     const bool r8 = !kRowPredicates || row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
+    if constexpr (kRowPredicates) {
+      if (column_pairs) {
+        StoreColumnRagged<kBN>(p, acc, row, col, t.batch, r0, r8);
+        return;
+      }
+    }
     if (!has_c && p.vec16_ok) {
       switch (p.out_dtype) {
         case DataType::kBF16:
