@@ -148,7 +148,9 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
   }
   if (schedule == ScheduleHint::kStreamK) sched = Sm90Schedule::kStreamK;
   if (schedule == ScheduleHint::kSplitK) sched = Sm90Schedule::kSplitK;
-  if (tile == c.tile && sched == c.schedule) return c;
+  // Forced split-K always takes the reduction kernel (MakeSm90Launch), even
+  // where the heuristic's own split-K reduces in the kernel.
+  if (tile == c.tile && sched == c.schedule && schedule != ScheduleHint::kSplitK) return c;
   return MakeSm90Launch(tile, sched, p.m, p.n, p.k, p.batch, bk, dev.num_sms);
 }
 

@@ -72,6 +72,8 @@ enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong };
 // only when a workspace is given); the others force a schedule, for tests and
 // benchmarks. Stream-K and split-K need cooperative tiles (not ping-pong) and
 // at least two k-blocks; where they do not apply the launch is data-parallel.
+// Forced split-K reduces through a second kernel on the same stream (Run
+// enqueues both); kAuto uses that only where many splits pay for it.
 enum class ScheduleHint { kAuto, kDataParallel, kStreamK, kSplitK };
 
 // Which kernel family an initialized Gemm launches.

@@ -388,6 +388,108 @@ TEST_F(SchedulesGpuTest, HybridAndIssueShapes) {
   }
 }
 
+// Split-K through the separate reduction kernel: many splits (several split
+// groups per output), each output dtype, C read or not, row- and
+// column-major D, ragged M and N, both tiles; against data-parallel and
+// float64.
+TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
+  const Shape shapes[] = {{128, 128, 65536}, {100, 72, 20000}, {200, 390, 9000}, {1000, 1000, 1000}};
+  int i = 0;
+  for (Shape s : shapes) {
+    for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+      ++i;
+      s.in = i % 2 ? DataType::kF16 : DataType::kBF16;
+      s.out = out;
+      s.ld = i % 3 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+      s.alpha = i % 2 ? -1.5f : 1.0f;
+      s.beta = i % 4 < 2 ? 0.5f : 0.0f;
+      s.tile = i % 5 == 0 ? TileHint::k128x256 : TileHint::k128x128;
+      s.schedule = ScheduleHint::kSplitK;
+      std::string name;
+      RunAgainstDataParallel(s, rng_, true, &name);
+      if (HasFatalFailure()) return;
+      EXPECT_NE(name.find("_reduce"), std::string::npos) << s.Describe() << ": " << name;
+      std::printf("  %-80s %s\n", s.Describe().c_str(), name.c_str());
+    }
+  }
+}
+
+// Batched problems through the reduction kernel: tiles of every batch member
+// in one launch, B and C broadcast (batch stride 0) in one variant; fp32
+// output against data-parallel on all elements, and against float64 on
+// rows of each member.
+TEST_F(SchedulesGpuTest, SplitKReductionKernelBatched) {
+  const int64_t m = 200, n = 300, k = 6000, batch = 3;
+  const std::vector<float>& pool = GetPools()->values[0];
+  const uint16_t* dev = static_cast<const uint16_t*>(GetPools()->dev[0]);
+  for (int broadcast = 0; broadcast < 2; ++broadcast) {
+    SCOPED_TRACE(broadcast ? "B and C broadcast" : "strided B");
+    const int64_t a_off = 0, b_off = 8 * 1000003, a_stride = m * k;
+    const int64_t b_stride = broadcast ? 0 : n * k;
+    std::vector<float> c_host(size_t(broadcast ? 1 : batch) * m * n);
+    std::mt19937_64 rng(broadcast);
+    for (float& v : c_host) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    void *c = nullptr, *d = nullptr;
+    const size_t d_bytes = size_t(batch) * m * n * 4;
+    CUDA_OK(cudaMalloc(&c, c_host.size() * 4));
+    CUDA_OK(cudaMalloc(&d, d_bytes));
+    CUDA_OK(cudaMemcpy(c, c_host.data(), c_host.size() * 4, cudaMemcpyHostToDevice));
+    GemmArguments args;
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.batch_count = batch;
+    args.a = {dev + a_off, DataType::kBF16, Layout::kRowMajor, k, a_stride};
+    args.b = {dev + b_off, DataType::kBF16, Layout::kColMajor, k, b_stride};
+    args.c = {c, DataType::kF32, Layout::kRowMajor, n, broadcast ? 0 : m * n};
+    args.d = {d, DataType::kF32, Layout::kRowMajor, n, m * n};
+    args.alpha = 0.75f;
+    args.beta = -0.5f;
+    ASSERT_LE(Gemm::WorkspaceSize(args, TileHint::k128x128, ScheduleHint::kSplitK), kWorkspaceBytes);
+    std::vector<uint8_t> got(d_bytes), want(d_bytes);
+    std::string name;
+    for (int pass = 0; pass < 2; ++pass) {
+      Gemm g;
+      const absl::Status st =
+          pass == 0 ? g.Initialize(args, Workspace(), TileHint::k128x128, ScheduleHint::kSplitK)
+                    : g.Initialize(args, nullptr, TileHint::k128x128, ScheduleHint::kDataParallel);
+      ASSERT_TRUE(st.ok()) << st;
+      if (pass == 0) name = g.kernel_name();
+      CUDA_OK(cudaMemset(d, 0xFF, d_bytes));
+      ASSERT_TRUE(g.Run(nullptr).ok());
+      SyncWithWatchdog(g.kernel_name());
+      CUDA_OK(cudaGetLastError());
+      CUDA_OK(cudaMemcpy(pass == 0 ? got.data() : want.data(), d, d_bytes, cudaMemcpyDeviceToHost));
+    }
+    EXPECT_NE(name.find("_reduce"), std::string::npos) << name;
+    int64_t bad = 0;
+    EXPECT_LE(RelDiff(DataType::kF32, got, want, &bad), OutTolerance(DataType::kF32, k)) << name;
+    EXPECT_EQ(bad, 0) << name << ": non-finite outputs";
+    double e2 = 0, r2 = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t i : {int64_t(0), m / 2, m - 1}) {
+        for (int64_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int64_t kk = 0; kk < k; ++kk) {
+            acc += double(pool[a_off + b * a_stride + i * k + kk]) *
+                   pool[b_off + b * b_stride + j * k + kk];
+          }
+          const double ref = args.alpha * acc +
+                             args.beta * c_host[(broadcast ? 0 : b * m * n) + i * n + j];
+          float v;
+          std::memcpy(&v, &got[((b * m + i) * n + j) * 4], 4);
+          e2 += (v - ref) * (v - ref);
+          r2 += ref * ref;
+        }
+      }
+    }
+    EXPECT_LE(std::sqrt(e2 / r2), 1e-4) << name << " vs float64";
+    std::printf("  batched %s: %s\n", broadcast ? "B, C broadcast" : "strided", name.c_str());
+    cudaFree(c);
+    cudaFree(d);
+  }
+}
+
 // Stream-K and split-K reduce partials in a fixed order: repeated runs give
 // the same bits.
 TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {

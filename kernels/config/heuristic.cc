@@ -51,7 +51,19 @@ namespace {
 constexpr double kStoreIters = 1.0;
 constexpr double kReduceIters = 2.0;
 constexpr double kReductionMargin = 0.95;
+// In-kernel split-K: one CTA per tile reduces splits - 1 partials in series.
 constexpr int kMaxSplits = 32;
+// NOTES: separate reduction kernel (scheduler/split_k_reduce.h). One
+// 128x256x64 iteration is ~0.7 us on an H200 SM (4.2 MFLOP at ~6 TFLOP/s per
+// SM, 790 TFLOP/s over 132 SMs); in that time DRAM moves ~3.0 MB (4.3 TB/s)
+// and the L2 about 2.5 MB of partial traffic (~3.5 TB/s, written once and
+// read once). The second launch, behind programmatic dependent launch, is
+// counted as ~2 us. Guesses to check against bench/KERNEL_NOTES.md.
+constexpr double kDramBytesPerIter = 3.0e6;
+constexpr double kPartialBytesPerIter = 2.5e6;
+constexpr double kReduceLaunchIters = 3.0;
+// Splits of at least this many k-blocks each (pipeline fill per split).
+constexpr int64_t kMinKBlocksPerSplit = 4;
 // NOTES: below 32 k-blocks (K < 2048 for 16-bit inputs) the fixed costs of a
 // unit (pipeline fill, epilogue) dominate and reducing schedules lost on the
 // H200 (1000^3: data-parallel 75 TFLOP/s, split-K 70, stream-K 66).
@@ -84,11 +96,16 @@ double TileScale(Sm90Tile tile) {
   return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
 }
 
-Candidate DataParallel(Sm90Tile tile, int64_t tiles, int64_t kb, int sms) {
+// The k-loop never runs faster than its operands come from DRAM.
+double DramFloorIters(double operand_bytes) { return operand_bytes / kDramBytesPerIter; }
+
+Candidate DataParallel(Sm90Tile tile, int64_t tiles, int64_t kb, int sms,
+                       double operand_bytes = 0) {
   Candidate c;
   c.choice.tile = tile;
   c.choice.grid = PersistentGridSize(tiles, sms);
-  c.cost = double(CeilDiv(tiles, sms)) * kb * TileScale(tile);
+  c.cost = std::max(double(CeilDiv(tiles, sms)) * kb * TileScale(tile),
+                    DramFloorIters(operand_bytes));
   return c;
 }
 
@@ -114,36 +131,64 @@ Candidate StreamK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, bool forced
   return c;
 }
 
-Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms) {
-  Candidate best = DataParallel(tile, tiles, kb, sms);
-  for (int s = 2; s <= kMaxSplits && s <= kb && tiles * s <= sms; ++s) {
-    const double cost =
-        (double(CeilDiv(kb, s)) + kStoreIters + double(s - 1) * kReduceIters) * TileScale(tile);
-    if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
-      best.choice.schedule = Sm90Schedule::kSplitK;
-      best.choice.splits = s;
-      best.choice.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
-      best.choice.grid = static_cast<int>(tiles * s);
-      best.choice.workspace_slots = tiles * s;  // one per CTA (stream-K slots)
-      best.cost = cost;
+// Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate`:
+// which reductions to consider.
+Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, double operand_bytes,
+                 bool in_kernel, bool separate) {
+  Candidate best = DataParallel(tile, tiles, kb, sms, operand_bytes);
+  for (int s = 2; s <= kb && tiles * s <= sms; ++s) {
+    for (const bool sep : {false, true}) {
+      if (sep ? !separate : (!in_kernel || s > kMaxSplits)) continue;
+      if (sep && s > 2 && CeilDiv(kb, s) < kMinKBlocksPerSplit) continue;
+      const double cost = SplitKCostIters(tile, tiles, kb, s, sep, operand_bytes);
+      if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
+        best.choice.schedule = Sm90Schedule::kSplitK;
+        best.choice.splits = s;
+        best.choice.separate_reduction = sep;
+        best.choice.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
+        best.choice.grid = static_cast<int>(tiles * s);
+        best.choice.workspace_slots = tiles * s;  // one per CTA (stream-K slots)
+        best.cost = cost;
+      }
     }
   }
   return best;
 }
 
+// Bytes of A and B (16-bit inputs when bk == 64, fp32 when bk == 32).
+double OperandBytes(int64_t m, int64_t n, int64_t k, int64_t batch, int bk) {
+  const double elem = 128.0 / (bk < 1 ? 64 : bk);
+  return double(batch) * double(m + n) * double(k) * elem;
+}
+
 }  // namespace
+
+double SplitKCostIters(Sm90Tile tile, int64_t tiles, int64_t kb, int splits,
+                       bool separate_reduction, double operand_bytes) {
+  const double scale = TileScale(tile);
+  const double loop =
+      std::max(double(CeilDiv(kb, splits)) * scale, DramFloorIters(operand_bytes));
+  if (!separate_reduction) {
+    return loop + (kStoreIters + double(splits - 1) * kReduceIters) * scale;
+  }
+  const Sm90TileShape s = ShapeOf(tile);
+  const double partial_bytes = double(tiles) * splits * s.bm * s.bn * sizeof(float);
+  return loop + kReduceLaunchIters + 2.0 * partial_bytes / kPartialBytesPerIter;
+}
 
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                                   int num_sms, bool allow_reduction) {
   if (num_sms < 1) num_sms = 1;
   const int64_t kb = CeilDiv(k, bk);
+  const double operand_bytes = OperandBytes(m, n, k, batch, bk);
   const Sm90Tile dp_tile = ChooseSm90Tile(m, n, k, batch, num_sms);
-  Candidate best = DataParallel(dp_tile, TilesOf(dp_tile, m, n, batch), kb, num_sms);
+  Candidate best = DataParallel(dp_tile, TilesOf(dp_tile, m, n, batch), kb, num_sms, operand_bytes);
   if (!allow_reduction || kb < kMinReductionKBlocks) return best.choice;
   const double dp_cost = best.cost;
   for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
     const int64_t tiles = TilesOf(tile, m, n, batch);
-    for (const Candidate& c : {StreamK(tile, tiles, kb, num_sms), SplitK(tile, tiles, kb, num_sms)}) {
+    for (const Candidate& c : {StreamK(tile, tiles, kb, num_sms),
+                               SplitK(tile, tiles, kb, num_sms, operand_bytes, true, true)}) {
       if (c.choice.schedule != Sm90Schedule::kDataParallel &&
           c.cost < kReductionMargin * dp_cost && c.cost < best.cost) {
         best = c;
@@ -176,7 +221,7 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
     }
     case Sm90Schedule::kSplitK: {
       // Data-parallel where two splits of every tile would not fit one wave.
-      return SplitK(tile, tiles, kb, num_sms).choice;
+      return SplitK(tile, tiles, kb, num_sms, OperandBytes(m, n, k, batch, bk), false, true).choice;
     }
   }
   return DataParallel(tile, tiles, kb, num_sms).choice;
@@ -186,10 +231,16 @@ size_t ScheduleFlagBytes(int64_t slots) {
   return static_cast<size_t>((slots * 2 * 4 + 255) / 256 * 256);
 }
 
+size_t ScheduleFlagBytes(const Sm90LaunchChoice& c) {
+  if (c.schedule == Sm90Schedule::kDataParallel || c.workspace_slots == 0) return 0;
+  if (c.schedule == Sm90Schedule::kSplitK && c.separate_reduction) return 0;
+  return ScheduleFlagBytes(c.workspace_slots);
+}
+
 size_t ScheduleWorkspaceBytes(const Sm90LaunchChoice& c) {
   if (c.schedule == Sm90Schedule::kDataParallel || c.workspace_slots == 0) return 0;
   const Sm90TileShape s = ShapeOf(c.tile);
-  return ScheduleFlagBytes(c.workspace_slots) +
+  return ScheduleFlagBytes(c) +
          static_cast<size_t>(c.workspace_slots) * s.bm * s.bn * sizeof(float);
 }
 

@@ -37,6 +37,10 @@ struct Sm90LaunchChoice {
   // kernel runs it through the stream-K walker and its fixup; the persistent
   // multi-wave SplitKScheduler is not launched.
   int splits = 1;
+  // kSplitK: every split stores its partial and a second kernel reduces
+  // them over all SMs (scheduler/split_k_reduce.h); otherwise the holder of
+  // each tile's last split reduces the others in the GEMM kernel.
+  bool separate_reduction = false;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };
@@ -44,8 +48,11 @@ struct Sm90LaunchChoice {
 // Picks tile and schedule together. Estimated time, in tile-iterations of
 // the 128x256 tile: data-parallel = waves x k_blocks; stream-K = its data-
 // parallel waves + the longest stream-K range + a cost per partial stored and
-// per partial reduced; split-K = one wave of ceil(k_blocks / splits) + the
-// reduction of splits - 1 partials. A reducing schedule must beat the best
+// per partial reduced; split-K = one wave of ceil(k_blocks / splits) + either
+// the in-kernel reduction of splits - 1 partials by one CTA per tile, or a
+// reduction kernel's launch + all partials written and read back at L2 rate
+// (SplitKCostIters). The k-loop of data-parallel and split-K never counts
+// less than the operands' bytes at DRAM rate. A reducing schedule must beat the best
 // data-parallel estimate by kReductionMargin (5%), so shapes that tile well stay
 // data-parallel, and K must span at least kMinReductionKBlocks k-blocks. allow_reduction false (no workspace) gives data-parallel.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
@@ -53,14 +60,23 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
 
 // The launch for a given tile and schedule kind (tests, forced benchmarks).
 // Falls back to data-parallel where the schedule does not apply (one k-block;
-// split-K when two splits of every tile exceed the SMs).
+// split-K when two splits of every tile exceed the SMs). Forced split-K always
+// uses the separate reduction kernel (its best split count by the cost model).
 Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
                                 int64_t k, int64_t batch, int bk, int num_sms);
 
-// Workspace layout of a reducing schedule: `slots` x 2 flag words (one per
-// consumer warpgroup), padded to 256 bytes, then `slots` fp32 tiles of
-// bm x bn.
+// Estimated split-K time in 128x256 tile-iterations (see ChooseSm90Launch)
+// for `tiles` tiles of `tile`, `k_blocks` k-blocks, `splits` splits;
+// `operand_bytes`: bytes of A and B (the DRAM floor of the k-loop).
+double SplitKCostIters(Sm90Tile tile, int64_t tiles, int64_t k_blocks, int splits,
+                       bool separate_reduction, double operand_bytes);
+
+// Workspace layout of a reducing schedule: the flag words (2 per slot, one
+// per consumer warpgroup, padded to 256 bytes; none for split-K with a
+// separate reduction, whose CTAs never wait on each other), then `slots` fp32
+// tiles of bm x bn.
 size_t ScheduleFlagBytes(int64_t slots);
+size_t ScheduleFlagBytes(const Sm90LaunchChoice& c);
 size_t ScheduleWorkspaceBytes(const Sm90LaunchChoice& c);
 
 // Height, in tile-rows, of the L2 swizzle groups of the tile scheduler.

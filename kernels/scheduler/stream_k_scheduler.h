@@ -58,18 +58,23 @@ struct StreamKScheduler {
   int64_t next_dp;
   int64_t iter;
   int64_t iter_end;
+  bool partials_only;
 
   // sk_tiles: how many of the tiles (the last ones in tile order) stream-K
-  // takes; 0 gives a plain data-parallel schedule.
+  // takes; 0 gives a plain data-parallel schedule. partials_only: every
+  // stream-K piece is a kPartial unit into slot `cta`, nothing is finalized
+  // here (split-K with a separate reduction kernel, scheduler/split_k_reduce.h).
   GEMM_HOST_DEVICE StreamKScheduler(int tiles_m, int tiles_n, int batch, int group_m,
-                                    int k_blocks_, int64_t sk_tiles, int grid_, int cta_)
+                                    int k_blocks_, int64_t sk_tiles, int grid_, int cta_,
+                                    bool partials_only_ = false)
       : order(tiles_m, tiles_n, batch, group_m, 0, 1),
         k_blocks(k_blocks_),
         grid(grid_),
         cta(cta_),
         dp_tiles(order.total_tiles - sk_tiles),
         sk_iters(sk_tiles * k_blocks_),
-        next_dp(cta_) {
+        next_dp(cta_),
+        partials_only(partials_only_) {
     sk_grid = static_cast<int>(sk_iters < grid ? sk_iters : grid);
     iter = cta < sk_grid ? RangeBegin(cta) : 0;
     iter_end = cta < sk_grid ? RangeBegin(cta + 1) : 0;
@@ -98,7 +103,7 @@ struct StreamKScheduler {
     w->slot = -1;
     w->first_peer = 0;
     w->num_peers = 0;
-    if (w->k_end < k_blocks) {
+    if (w->k_end < k_blocks || partials_only) {
       w->role = UnitRole::kPartial;
       w->slot = cta;
     } else if (w->k_begin == 0) {

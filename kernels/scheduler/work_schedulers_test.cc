@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/scheduler/grouped_tile_scheduler.h"
+#include "kernels/scheduler/split_k_reduce.h"
 #include "kernels/scheduler/split_k_scheduler.h"
 #include "kernels/scheduler/stream_k_scheduler.h"
 
@@ -151,6 +152,123 @@ void CheckSchedule(const Schedule& s, const std::vector<ProblemGrid>& problems, 
   }
 }
 
+// Split-K with a separate reduction kernel: CTA t * splits + s runs exactly
+// one unit, a kPartial of tile t (in tile order) into slot t * splits + s,
+// and the slots t * splits .. t * splits + splits - 1 cover tile t's k-blocks
+// in ascending order (the order the reduction kernel sums them in).
+void CheckSeparateSplitK(int tm, int tn, int batch, int kb, int splits) {
+  const int64_t tiles = int64_t(tm) * tn * batch;
+  const int grid = static_cast<int>(tiles * splits);
+  const PersistentTileScheduler order(tm, tn, batch, 8, 0, 1);
+  for (int64_t t = 0; t < tiles; ++t) {
+    const TileCoord want = order.TileAt(t);
+    int next_k = 0;
+    for (int sp = 0; sp < splits; ++sp) {
+      const int cta = static_cast<int>(t * splits + sp);
+      StreamKScheduler sched(tm, tn, batch, 8, kb, tiles, grid, cta, /*partials_only=*/true);
+      WorkUnit w;
+      ASSERT_TRUE(sched.Next(&w)) << "CTA " << cta << " has no unit";
+      ASSERT_EQ(w.role, UnitRole::kPartial);
+      ASSERT_EQ(w.slot, cta);
+      ASSERT_EQ(w.tile.m_block, want.m_block);
+      ASSERT_EQ(w.tile.n_block, want.n_block);
+      ASSERT_EQ(w.tile.batch, want.batch);
+      ASSERT_EQ(w.k_begin, next_k) << "split " << sp << " of tile " << t;
+      ASSERT_GT(w.k_end, w.k_begin);
+      next_k = w.k_end;
+      ASSERT_FALSE(sched.Next(&w)) << "CTA " << cta << " has a second unit";
+    }
+    ASSERT_EQ(next_k, kb) << "tile " << t;
+  }
+}
+
+TEST(SplitKSeparateReduction, OneUnitPerCtaInSlotOrder) {
+  std::mt19937 rng(17);
+  for (int iter = 0; iter < 1500; ++iter) {
+    const int tm = 1 + rng() % 6, tn = 1 + rng() % 6, batch = 1 + rng() % 2;
+    const int kb = 2 + rng() % (iter % 5 == 0 ? 3000 : 100);
+    const int splits = 2 + rng() % std::min(kb - 1, 140);
+    SCOPED_TRACE(testing::Message() << tm << "x" << tn << "x" << batch << " kb " << kb
+                                    << " splits " << splits);
+    CheckSeparateSplitK(tm, tn, batch, kb, splits);
+    if (HasFatalFailure()) return;
+  }
+}
+
+// The reduction kernel's threads: every float4 of every tile is summed by
+// one thread per split group, the groups cut [0, splits) into contiguous
+// non-empty ranges, and the fragment quads of a tile cover its bm x bn
+// elements exactly once.
+TEST(SplitKSeparateReduction, PlanCoversEveryOutputOnce) {
+  for (int bn : {128, 256}) {
+    std::vector<int> hit(size_t(128) * bn, 0);
+    for (int f = 0; f < 128 * bn / 4; ++f) {
+      const FragmentQuad q = FragmentQuadAt(f, bn);
+      ASSERT_GE(q.row, 0);
+      ASSERT_LT(q.row + 8, 128);
+      ASSERT_GE(q.col, 0);
+      ASSERT_LT(q.col + 1, bn);
+      for (int dr : {0, 8})
+        for (int dc : {0, 1}) ++hit[size_t(q.row + dr) * bn + q.col + dc];
+    }
+    for (size_t i = 0; i < hit.size(); ++i) ASSERT_EQ(hit[i], 1) << "bn " << bn << " element " << i;
+  }
+  // Thread t of a consumer holds rows 16 (t / 32) + (t % 32) / 4 (+ 8) and
+  // columns 8 i + 2 (t % 4) (+ 1) of its 64-row half in float4 i.
+  EXPECT_EQ(FragmentQuadAt(0, 128).row, 0);
+  EXPECT_EQ(FragmentQuadAt(5, 128).row, 1);
+  EXPECT_EQ(FragmentQuadAt(5, 128).col, 2);
+  EXPECT_EQ(FragmentQuadAt(128 + 37, 128).row, 16 + 1);
+  EXPECT_EQ(FragmentQuadAt(128 + 37, 128).col, 8 + 2);
+  EXPECT_EQ(FragmentQuadAt(16 * 256 + 3, 256).row, 64);
+  EXPECT_EQ(FragmentQuadAt(16 * 256 + 3, 256).col, 6);
+
+  std::mt19937 rng(23);
+  for (int iter = 0; iter < 400; ++iter) {
+    const int bn = rng() % 2 ? 128 : 256;
+    const int64_t tiles = 1 + rng() % (iter % 4 == 0 ? 200 : 8);
+    const int splits = 2 + rng() % 140;
+    const int sms = 1 + rng() % 160;
+    SCOPED_TRACE(testing::Message() << tiles << " tiles of 128x" << bn << ", " << splits
+                                    << " splits, " << sms << " SMs");
+    const SplitKReducePlan p = PlanSplitKReduce(tiles, 128, bn, splits, sms);
+    ASSERT_GE(p.groups, 1);
+    ASSERT_LE(p.groups, 32);
+    ASSERT_LE(p.groups, splits);
+    ASSERT_EQ(p.groups & (p.groups - 1), 0);
+    ASSERT_EQ(p.quads_per_block * p.groups, kSplitKReduceThreads);
+    ASSERT_EQ(p.quads, tiles * 128 * bn / 4);
+    ASSERT_GE(p.blocks * p.quads_per_block, p.quads);
+    ASSERT_LT((p.blocks - 1) * p.quads_per_block, p.quads);
+    // Split groups: contiguous, ascending, non-empty, covering every split.
+    ASSERT_EQ(SplitGroupBegin(0, p.groups, splits), 0);
+    ASSERT_EQ(SplitGroupBegin(p.groups, p.groups, splits), splits);
+    for (int g = 0; g < p.groups; ++g) {
+      ASSERT_LT(SplitGroupBegin(g, p.groups, splits), SplitGroupBegin(g + 1, p.groups, splits));
+    }
+    // More groups only while the blocks are fewer than two per SM.
+    if (p.groups > 1) {
+      const int64_t fewer = (p.quads + 2 * p.quads_per_block - 1) / (2 * p.quads_per_block);
+      ASSERT_LT(fewer, 2 * int64_t(sms));
+    }
+    // Every quad is reached by exactly one thread of each group.
+    std::vector<uint8_t> seen(size_t(p.quads) * p.groups, 0);
+    for (int64_t b = 0; b < p.blocks; ++b) {
+      for (int t = 0; t < kSplitKReduceThreads; ++t) {
+        const int64_t q = b * p.quads_per_block + t % p.quads_per_block;
+        if (q >= p.quads) continue;
+        ASSERT_EQ(seen[size_t(q) * p.groups + t / p.quads_per_block]++, 0);
+      }
+    }
+    for (uint8_t v : seen) ASSERT_EQ(v, 1);
+  }
+  // 128 x 128 x 65536's launch: one tile, many splits: spread over >= 2
+  // blocks per SM.
+  const SplitKReducePlan one = PlanSplitKReduce(1, 128, 128, 54, 132);
+  EXPECT_EQ(one.groups, 32);
+  EXPECT_EQ(one.blocks, 512);
+}
+
 TEST(StreamKScheduler, HybridSplit) {
   EXPECT_EQ(HybridStreamKTiles(264, 132), 0);
   EXPECT_EQ(HybridStreamKTiles(120, 132), 120);
@@ -250,7 +368,7 @@ TEST(GroupedTileScheduler, RandomProblemLists) {
 // SM counts: same checks, with the heuristic's own grid.
 TEST(Heuristic, ChosenSchedulesAreSound) {
   std::mt19937 rng(2024);
-  int reducing = 0;
+  int reducing = 0, separate = 0;
   for (int iter = 0; iter < 2500; ++iter) {
     auto dim = [&]() -> int64_t {
       switch (rng() % 4) {
@@ -291,6 +409,18 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
         ++reducing;
         ASSERT_EQ(c.grid, int64_t(tm) * tn * batch * c.splits);
         ASSERT_EQ(c.sk_tiles, int64_t(tm) * tn * batch);
+        ASSERT_LE(c.grid, sms);
+        ASSERT_EQ(c.workspace_slots, c.grid);
+        if (c.separate_reduction) {
+          ++separate;
+          // No flags: the slots alone.
+          ASSERT_EQ(ScheduleWorkspaceBytes(c), size_t(c.grid) * 128 * shape.bn * 4);
+          CheckSeparateSplitK(tm, tn, int(batch), kb, c.splits);
+          if (HasFatalFailure()) return;
+          continue;
+        }
+        ASSERT_EQ(ScheduleWorkspaceBytes(c),
+                  ScheduleFlagBytes(c.grid) + size_t(c.grid) * 128 * shape.bn * 4);
         s = Walk(c.grid, [&](int cta) {
           return StreamKScheduler(tm, tn, int(batch), 8, kb, c.sk_tiles, c.grid, cta);
         });
@@ -300,6 +430,7 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
     if (HasFatalFailure()) return;
   }
   EXPECT_GT(reducing, 100);
+  EXPECT_GT(separate, 50);
 }
 
 // Shapes whose tiles fill whole waves, or many waves, never take a reducing
@@ -340,6 +471,30 @@ TEST(Heuristic, IssueShapes) {
             Sm90Schedule::kSplitK);
   EXPECT_EQ(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
+  // One tile, K huge: many splits, reduced by the separate kernel. The
+  // model: the k-loop cannot beat 32 MB of operands at DRAM rate (~10.7
+  // iterations), so splits stop where each split's MMA reaches that floor
+  // (19 k-blocks of 128 x 128 = 10.6); more would only add partial traffic.
+  const Sm90LaunchChoice one_tile = ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true);
+  EXPECT_TRUE(one_tile.separate_reduction);
+  EXPECT_EQ(one_tile.tile, Sm90Tile::k128x128);
+  EXPECT_GE(one_tile.splits, 48);
+  EXPECT_LE(one_tile.splits, 64);
+  EXPECT_EQ(ScheduleFlagBytes(one_tile), 0u);
+  EXPECT_EQ(ScheduleWorkspaceBytes(one_tile), size_t(one_tile.splits) * 128 * 128 * 4);
+  // Few splits with whole-wave tiles: the in-kernel reduction (one partial
+  // per finalizer) is cheaper than a second launch, as measured before.
+  const Sm90LaunchChoice wide = ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true);
+  EXPECT_EQ(wide.splits, 4);
+  EXPECT_FALSE(wide.separate_reduction);
+  EXPECT_FALSE(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).separate_reduction);
+  // Forced split-K (tests, benchmarks) always takes the reduction kernel.
+  const Sm90LaunchChoice forced =
+      MakeSm90Launch(Sm90Tile::k128x128, Sm90Schedule::kSplitK, 1000, 1000, 1000, 1, 64, sms);
+  EXPECT_EQ(forced.schedule, Sm90Schedule::kSplitK);
+  EXPECT_TRUE(forced.separate_reduction);
+  EXPECT_EQ(forced.splits, 2);
+  EXPECT_EQ(forced.grid, 128);
   // Short K: the fixed cost per unit dominates (measured), data-parallel.
   EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);

@@ -68,6 +68,9 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int64_t sk_tiles;
   float* partials;  // workspace: one 128 x BN fp32 tile per slot
   int* flags;       // workspace: 2 words per slot (one per consumer); 0 between launches
+  // Split-K with a separate reduction kernel: every stream-K unit stores its
+  // partial (StreamKScheduler::partials_only); flags is nullptr.
+  int partials_only;
   // Grouped launches (kGrouped kernels) only.
   const GroupedProblemShape* group_shapes;
   const GroupedProblem* group;
@@ -84,7 +87,7 @@ template <>
 struct KernelScheduler<false> : StreamKScheduler {
   __device__ explicit KernelScheduler(const KernelParams& p)
       : StreamKScheduler(p.tiles_m, p.tiles_n, p.batch, p.group_m, p.k_blocks, p.sk_tiles,
-                         gridDim.x, blockIdx.x) {}
+                         gridDim.x, blockIdx.x, p.partials_only != 0) {}
 };
 
 template <>
@@ -271,10 +274,12 @@ struct OutTraits<__half> {
 // predicated, dtype-switched stores for every element and spent ~45% of its
 // cycles on instruction-fetch stalls (ncu). Now interior slices take a
 // predicate-free unrolled path per output dtype, and edge slices go through a
-// compact rolled loop.
-template <typename Out, int kBN, bool kHasC>
+// compact rolled loop. kColPredicates: column pairs at or past `col_end`
+// are skipped (N-ragged tiles with an even N).
+template <typename Out, int kBN, bool kHasC, bool kColPredicates = false>
 __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const float (&acc)[kBN / 2],
-                                              int row, int col, int batch, bool r0, bool r8) {
+                                              int row, int col, int batch, bool r0, bool r8,
+                                              int col_end = 0) {
   using T = OutTraits<Out>;
   using Pair = typename T::Pair;
   Pair* d0 = reinterpret_cast<Pair*>(static_cast<Out*>(p.d) + batch * p.batch_stride_d +
@@ -290,19 +295,42 @@ __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const flo
   const float alpha = p.alpha, beta = p.beta;
 #pragma unroll
   for (int j = 0; j < kBN / 8; ++j) {
+    const bool in0 = kColPredicates ? r0 && col + 8 * j < col_end : r0;
+    const bool in8 = kColPredicates ? r8 && col + 8 * j < col_end : r8;
     float v[4];
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = alpha * acc[4 * j + e];
     if constexpr (kHasC) {
-      const float2 x = r0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
-      const float2 y = r8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
+      const float2 x = in0 ? T::Unpack(c0[4 * j]) : make_float2(0.f, 0.f);
+      const float2 y = in8 ? T::Unpack(c8[4 * j]) : make_float2(0.f, 0.f);
       v[0] += beta * x.x;
       v[1] += beta * x.y;
       v[2] += beta * y.x;
       v[3] += beta * y.y;
     }
-    if (r0) d0[4 * j] = T::Pack(v[0], v[1]);
-    if (r8) d8[4 * j] = T::Pack(v[2], v[3]);
+    if (in0) d0[4 * j] = T::Pack(v[0], v[1]);
+    if (in8) d8[4 * j] = T::Pack(v[2], v[3]);
+  }
+}
+
+// N-ragged slice with an even N: pair stores, pairs past N skipped.
+template <int kBN>
+__device__ __forceinline__ void StoreColumnRagged(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                                  int row, int col, int batch, bool r0, bool r8) {
+  const bool has_c = p.c != nullptr;
+  switch (p.out_dtype) {
+    case DataType::kBF16:
+      if (has_c) StoreInterior<__nv_bfloat16, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<__nv_bfloat16, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
+    case DataType::kF16:
+      if (has_c) StoreInterior<__half, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<__half, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
+    case DataType::kF32:
+      if (has_c) StoreInterior<float, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
+      else StoreInterior<float, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      break;
   }
 }
 
@@ -407,8 +435,54 @@ __device__ __forceinline__ void StoreFromFloat(DataType t, void* base, int64_t i
   }
 }
 
-// Ragged or unaligned slices: element-wise, bounds-checked, rolled. The copy
-// into `vals` keeps the dynamic indexing off the accumulator registers.
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+template <typename Out>
+__device__ __forceinline__ Out FromFloat(float v) {
+  if constexpr (std::is_same_v<Out, float>) return v;
+  else if constexpr (std::is_same_v<Out, __half>) return __float2half_rn(v);
+  else return __float2bfloat16_rn(v);
+}
+
+// Values of `vals` read ahead per group in StoreEdge.
+constexpr int kEdgeGroup = 16;
+
+// NOTES: the loop is rolled over groups of kEdgeGroup elements whose values
+// are all loaded before any is stored. `vals` is a local-memory copy; the
+// compiler cannot move a load above a store to D (both generic pointers), so
+// with one element per iteration every element waited a full local-memory
+// round trip. With ~200 KB of shared memory per CTA the L1 keeps little of a
+// CTA's 64-128 KB of such copies, so that trip often went to L2: counted,
+// 64 x ~300-600 cycles, ~10-20 us for a 128-wide tile (1000^3's last tile
+// column), twice that for a 256-wide one.
+template <typename Out, int kBN>
+__device__ __forceinline__ void StoreEdgeAs(void* d_base, const void* c_base, const float* vals,
+                                            int row, int col, int m, int n, int64_t ldc,
+                                            int64_t ldd, float alpha, float beta) {
+  static_assert((kBN / 2) % kEdgeGroup == 0, "whole groups of elements");
+  Out* d = static_cast<Out*>(d_base);
+  const Out* c = static_cast<const Out*>(c_base);
+#pragma unroll 1
+  for (int i0 = 0; i0 < kBN / 2; i0 += kEdgeGroup) {
+    float x[kEdgeGroup];
+#pragma unroll
+    for (int u = 0; u < kEdgeGroup; ++u) x[u] = vals[i0 + u];
+#pragma unroll
+    for (int u = 0; u < kEdgeGroup; ++u) {
+      const int i = i0 + u;
+      const int r = row + 8 * ((i >> 1) & 1);
+      const int cc = col + 8 * (i >> 2) + (i & 1);
+      if (r >= m || cc >= n) continue;
+      float v = alpha * x[u];
+      if (c) v += beta * ToFloat(c[int64_t(r) * ldc + cc]);
+      d[int64_t(r) * ldd + cc] = FromFloat<Out>(v);
+    }
+  }
+}
+
+// Ragged or unaligned slices: element-wise, bounds-checked. The copy into
+// `vals` keeps the dynamic indexing off the accumulator registers.
 template <int kBN>
 __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* vals, int row, int col,
                                        int batch) {
@@ -423,14 +497,16 @@ __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* val
   const int64_t es = out_dtype == DataType::kF32 ? 4 : 2;
   void* d = static_cast<uint8_t*>(p.d) + batch * p.batch_stride_d * es;
   const void* c = p.c ? static_cast<const uint8_t*>(p.c) + batch * p.batch_stride_c * es : nullptr;
-#pragma unroll 1
-  for (int i = 0; i < kBN / 2; ++i) {
-    const int r = row + 8 * ((i >> 1) & 1);
-    const int cc = col + 8 * (i >> 2) + (i & 1);
-    if (r >= m || cc >= n) continue;
-    float v = alpha * vals[i];
-    if (c) v += beta * LoadAsFloat(out_dtype, c, int64_t(r) * ldc + cc);
-    StoreFromFloat(out_dtype, d, int64_t(r) * ldd + cc, v);
+  switch (out_dtype) {
+    case DataType::kBF16:
+      StoreEdgeAs<__nv_bfloat16, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
+      break;
+    case DataType::kF16:
+      StoreEdgeAs<__half, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
+      break;
+    case DataType::kF32:
+      StoreEdgeAs<float, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
+      break;
   }
 }
 
@@ -448,13 +524,26 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // Full column range: the vector paths, with rows past M predicated off
   // (M-ragged tiles are common: grouped members, small M). Otherwise the
   // rolled element-wise path.
+  // NOTES: N-ragged tiles with an even N (1000^3: the whole last tile
+  // column) take pair stores with column predicates where row predicates
+  // are on; in the rolled loop each of a thread's kBN / 2 elements costs a
+  // local-memory load, a dtype switch and a 2- or 4-byte store, and those
+  // tiles finish last in a single-wave launch.
+  const bool full_cols = (t.n_block + 1) * kBN <= p.n;
+  const bool column_pairs = kRowPredicates && !full_cols && p.n % 2 == 0;
   const bool interior =
-      p.vec2_ok && (t.n_block + 1) * kBN <= p.n && (kRowPredicates || slice_row + 64 <= p.m);
+      p.vec2_ok && (full_cols || column_pairs) && (kRowPredicates || slice_row + 64 <= p.m);
   if (interior) {
     const bool r0 = !kRowPredicates || row < p.m;
     const bool r8 = !kRowPredicates || row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
+    if constexpr (kRowPredicates) {
+      if (column_pairs) {
+        StoreColumnRagged<kBN>(p, acc, row, col, t.batch, r0, r8);
+        return;
+      }
+    }
     if (!has_c && p.vec16_ok) {
       switch (p.out_dtype) {
         case DataType::kBF16:
@@ -504,6 +593,8 @@ __device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, 
   return reinterpret_cast<float4*>(p.partials + (int64_t(slot) * 2 + consumer) * (64 * Cfg::kBN_));
 }
 
+// The slot's flag tells an in-kernel finalizer; with a separate reduction
+// kernel (p.flags == nullptr) there is none to tell.
 template <class Cfg>
 __device__ __forceinline__ void StorePartial(const KernelParams& p, const float (&acc)[Cfg::kAccRegs],
                                              int slot, int consumer) {
@@ -513,6 +604,7 @@ __device__ __forceinline__ void StorePartial(const KernelParams& p, const float 
   for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
     __stcg(dst + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
   }
+  if (p.flags == nullptr) return;
   ptx::NamedBarrierSync(1 + consumer, 128);
   if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
 }

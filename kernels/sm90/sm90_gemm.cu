@@ -12,6 +12,7 @@
 
 #include "kernels/sm90/gemm_kernel.cuh"
 #include "kernels/sm90/sm90_gemm.h"
+#include "kernels/sm90/split_k_reduce.cuh"
 #include "kernels/sm90/tma_params.h"
 
 namespace gemm_kernels {
@@ -113,24 +114,36 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
   return InfoForLayouts<In, 128, true>(a_k, b_k);
 }
 
+// Launches `func` with programmatic stream serialization (its setup may
+// overlap the previous kernel's tail; it waits for it with griddepcontrol).
+cudaError_t LaunchWithPdl(const void* func, void* param, int grid, int block, size_t smem,
+                          void* stream) {
+  void* args[] = {param};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(grid);
+  config.blockDim = dim3(block);
+  config.dynamicSmemBytes = smem;
+  config.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  return cudaLaunchKernelExC(&config, func, args);
+}
+
 class Sm90Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
     // Grouped launches read their descriptors from device memory: Initialize
     // copied them there (or its caller did, in stream order), so nothing is
     // enqueued here.
-    void* args[] = {const_cast<KernelParams*>(&params_)};
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(grid_);
-    config.blockDim = dim3(384);
-    config.dynamicSmemBytes = info_.smem_bytes;
-    config.stream = static_cast<cudaStream_t>(stream);
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    const cudaError_t e = cudaLaunchKernelExC(&config, info_.func, args);
+    cudaError_t e = LaunchWithPdl(info_.func, const_cast<KernelParams*>(&params_), grid_, 384,
+                                  info_.smem_bytes, stream);
+    if (e == cudaSuccess && reduce_func_ != nullptr) {
+      e = LaunchWithPdl(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
+                        reduce_blocks_, kSplitKReduceThreads, 0, stream);
+    }
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
   }
   const std::string& name() const override { return name_; }
@@ -138,6 +151,10 @@ class Sm90Plan final : public KernelPlan {
   KernelParams params_;
   KernelInfo info_{};
   int grid_ = 1;
+  // Split-K with a separate reduction: the second kernel, else nullptr.
+  const void* reduce_func_ = nullptr;
+  sm90::SplitKReduceParams reduce_params_{};
+  int reduce_blocks_ = 0;
   std::string name_;
 };
 
@@ -287,14 +304,43 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     *error = "stream-K/split-K needs a workspace and cooperative consumers";
     return nullptr;
   }
+  const bool separate = reducing && choice.schedule == Sm90Schedule::kSplitK &&
+                        choice.separate_reduction;
+  if (separate && (choice.grid != choice.sk_tiles * choice.splits ||
+                   choice.sk_tiles != int64_t(kp.tiles_m) * kp.tiles_n * kp.batch)) {
+    *error = "split-K with a separate reduction needs one CTA per (tile, split)";
+    return nullptr;
+  }
   kp.sk_tiles = reducing ? choice.sk_tiles : 0;
-  kp.flags = reducing ? static_cast<int*>(workspace) : nullptr;
+  kp.partials_only = separate ? 1 : 0;
+  kp.flags = reducing && !separate ? static_cast<int*>(workspace) : nullptr;
   kp.partials = reducing ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
-                                                    ScheduleFlagBytes(choice.workspace_slots))
+                                                    ScheduleFlagBytes(choice))
                          : nullptr;
-  if (reducing) {
+  if (separate) {
+    int device = 0, sms = 1;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const SplitKReducePlan rp =
+        PlanSplitKReduce(choice.sk_tiles, shape.bm, shape.bn, choice.splits, sms);
+    sm90::SplitKReduceParams& r = plan->reduce_params_;
+    r.epi = kp.epi;
+    r.partials = kp.partials;
+    r.tiles_m = kp.tiles_m;
+    r.tiles_n = kp.tiles_n;
+    r.batch = kp.batch;
+    r.group_m = kp.group_m;
+    r.splits = choice.splits;
+    r.groups = rp.groups;
+    r.quads_per_block = rp.quads_per_block;
+    r.quads = rp.quads;
+    plan->reduce_blocks_ = static_cast<int>(rp.blocks);
+    plan->reduce_func_ = shape.bn == 256
+                             ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<256>)
+                             : reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<128>);
+  } else if (reducing) {
     // Flags start at zero; every launch leaves them at zero.
-    const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice.workspace_slots));
+    const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice));
     if (e != cudaSuccess) {
       *error = std::string("workspace flags: ") + cudaGetErrorString(e);
       return nullptr;
@@ -304,7 +350,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   std::string schedule;
   if (reducing) {
     schedule = choice.schedule == Sm90Schedule::kSplitK
-                   ? "_splitk" + std::to_string(choice.splits)
+                   ? "_splitk" + std::to_string(choice.splits) + (separate ? "_reduce" : "")
                    : "_streamk" + std::to_string(choice.sk_tiles);
   }
   plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"

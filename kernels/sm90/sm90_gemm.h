@@ -18,9 +18,11 @@ bool Sm90Supports(const NormalizedProblem& p, std::string* why);
 // Builds the tensor maps and launch configuration for the tile, schedule and
 // grid in `choice` (ChooseSm90Launch / MakeSm90Launch). A stream-K or split-K
 // choice needs `workspace` of ScheduleWorkspaceBytes(choice) device bytes;
-// its flag words are zeroed here (cudaMemsetAsync on the legacy default
-// stream), and each launch leaves them zero. Launches sharing one workspace
-// must not overlap. Returns nullptr with `error` set on failure.
+// its flag words, if it has any, are zeroed here (cudaMemsetAsync on the
+// legacy default stream), and each launch leaves them zero. Split-K with a
+// separate reduction has no flags: Launch enqueues the GEMM and then the
+// reduction kernel. Launches sharing one workspace must not overlap. Returns
+// nullptr with `error` set on failure.
 std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
                                          const Sm90LaunchChoice& choice, void* workspace,
                                          std::string* error);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs on the GPU box from the folder unpacked from .gpu/splitk.tar.xz
+# (bench/bundle_splitk.sh), about 3-4 minutes in all: SASS summary, the
+# kernel GPU test, the schedule GPU test (split-K through the reduction
+# kernel included), compute-sanitizer memcheck on the reduction-kernel cases,
+# the schedule benchmark (dense sections), and ncu durations of one 1000^3
+# launch and one 128x128x65536 split-K launch (GEMM + reduction kernel).
+# Logs go to $OUT.
+# usage: bash splitk/run_splitk_device.sh
+set -u
+D=$(cd "$(dirname "$0")" && pwd)
+export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PATH=$PATH:/usr/local/cuda/bin
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+smi() {
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
+    --format=csv,noheader
+}
+{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+cuobjdump --dump-sass "$D/schedules_gpu_test" 2>&1 | awk '
+  /Function :/ { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l; name=$3; h=0; l=0 }
+  /HGMMA/ { h++ } /[^A-Z](LDL|STL)[^A-Z]/ { l++ }
+  END { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l }' >"$OUT/sass_summary.txt"
+echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA; reduction kernels: $(grep -c SplitKReduce "$OUT/sass_summary.txt")"
+
+echo "== gemm_gpu_test"
+timeout 60 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
+echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
+echo "== schedules_gpu_test"
+timeout 150 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
+rc=$?
+echo "rc=$rc"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG|stream-K [0-9]|seed|_reduce" "$OUT/schedules_test.log" | head -40
+if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
+  echo "hang: skipping the rest"; tail -5 "$OUT/schedules_test.log"; exit 1
+fi
+echo "== compute-sanitizer memcheck: SplitKReductionKernel"
+timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
+  --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
+echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds" "$OUT/memcheck.log" | head -8
+echo "== schedule_bench (dense sections)"
+timeout 150 "$D/schedule_bench" "sk " "skinny" >"$OUT/schedule_bench.log" 2>&1
+echo "rc=$?"; cat "$OUT/schedule_bench.log"
+echo "== ncu: first launches of 1000^3 (data-parallel) and 128x128x65536 (split-K + reduction)"
+timeout 45 ncu --clock-control none -k regex:Sm90GemmKernel -c 1 --section SpeedOfLight \
+  --section LaunchStats "$D/schedule_bench" "sk 1000^3" >"$OUT/ncu_1000.txt" 2>&1
+echo "rc=$?"; grep -E "Sm90GemmKernel|Duration|Grid Size|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu_1000.txt" | head -8
+timeout 45 ncu --clock-control none -k regex:'Sm90GemmKernel|SplitKReduce' -c 2 --section SpeedOfLight \
+  --section LaunchStats "$D/schedule_bench" "sk 128x128x65536" >"$OUT/ncu_128x128x65536.txt" 2>&1
+echo "rc=$?"; grep -E "Sm90GemmKernel|SplitKReduce|Duration|Grid Size|Memory Throughput" "$OUT/ncu_128x128x65536.txt" | head -12
+echo "after: $(smi)" >>"$OUT/device.txt"
+cat "$OUT/device.txt"
