@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU box from the folder unpacked from .gpu/splitk.tar.xz
-# (bench/bundle_splitk.sh), about 3-4 minutes in all: SASS summary, the
+# (bench/bundle_splitk.sh), about 7 minutes in all: SASS summary, the
 # kernel GPU test, the schedule GPU test (split-K through the reduction
-# kernel included), compute-sanitizer memcheck on the reduction-kernel cases,
-# the schedule benchmark (dense sections), and ncu durations of one 1000^3
-# launch and one 128x128x65536 split-K launch (GEMM + reduction kernel).
+# kernel included), compute-sanitizer memcheck on the reduction-kernel and
+# TF32 operand-copy cases, the schedule benchmark (dense sections), ncu
+# durations of one 1000^3 launch and one 128x128x65536 split-K launch (GEMM +
+# reduction kernel), kernel_bench, and the GPU server test with a short soak.
 # Logs go to $OUT.
 # usage: bash splitk/run_splitk_device.sh
 set -u
@@ -25,7 +26,7 @@ cuobjdump --dump-sass "$D/schedules_gpu_test" 2>&1 | awk '
 echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA; reduction kernels: $(grep -c SplitKReduce "$OUT/sass_summary.txt")"
 
 echo "== gemm_gpu_test"
-timeout 60 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
+timeout 150 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
 echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
 echo "== schedules_gpu_test"
 timeout 150 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
@@ -38,6 +39,10 @@ echo "== compute-sanitizer memcheck: SplitKReductionKernel"
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
   --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
 echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds" "$OUT/memcheck.log" | head -8
+echo "== compute-sanitizer memcheck: TF32 operand copies"
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gemm_gpu_test" \
+  --gtest_filter='*Tf32AnyLayoutThroughOperandCopies*' >"$OUT/memcheck_tf32.log" 2>&1
+echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds" "$OUT/memcheck_tf32.log" | head -8
 echo "== schedule_bench (dense sections)"
 timeout 150 "$D/schedule_bench" "sk " "skinny" >"$OUT/schedule_bench.log" 2>&1
 echo "rc=$?"; cat "$OUT/schedule_bench.log"
@@ -48,5 +53,11 @@ echo "rc=$?"; grep -E "Sm90GemmKernel|Duration|Grid Size|Compute \(SM\) Throughp
 timeout 45 ncu --clock-control none -k regex:'Sm90GemmKernel|SplitKReduce' -c 2 --section SpeedOfLight \
   --section LaunchStats "$D/schedule_bench" "sk 128x128x65536" >"$OUT/ncu_128x128x65536.txt" 2>&1
 echo "rc=$?"; grep -E "Sm90GemmKernel|SplitKReduce|Duration|Grid Size|Memory Throughput" "$OUT/ncu_128x128x65536.txt" | head -12
+echo "== kernel_bench"
+timeout 200 "$D/kernel_bench" >"$OUT/kernel_bench.log" 2>&1
+echo "rc=$?"; cat "$OUT/kernel_bench.log"
+echo "== gpu_server_test (10 s soak)"
+timeout 120 "$D/gpu_server_test" --soak_seconds=10 >"$OUT/gpu_server_test.log" 2>&1
+echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|soak" "$OUT/gpu_server_test.log" | head -20
 echo "after: $(smi)" >>"$OUT/device.txt"
 cat "$OUT/device.txt"
