@@ -490,6 +490,21 @@ TEST_F(GemmGpuTest, ForcedTileConfigurations) {
     t.in = t.out = DataType::kBF16;
     t.allow_tf32 = false;
     RunCase(t, rng_);
+    // beta != 0 on full, 16-byte aligned tiles: the wide path that reads C
+    // (128-wide tiles; the 128 x 256 ones keep the pair path for C), every
+    // output dtype, batched, and C aliasing D. M ragged by 3 rows: the row
+    // predicates too.
+    for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+      for (bool in_place : {false, true}) {
+        Case w{253, 384, 200, 3};
+        w.out = out;
+        w.alpha = 0.75f;
+        w.beta = -1.25f;
+        w.in_place = in_place;
+        w.hint = hint;
+        RunCase(w, rng_);
+      }
+    }
   }
 }
 

@@ -42,7 +42,7 @@ struct EpilogueParams {
   float alpha, beta;
   DataType out_dtype;
   int vec2_ok;   // column pairs of C and D are 2-element aligned
-  int vec16_ok;  // D rows and batch members are 16-byte aligned
+  int vec16_ok;  // D (and C when read): rows and batch members 16-byte aligned
 };
 
 // One member of a grouped launch, in device memory (an array built on the
@@ -359,19 +359,59 @@ __device__ __forceinline__ uint32_t PackBits(float a, float b) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Interior slice, beta == 0, 16-byte aligned D: lanes of a quad exchange
+// Interior slice, 16-byte aligned D (and C): lanes of a quad exchange
 // fragments so each thread writes 16 contiguous bytes (8 x 16-bit or 4 x
-// fp32) per store. NOTES: the pair-wise stores of StoreInterior write 16 bytes
-// per row per instruction; ncu showed the consumers stalled on lg_throttle
-// (store queue full) for most of their cycles in small-K problems.
-template <typename Out, int kBN>
+// fp32) per store, and with kHasC reads C's matching 16 bytes in one load.
+// NOTES: the pair-wise stores of StoreInterior write 16 bytes per row per
+// instruction; ncu showed the consumers stalled on lg_throttle (store queue
+// full) for most of their cycles in small-K problems. With C, 16-bit outputs
+// exchange the fp32 values (twice the shuffles) rather than packed pairs, so
+// that alpha * acc + beta * c is rounded once, as on every other path.
+template <typename Out, int kBN, bool kHasC>
 __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const float (&acc)[kBN / 2],
                                                   int row, int tile_col, int batch, int q, bool r0,
                                                   bool r8) {
   Out* d0 = static_cast<Out*>(p.d) + batch * p.batch_stride_d + int64_t(row) * p.ldd + tile_col;
   Out* d8 = d0 + 8 * p.ldd;
+  const Out* c0 = nullptr;
+  const Out* c8 = nullptr;
+  if constexpr (kHasC) {
+    c0 = static_cast<const Out*>(p.c) + batch * p.batch_stride_c + int64_t(row) * p.ldc + tile_col;
+    c8 = c0 + 8 * p.ldc;
+  }
   const float alpha = p.alpha;
-  if constexpr (sizeof(Out) == 2) {
+  if constexpr (sizeof(Out) == 2 && kHasC) {
+    using T = OutTraits<Out>;
+    const float beta = p.beta;
+#pragma unroll
+    for (int g = 0; g < kBN / 32; ++g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        // lo[i] / hi[i] end up as columns 32g + 8q + 2i and + 1.
+        uint32_t lo[4], hi[4];
+#pragma unroll
+        for (int jj = 0; jj < 4; ++jj) {
+          const int j = 4 * g + jj;
+          lo[jj] = __float_as_uint(alpha * acc[4 * j + 2 * h]);
+          hi[jj] = __float_as_uint(alpha * acc[4 * j + 2 * h + 1]);
+        }
+        TransposeQuad(lo, q);
+        TransposeQuad(hi, q);
+        if (h ? r8 : r0) {
+          const uint4 cv = *reinterpret_cast<const uint4*>((h ? c8 : c0) + 32 * g + 8 * q);
+          const uint32_t cw[4] = {cv.x, cv.y, cv.z, cv.w};
+          uint32_t u[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float2 cf = T::Unpack(*reinterpret_cast<const typename T::Pair*>(&cw[i]));
+            u[i] = PackBits<Out>(__uint_as_float(lo[i]) + beta * cf.x,
+                                 __uint_as_float(hi[i]) + beta * cf.y);
+          }
+          *reinterpret_cast<uint4*>((h ? d8 : d0) + 32 * g + 8 * q) = make_uint4(u[0], u[1], u[2], u[3]);
+        }
+      }
+    }
+  } else if constexpr (sizeof(Out) == 2) {
 #pragma unroll
     for (int g = 0; g < kBN / 32; ++g) {
 #pragma unroll
@@ -404,7 +444,16 @@ __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const
         if (odd) a = recv;
         else b = recv;
         const int col = odd ? 8 * j1 + 2 * (q - 1) : 8 * j0 + 2 * q;
-        if (h ? r8 : r0) *reinterpret_cast<float4*>((h ? d8 : d0) + col) = make_float4(a.x, a.y, b.x, b.y);
+        if (h ? r8 : r0) {
+          float4 v = make_float4(a.x, a.y, b.x, b.y);
+          if constexpr (kHasC) {
+            const float4 cv = *reinterpret_cast<const float4*>((h ? c8 : c0) + col);
+            const float beta = p.beta;
+            v = make_float4(v.x + beta * cv.x, v.y + beta * cv.y, v.z + beta * cv.z,
+                            v.w + beta * cv.w);
+          }
+          *reinterpret_cast<float4*>((h ? d8 : d0) + col) = v;
+        }
       }
     }
   }
@@ -510,6 +559,24 @@ __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* val
   }
 }
 
+// StoreInteriorWide for the output dtype of `p`.
+template <int kBN, bool kHasC>
+__device__ __forceinline__ void StoreWide(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                          int row, int tile_col, int batch, int q, bool r0,
+                                          bool r8) {
+  switch (p.out_dtype) {
+    case DataType::kBF16:
+      StoreInteriorWide<__nv_bfloat16, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
+      break;
+    case DataType::kF16:
+      StoreInteriorWide<__half, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
+      break;
+    case DataType::kF32:
+      StoreInteriorWide<float, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
+      break;
+  }
+}
+
 // kRowPredicates: M-ragged tiles with full columns take the vector paths
 // with per-row predicates. NOTES: off for the dense 128 x 256 kernels, where
 // the predicates plus the stream-K fixup code made ptxas spill 232 bytes.
@@ -544,17 +611,16 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
         return;
       }
     }
-    if (!has_c && p.vec16_ok) {
-      switch (p.out_dtype) {
-        case DataType::kBF16:
-          StoreInteriorWide<__nv_bfloat16, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
-          break;
-        case DataType::kF16:
-          StoreInteriorWide<__half, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
-          break;
-        case DataType::kF32:
-          StoreInteriorWide<float, kBN>(p, acc, row, tile_col, t.batch, lane % 4, r0, r8);
-          break;
+    // NOTES: with C, the 16-byte path needs ~10 more registers; in the
+    // 128 x 256 kernels (128 accumulators per thread) ptxas then spilled 292
+    // bytes, so those keep the pair path below for C.
+    constexpr bool kWideC = kBN <= 128;
+    if (p.vec16_ok && (!has_c || kWideC)) {
+      const int q = lane % 4;
+      if (has_c) {
+        if constexpr (kWideC) StoreWide<kBN, true>(p, acc, row, tile_col, t.batch, q, r0, r8);
+      } else {
+        StoreWide<kBN, false>(p, acc, row, tile_col, t.batch, q, r0, r8);
       }
       return;
     }

@@ -183,8 +183,13 @@ sm90::EpilogueParams MakeEpilogue(const NormalizedProblem& p) {
   };
   e.vec2_ok = pair_aligned(p.d, p.ldd, p.batch_stride_d) &&
               (p.c == nullptr || pair_aligned(p.c, p.ldc, p.batch_stride_c));
-  e.vec16_ok = reinterpret_cast<uintptr_t>(p.d) % 16 == 0 && (p.ldd * os) % 16 == 0 &&
-               (p.batch == 1 || (p.batch_stride_d * os) % 16 == 0);
+  // 16-byte vector stores of D, and loads of C in the same pattern.
+  auto aligned16 = [&](const void* ptr, int64_t ld, int64_t bs) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && (ld * os) % 16 == 0 &&
+           (p.batch == 1 || (bs * os) % 16 == 0);
+  };
+  e.vec16_ok = aligned16(p.d, p.ldd, p.batch_stride_d) &&
+               (p.c == nullptr || aligned16(p.c, p.ldc, p.batch_stride_c));
   return e;
 }
 
