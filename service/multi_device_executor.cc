@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "service/resident_matrix.h"
@@ -11,19 +12,53 @@
 namespace gemm {
 namespace {
 
-// The device of an item's resident operands, -1 if it names none, or -2 if
-// they live on different devices (which no single launch can read).
-int ResidentDevice(const WorkItem& item) {
-  int device = -1;
+// Where an item runs because of its resident operands in device memory: the
+// device holding most of their bytes, or -1 when it names none (matrices in
+// host memory, such as transient uploads, are staged to any device).
+// `foreign` tells whether some live on another device.
+int ResidentDevice(const WorkItem& item, int devices, bool* foreign) {
+  std::vector<uint64_t> bytes(devices, 0);
   for (const GemmProblemRef& p : item.problems) {
     for (const MatrixRef* m : {&p.a, &p.b, &p.c}) {
-      if (m->resident == nullptr) continue;
-      const int d = m->resident->device();
-      if (device == -1) device = d;
-      if (device != d) return -2;
+      const ResidentMatrix* r = m->resident;
+      if (r == nullptr || r->device_data() == nullptr) continue;
+      const int d = r->device();
+      if (d < 0 || d >= devices) continue;
+      bytes[d] += std::max<uint64_t>(r->bytes(), 1);
     }
   }
-  return device;
+  int best = -1, holding = 0;
+  for (int d = 0; d < devices; ++d) {
+    if (bytes[d] == 0) continue;
+    ++holding;
+    if (best < 0 || bytes[d] > bytes[best]) best = d;
+  }
+  if (foreign != nullptr) *foreign = holding > 1;
+  return best;
+}
+
+// Replaces each resident operand of `item` held on another device than `d`
+// by a host copy, which the device's executor stages like inline bytes.
+// NOTES: through host memory, on the dispatching thread: such requests are
+// rare (a client's matrices placed on different GPUs) and this keeps them
+// correct; peer copies would be faster.
+absl::Status CopyForeignOperands(WorkItem* item, int d) {
+  for (GemmProblemRef& p : item->problems) {
+    for (MatrixRef* m : {&p.a, &p.b, &p.c}) {
+      const ResidentMatrix* r = m->resident;
+      if (r == nullptr || r->device_data() == nullptr || r->device() == d) continue;
+      auto copy = std::make_shared<std::string>(r->bytes(), '\0');
+      if (absl::Status st = r->Read(0, copy->data(), r->bytes()); !st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("copying a resident matrix from GPU ",
+                                                    r->device(), " to GPU ", d, ": ",
+                                                    st.message()));
+      }
+      m->data = copy->data();
+      m->resident = nullptr;
+      item->host_copies.push_back(std::move(copy));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -123,9 +158,8 @@ double MultiDeviceExecutor::Cost(const WorkItem& item, int d) const {
 }
 
 absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
-  const int pinned = ResidentDevice(item);
-  if (pinned == -2) return absl::ZeroDuration();  // refused at Execute, never run
-  if (pinned >= 0 && pinned < devices()) return children_[pinned]->PredictRunTime(item);
+  const int pinned = ResidentDevice(item, devices(), nullptr);
+  if (pinned >= 0) return children_[pinned]->PredictRunTime(item);
   absl::Duration best = absl::ZeroDuration();
   for (const auto& child : children_) {
     const absl::Duration t = child->PredictRunTime(item);
@@ -158,19 +192,25 @@ std::vector<double> MultiDeviceExecutor::outstanding_seconds() const {
 
 void MultiDeviceExecutor::Execute(Batch batch) {
   const int n = devices();
-  // Requests pinned by resident operands go to their device; the rest stay
+  // Requests pinned by resident operands go to their device (the one holding
+  // most of their bytes, the rest copied through the host); the others stay
   // together (so their strided launches stay whole) on the least loaded one.
   std::vector<std::vector<std::shared_ptr<WorkItem>>> items(n);
-  std::vector<std::shared_ptr<WorkItem>> free_items, split;
+  std::vector<std::shared_ptr<WorkItem>> free_items;
   for (auto& item : batch.items) {
-    const int d = ResidentDevice(*item);
-    if (d == -2) {
-      split.push_back(item);
-    } else if (d >= 0 && d < n) {
-      items[d].push_back(item);
-    } else {
+    bool foreign = false;
+    const int d = ResidentDevice(*item, n, &foreign);
+    if (d < 0) {
       free_items.push_back(item);
+      continue;
     }
+    if (foreign) {
+      if (absl::Status st = CopyForeignOperands(item.get(), d); !st.ok()) {
+        item->Complete(st);
+        continue;
+      }
+    }
+    items[d].push_back(item);
   }
   std::vector<double> cost(n, 0.0);
   {
@@ -196,29 +236,40 @@ void MultiDeviceExecutor::Execute(Batch batch) {
       outstanding_[d] += cost[d];
     }
   }
-  for (auto& item : split)
-    item->Complete(absl::FailedPreconditionError(
-        "the request names resident matrices held on different GPUs; register them on one"));
 
-  int parts = 0;
-  for (int d = 0; d < n; ++d) parts += !items[d].empty();
-  if (parts == 0) {
+  int busy_devices = 0;
+  for (int d = 0; d < n; ++d) busy_devices += !items[d].empty();
+  if (busy_devices == 0) {
     if (batch.on_done) batch.on_done();
     return;
   }
   // The batch is done when every device's part is.
-  auto remaining = std::make_shared<std::atomic<int>>(parts);
+  auto remaining = std::make_shared<std::atomic<int>>(busy_devices);
   auto on_done = std::make_shared<std::function<void()>>(std::move(batch.on_done));
-  for (int d = 0; d < n; ++d) {
-    if (items[d].empty()) continue;
-    Batch part;
-    std::set<const GemmProblemRef*> mine;
+  // Each launch group splits by device: identical problems of requests on
+  // two devices make a strided launch on each (a lone member a single one).
+  std::map<const GemmProblemRef*, int> device_of;
+  for (int d = 0; d < n; ++d)
     for (const auto& it : items[d]) {
       it->report.device = d;
-      for (const GemmProblemRef& p : it->problems) mine.insert(&p);
+      for (const GemmProblemRef& p : it->problems) device_of[&p] = d;
     }
-    for (const LaunchGroup& g : batch.launches)
-      if (mine.count(g.problems.front())) part.launches.push_back(g);
+  std::vector<Batch> parts(n);
+  for (const LaunchGroup& g : batch.launches) {
+    std::vector<LaunchGroup> per(n);
+    for (const GemmProblemRef* p : g.problems) {
+      const auto it = device_of.find(p);
+      if (it != device_of.end()) per[it->second].problems.push_back(p);  // else refused
+    }
+    for (int d = 0; d < n; ++d) {
+      if (per[d].problems.empty()) continue;
+      per[d].kind = per[d].problems.size() > 1 ? g.kind : LaunchGroup::Kind::kSingle;
+      parts[d].launches.push_back(std::move(per[d]));
+    }
+  }
+  for (int d = 0; d < n; ++d) {
+    if (items[d].empty()) continue;
+    Batch part = std::move(parts[d]);
     part.items = std::move(items[d]);
     part.on_done = [this, d, c = cost[d], remaining, on_done] {
       {

@@ -4,9 +4,13 @@
 // A batch goes to the device with the least predicted finish time (work
 // handed to it and not yet done, in seconds: FLOPs over the device's measured
 // rate plus bytes over the host link), except that requests naming resident
-// operands go where those operands live. Resident matrices are placed on the
-// device holding the fewest resident bytes. Tested on the CPU with fake
-// children; on a GPU host the children are CudaExecutors, one per device.
+// operands in device memory go where those operands live; when they live on
+// several devices, to the one holding most of their bytes, the others copied
+// there through host memory. Launch groups split by device (a strided launch
+// whose members run on two devices becomes one per device). Resident
+// matrices are placed on the device holding the fewest resident bytes.
+// Tested on the CPU with fake children; on a GPU host the children are
+// CudaExecutors, one per device.
 //
 // Each device's parts of a batch are handed to it by a thread of its own, in
 // order: a child's Execute may wait for a free lane, and that wait must hold

@@ -1,6 +1,8 @@
 #include "service/multi_device_executor.h"
 
+#include <cstring>
 #include <deque>
+#include <string>
 
 #include <gtest/gtest.h>
 
@@ -11,6 +13,24 @@
 
 namespace gemm {
 namespace {
+
+// A matrix "in device memory": its bytes live in host memory and also stand
+// for its device data (the executor pins requests by device data).
+class FakeDeviceMatrix final : public ResidentMatrix {
+ public:
+  static std::shared_ptr<ResidentMatrix> Of(const MatrixRef& source) {
+    auto bytes = std::make_unique<std::string>(source.bytes(), '\0');
+    if (source.data != nullptr) std::memcpy(bytes->data(), source.data, source.bytes());
+    MatrixRef view = source;
+    view.data = bytes->data();
+    return std::shared_ptr<ResidentMatrix>(new FakeDeviceMatrix(view, std::move(bytes)));
+  }
+
+ private:
+  FakeDeviceMatrix(const MatrixRef& view, std::unique_ptr<std::string> bytes)
+      : ResidentMatrix(view, view.data), bytes_(std::move(bytes)) {}
+  std::unique_ptr<std::string> bytes_;
+};
 
 // A device that holds its batches until the test finishes them, with a
 // configurable bf16 rate so that devices can differ.
@@ -24,6 +44,16 @@ class FakeDevice : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return 2; }
   bool supports_grouped() const override { return grouped; }
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
+      const MatrixRef& source) const override {
+    return FakeDeviceMatrix::Of(source);
+  }
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
+      const MatrixRef& shape) const override {
+    MatrixRef empty = shape;
+    empty.data = nullptr;
+    return FakeDeviceMatrix::Of(empty);
+  }
   // Like a device with no free lane while `blocked`: Execute waits.
   void Execute(Batch batch) override {
     absl::MutexLock lock(&mu);
@@ -178,23 +208,91 @@ TEST(MultiDeviceExecutorTest, ABusyDeviceHoldsUpNeitherTheCallerNorTheOthers) {
   EXPECT_EQ(f.devices[0]->batches.size(), 2u);
 }
 
-TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesAreRefused) {
+TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesRunWhereMostBytesAreWithTheRestCopied) {
   Fixture f({1e14, 1e14});
   GemmShape s;
   s.m = s.n = s.k = 8;
   s.input_dtype = s.output_dtype = DType::kBf16;
-  std::vector<uint16_t> bytes(64, 0x3f80);
-  auto r0 = f.multi->CreateResident(MatrixA(s, bytes.data()));
-  auto r1 = f.multi->CreateResident(MatrixB(s, bytes.data()));
-  ASSERT_TRUE(r0.ok() && r1.ok());
+  std::vector<uint16_t> a_bytes(64, 0x3f80), b_bytes(64);
+  for (size_t i = 0; i < b_bytes.size(); ++i) b_bytes[i] = static_cast<uint16_t>(0x3f00 + i);
+  GemmShape wide = s;  // A of 8 x 16: more bytes than B, so the item runs by A
+  wide.k = 16;
+  std::vector<uint16_t> wide_bytes(128, 0x3f80);
+  auto r0 = f.multi->CreateResident(MatrixA(s, a_bytes.data()));     // device 0
+  auto r1 = f.multi->CreateResident(MatrixB(s, b_bytes.data()));     // device 1
+  auto rw = f.multi->CreateResident(MatrixA(wide, wide_bytes.data()));  // a tie: device 0
+  ASSERT_TRUE(r0.ok() && r1.ok() && rw.ok());
+  ASSERT_EQ((*r0)->device(), 0);
+  ASSERT_EQ((*r1)->device(), 1);
+  ASSERT_EQ((*rw)->device(), 0);
   auto item = Item(8, r1->get());
-  item->problems[0].a = (*r0)->view();
-  absl::Status got;
-  item->done = [&got](const absl::Status& st, const ExecutionReport&) { got = st; };
+  item->problems[0].a = (*rw)->view();
+  item->problems[0].shape.k = 16;
   int done = 0;
   f.multi->Execute(BatchOf({item}, &done));
-  EXPECT_EQ(got.code(), absl::StatusCode::kFailedPrecondition);
+  f.multi->WaitHandedOver();
+  ASSERT_EQ(f.devices[0]->batches.size(), 1u) << "runs where most bytes are (A's)";
+  EXPECT_TRUE(f.devices[1]->batches.empty());
+  EXPECT_EQ(item->report.device, 0);
+  const GemmProblemRef& p = item->problems[0];
+  EXPECT_EQ(p.a.resident, rw->get()) << "the local operand is read in place";
+  // B lived on device 1: now a host copy of its bytes.
+  EXPECT_EQ(p.b.resident, nullptr);
+  ASSERT_NE(p.b.data, nullptr);
+  EXPECT_EQ(std::memcmp(p.b.data, b_bytes.data(), b_bytes.size() * 2), 0);
+  EXPECT_EQ(item->host_copies.size(), 1u);
+  f.devices[0]->Finish(0);
   EXPECT_EQ(done, 1);
+}
+
+TEST(MultiDeviceExecutorTest, MatricesInHostMemoryPinNothing) {
+  Fixture f({1e14, 1e14});
+  GemmShape s;
+  s.m = s.n = s.k = 64;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  std::vector<uint16_t> bytes(64 * 64, 0x3f80);
+  // A transient upload, say: host memory, device() left at 0.
+  auto host = MakeHostResident(MatrixB(s, bytes.data()));
+  ASSERT_TRUE(host.ok());
+  f.multi->Execute(BatchOf({Item(2048)}));  // device 0 busy
+  f.multi->Execute(BatchOf({Item(64, host->get())}));
+  f.multi->WaitHandedOver();
+  EXPECT_EQ(f.devices[0]->batches.size(), 1u);
+  EXPECT_EQ(f.devices[1]->batches.size(), 1u) << "went to the idle device";
+}
+
+TEST(MultiDeviceExecutorTest, LaunchGroupsSplitByDevice) {
+  Fixture f({1e14, 1e14});
+  GemmShape s;
+  s.m = s.n = s.k = 64;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  std::vector<uint16_t> bytes(64 * 64, 0x3f80);
+  auto r0 = f.multi->CreateResident(MatrixB(s, bytes.data()));  // device 0
+  ASSERT_TRUE(r0.ok());
+  ASSERT_EQ((*r0)->device(), 0);
+  // Three identical problems in one strided launch: one pinned to device 0,
+  // two free, which go to the idle device 1.
+  auto pinned = Item(64, r0->get());
+  auto free1 = Item(64), free2 = Item(64);
+  Batch batch = BatchOf({pinned, free1, free2});
+  batch.launches.clear();
+  LaunchGroup strided;
+  strided.kind = LaunchGroup::Kind::kStridedBatched;
+  strided.problems = {&pinned->problems[0], &free1->problems[0], &free2->problems[0]};
+  batch.launches.push_back(strided);
+  f.multi->Execute(std::move(batch));
+  f.multi->WaitHandedOver();
+  ASSERT_EQ(f.devices[0]->batches.size(), 1u);
+  ASSERT_EQ(f.devices[1]->batches.size(), 1u);
+  const Batch& on0 = f.devices[0]->batches[0];
+  const Batch& on1 = f.devices[1]->batches[0];
+  ASSERT_EQ(on0.launches.size(), 1u);
+  EXPECT_EQ(on0.launches[0].kind, LaunchGroup::Kind::kSingle);
+  EXPECT_EQ(on0.launches[0].problems, std::vector<const GemmProblemRef*>{&pinned->problems[0]});
+  ASSERT_EQ(on1.launches.size(), 1u);
+  EXPECT_EQ(on1.launches[0].kind, LaunchGroup::Kind::kStridedBatched);
+  EXPECT_EQ(on1.launches[0].problems,
+            (std::vector<const GemmProblemRef*>{&free1->problems[0], &free2->problems[0]}));
 }
 
 TEST(MultiDeviceExecutorTest, ReleasedResidentBytesFreeTheirDevice) {

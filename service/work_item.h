@@ -51,6 +51,9 @@ struct WorkItem {
   // Resident matrices the problems read (MatrixRef::resident), kept alive
   // until the item is destroyed, even if released meanwhile.
   std::vector<std::shared_ptr<const ResidentMatrix>> residents;
+  // Host copies of resident operands that live on another device than the
+  // one the item runs on (MultiDeviceExecutor); problems point into them.
+  std::vector<std::shared_ptr<std::string>> host_copies;
   std::atomic<bool> cancelled{false};
   ExecutionReport report;
 
