@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds Bazel targets here and bundles the binaries, with their shared
-# libraries (../shared/tools/bundle-libs), a run script and a COMMIT file,
-# into the main checkout's git-ignored .gpu/ for the device tool to carry:
+# libraries (../shared/tools/bundle-libs), a run script, bench/device_lib.sh
+# (which the run scripts source) and a COMMIT file, into the main checkout's git-ignored .gpu/ for the device tool to carry:
 # the folder .gpu/NAME (carry [".gpu/NAME"]) or, with --tar, the tarball
 # .gpu/NAME.tar.xz that unpacks to NAME/ (carry [".gpu/NAME.tar.xz"]).
 # A tarball's COMMIT also lists the tree's uncommitted changes ("dirty: "
@@ -32,7 +32,7 @@ else
   rm -rf "$out"
 fi
 ../shared/tools/bundle-libs "$out" "${bins[@]}"
-cp "$run" "$out/"
+cp "$run" bench/device_lib.sh "$out/"
 git rev-parse HEAD >"$out/COMMIT"
 if $as_tar; then
   git status --short --untracked-files=no | sed 's/^/dirty: /' >>"$out/COMMIT"

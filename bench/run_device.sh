@@ -3,23 +3,13 @@
 # SASS check, correctness test, compute-sanitizer, benchmark. Logs go to $OUT.
 # usage: bash .gpu/kernels/run_device.sh [gtest-filter] [bench-filter]
 set -u
-D=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/device_lib.sh"
 FILTER=${1:-*}
 BENCH_FILTER=${2:-}
-smi() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv,noheader
-}
 { date -u; echo "before: $(smi)"; } >"$OUT/device.txt"
 
 # SASS: HGMMA count and local-memory traffic per kernel.
-cuobjdump --dump-sass "$D/gemm_gpu_test" 2>&1 | awk '
-  /Function :/ { if (name) printf "%-100s HGMMA=%d LDL/STL=%d\n", name, h, l; name=$3; h=0; l=0 }
-  /HGMMA/ { h++ } /[^A-Z](LDL|STL)[^A-Z]/ { l++ }
-  END { if (name) printf "%-100s HGMMA=%d LDL/STL=%d\n", name, h, l }' >"$OUT/sass_summary.txt"
+sass_summary "$D/gemm_gpu_test" "$OUT/sass_summary.txt"
 echo "== SASS summary (sm90 kernels)"; grep Sm90 "$OUT/sass_summary.txt" | sed 's/.*Sm90GemmKernel/Sm90GemmKernel/' | cut -c1-140
 
 echo "== correctness test"

@@ -6,19 +6,9 @@
 # Logs go to $OUT.
 # usage: bash streamk/run_schedules_device.sh
 set -u
-D=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-smi() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv,noheader
-}
+source "$(dirname "$0")/device_lib.sh"
 { date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
-cuobjdump --dump-sass "$D/schedules_gpu_test" 2>&1 | awk '
-  /Function :/ { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l; name=$3; h=0; l=0 }
-  /HGMMA/ { h++ } /[^A-Z](LDL|STL)[^A-Z]/ { l++ }
-  END { if (name) printf "%s HGMMA=%d LDL/STL=%d\n", name, h, l }' >"$OUT/sass_summary.txt"
+sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
 echo "== SASS: $(grep -c Sm90 "$OUT/sass_summary.txt") sm90 kernels, $(grep Sm90 "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
 
 echo "== gemm_gpu_test"

@@ -8,15 +8,8 @@
 # latency (p50/p99 vs the request's copies and kernel alone). Logs go to $OUT.
 # usage: bash serving/run_serving_device.sh [soak seconds, default 20]
 set -u
-D=$(cd "$(dirname "$0")" && pwd)
-export LD_LIBRARY_PATH=$D/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/device_lib.sh"
 SOAK=${1:-20}
-mkdir -p "$OUT"
-smi() {
-  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu \
-    --format=csv,noheader
-}
 { date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
 
 echo "== gpu_server_test (soak ${SOAK}s)"
