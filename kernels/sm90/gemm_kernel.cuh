@@ -459,31 +459,8 @@ __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const
   }
 }
 
-__device__ __forceinline__ float LoadAsFloat(DataType t, const void* base, int64_t i) {
-  switch (t) {
-    case DataType::kBF16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-    case DataType::kF16:
-      return __half2float(static_cast<const __half*>(base)[i]);
-    default:
-      return static_cast<const float*>(base)[i];
-  }
-}
-
-__device__ __forceinline__ void StoreFromFloat(DataType t, void* base, int64_t i, float v) {
-  switch (t) {
-    case DataType::kBF16:
-      static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-      break;
-    case DataType::kF16:
-      static_cast<__half*>(base)[i] = __float2half_rn(v);
-      break;
-    default:
-      static_cast<float*>(base)[i] = v;
-      break;
-  }
-}
-
+// Element conversions of the epilogue's rolled loops (the vector paths
+// convert pairs through OutTraits).
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }

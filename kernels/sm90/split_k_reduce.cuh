@@ -42,11 +42,11 @@ __device__ __forceinline__ void StorePairAt(const EpilogueParams& p, int64_t d_o
     *reinterpret_cast<typename T::Pair*>(d) = T::Pack(x, y);
     return;
   }
-  if (c) x += p.beta * LoadAsFloat(p.out_dtype, c, 0);
-  StoreFromFloat(p.out_dtype, d, 0, x);
+  if (c) x += p.beta * ToFloat(c[0]);
+  d[0] = FromFloat<Out>(x);
   if (second) {
-    if (c) y += p.beta * LoadAsFloat(p.out_dtype, c, 1);
-    StoreFromFloat(p.out_dtype, d, 1, y);
+    if (c) y += p.beta * ToFloat(c[1]);
+    d[1] = FromFloat<Out>(y);
   }
 }
 
