@@ -184,6 +184,9 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
 }  // namespace
 
 size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
+  // Asked for every launch on the executor's hot path: the common answer
+  // (not fp32 with TF32 allowed) before any argument check or device query.
+  if (args.a.dtype != DataType::kF32 || !args.allow_tf32) return 0;
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
   if (!CurrentDeviceInfo(&dev).ok() || dev.major != 9 || dev.minor != 0) return 0;
