@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <set>
 #include <string>
 
 #include "absl/strings/str_cat.h"

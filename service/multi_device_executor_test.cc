@@ -94,11 +94,18 @@ struct Fixture {
   std::vector<FakeDevice*> devices;
 };
 
+// An n x n x n bf16 problem's shape.
+GemmShape Bf16Cube(uint64_t n) {
+  GemmShape s;
+  s.m = s.n = s.k = n;
+  s.input_dtype = s.output_dtype = DType::kBf16;
+  return s;
+}
+
 std::shared_ptr<WorkItem> Item(uint64_t n, const ResidentMatrix* resident_b = nullptr) {
   auto item = std::make_shared<WorkItem>();
   GemmProblemRef p;
-  p.shape.m = p.shape.n = p.shape.k = n;
-  p.shape.input_dtype = p.shape.output_dtype = DType::kBf16;
+  p.shape = Bf16Cube(n);
   p.a = MatrixA(p.shape, &p);  // any non-null pointer: placement never reads data
   p.b = MatrixB(p.shape, &p);
   if (resident_b != nullptr) p.b = resident_b->view();
@@ -145,9 +152,7 @@ TEST(MultiDeviceExecutorTest, AFasterDeviceTakesMoreOfTheWork) {
 
 TEST(MultiDeviceExecutorTest, ResidentOperandsPinRequestsToTheirDevice) {
   Fixture f({1e14, 1e14});
-  GemmShape s;
-  s.m = s.n = s.k = 64;
-  s.input_dtype = s.output_dtype = DType::kBf16;
+  const GemmShape s = Bf16Cube(64);
   std::vector<uint16_t> bytes(64 * 64, 0x3f80);
   // Registrations spread over devices by resident bytes: first 0, then 1.
   auto r0 = f.multi->CreateResident(MatrixB(s, bytes.data()));
@@ -210,9 +215,7 @@ TEST(MultiDeviceExecutorTest, ABusyDeviceHoldsUpNeitherTheCallerNorTheOthers) {
 
 TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesRunWhereMostBytesAreWithTheRestCopied) {
   Fixture f({1e14, 1e14});
-  GemmShape s;
-  s.m = s.n = s.k = 8;
-  s.input_dtype = s.output_dtype = DType::kBf16;
+  const GemmShape s = Bf16Cube(8);
   std::vector<uint16_t> a_bytes(64, 0x3f80), b_bytes(64);
   for (size_t i = 0; i < b_bytes.size(); ++i) b_bytes[i] = static_cast<uint16_t>(0x3f00 + i);
   GemmShape wide = s;  // A of 8 x 16: more bytes than B, so the item runs by A
@@ -247,9 +250,7 @@ TEST(MultiDeviceExecutorTest, OperandsOnTwoDevicesRunWhereMostBytesAreWithTheRes
 
 TEST(MultiDeviceExecutorTest, MatricesInHostMemoryPinNothing) {
   Fixture f({1e14, 1e14});
-  GemmShape s;
-  s.m = s.n = s.k = 64;
-  s.input_dtype = s.output_dtype = DType::kBf16;
+  const GemmShape s = Bf16Cube(64);
   std::vector<uint16_t> bytes(64 * 64, 0x3f80);
   // A transient upload, say: host memory, device() left at 0.
   auto host = MakeHostResident(MatrixB(s, bytes.data()));
@@ -263,9 +264,7 @@ TEST(MultiDeviceExecutorTest, MatricesInHostMemoryPinNothing) {
 
 TEST(MultiDeviceExecutorTest, LaunchGroupsSplitByDevice) {
   Fixture f({1e14, 1e14});
-  GemmShape s;
-  s.m = s.n = s.k = 64;
-  s.input_dtype = s.output_dtype = DType::kBf16;
+  const GemmShape s = Bf16Cube(64);
   std::vector<uint16_t> bytes(64 * 64, 0x3f80);
   auto r0 = f.multi->CreateResident(MatrixB(s, bytes.data()));  // device 0
   ASSERT_TRUE(r0.ok());
@@ -314,9 +313,7 @@ TEST(MultiDeviceExecutorTest, PredictsWhereTheRequestWouldRun) {
   EXPECT_EQ(f.multi->parallel_units(), 2);
   EXPECT_EQ(f.multi->PredictRunTime(*Item(1000)), absl::Microseconds(500));
   // Pinned by a resident operand to the slower device: its prediction.
-  GemmShape s;
-  s.m = s.n = s.k = 1000;
-  s.input_dtype = s.output_dtype = DType::kBf16;
+  const GemmShape s = Bf16Cube(1000);
   std::vector<uint16_t> bytes(1000 * 1000, 0x3f80);
   auto on0 = f.multi->CreateResident(MatrixB(s, bytes.data()));
   ASSERT_TRUE(on0.ok());
