@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds Bazel targets here and bundles the binaries, with their shared
 # libraries (../shared/tools/bundle-libs), a run script, bench/device_lib.sh
-# (which the run scripts source) and a COMMIT file, into the main checkout's git-ignored .gpu/ for the device tool to carry:
+# (which the run scripts source) and a COMMIT file, into the main
+# checkout's git-ignored .gpu/ for the device tool to carry:
 # the folder .gpu/NAME (carry [".gpu/NAME"]) or, with --tar, the tarball
 # .gpu/NAME.tar.xz that unpacks to NAME/ (carry [".gpu/NAME.tar.xz"]).
 # A tarball's COMMIT also lists the tree's uncommitted changes ("dirty: "
