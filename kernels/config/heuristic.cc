@@ -21,9 +21,11 @@ namespace {
 
 // Relative cost of one output element. NOTES: a 128x128 tile loads as many A
 // bytes per MMA as B bytes, a 128x256 one half as many A bytes, and its
-// m64n256 wgmma keeps the tensor cores busier per instruction; measured
-// throughput per tile on H100-class parts differs by roughly 10-15%.
-double PerElementCost(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 1.0 : 1.12; }
+// m64n256 wgmma keeps the tensor cores busier per instruction. Fitted to the
+// H200 (bench/KERNEL_NOTES.md, v5): 1.04 picks the faster data-parallel tile
+// on every measured shape (8192^3 and 4096^3 wide; 4224^3 and 3072^3, where
+// the square tile's waves quantize better, square).
+double PerElementCost(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 1.0 : 1.04; }
 
 double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num_sms) {
   const Sm90TileShape s = ShapeOf(tile);
@@ -44,40 +46,50 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
 
 namespace {
 
-// NOTES: costs in k-block iterations of the tile at hand. Storing a partial
-// tile (64 KB or 128 KB of fp32) is about one iteration of loads; reducing one
-// means a flag wait plus reading it back from L2, counted as two. Guesses to
-// be refined from measurements (bench/KERNEL_NOTES.md).
+// Costs are in iterations: one k-block of a 128x256 tile at the tensor
+// cores' rate, ~0.7 us on an H200 SM (4.2 MFLOP at ~6 TFLOP/s per SM).
+//
+// NOTES: stream-K fixup. Storing a partial tile is about one iteration of the
+// tile at hand; reducing one means a flag wait plus reading it back from L2,
+// counted as two. The stream-K part of a hybrid schedule ran longer than its
+// iteration count on the H200 (KERNEL_NOTES v5: 4224^3, 3072^3 and 1920 x
+// 1920 x 8192 with both tiles); weighting it by kStreamKInefficiency picks
+// the faster schedule on all six, with any number of data-parallel waves
+// before it.
 constexpr double kStoreIters = 1.0;
 constexpr double kReduceIters = 2.0;
+constexpr double kStreamKInefficiency = 1.15;
 constexpr double kReductionMargin = 0.95;
-// In-kernel split-K: one CTA per tile reduces splits - 1 partials in series.
+// NOTES: streaming. When a k-loop's operands come from DRAM rather than from
+// L2 reuse, each CTA is bound by its ring: `stages` k-blocks in flight, each
+// waiting a loaded latency of ~1.65 us, so a k-block costs at least
+// latency / stages (0.59 iterations for the 4-stage 128x256 ring, 0.39 for
+// the 6-stage 128x128 one); and the whole grid by DRAM, ~3.8 TB/s for these
+// patterns (2.66 MB per iteration). Both fitted to split-count sweeps on the
+// H200 (KERNEL_NOTES v5: 7 x 8192 x 8192 and 128 x 128 x 65536 at 16-132
+// CTAs; the time was the per-CTA term plus the DRAM term).
+constexpr double kDramBytesPerIter = 2.66e6;
+double LatencyItersPerKBlock(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 0.59 : 0.39; }
+// NOTES: in-kernel split-K: the finalizer of each tile waits for and reads
+// splits - 1 partials in series; fitted as 4 iterations to store and 4 per
+// partial read (256 x 4096 x 16384 and the skinny sweep), scaled by the rows
+// the partials hold where rows past M are skipped.
+constexpr double kSplitStoreIters = 4.0;
+constexpr double kSplitReduceIters = 4.0;
 constexpr int kMaxSplits = 32;
-// NOTES: separate reduction kernel (scheduler/split_k_reduce.h). One
-// 128x256x64 iteration is ~0.7 us on an H200 SM (4.2 MFLOP at ~6 TFLOP/s per
-// SM, 790 TFLOP/s over 132 SMs); in that time DRAM moves ~3.0 MB (4.3 TB/s)
-// and the L2 about 2.5 MB of partial traffic (~3.5 TB/s, written once and
-// read once). The second launch, behind programmatic dependent launch, is
-// counted as ~2 us. Guesses to check against bench/KERNEL_NOTES.md.
-constexpr double kDramBytesPerIter = 3.0e6;
-constexpr double kPartialBytesPerIter = 2.5e6;
-constexpr double kReduceLaunchIters = 3.0;
+// NOTES: separate reduction kernel (scheduler/split_k_reduce.h): a second
+// launch behind programmatic dependent launch (~4 iterations) and the
+// partials written and read back through L2 (~7 TB/s: 5 MB per iteration).
+// On 128 x 128 x 65536 the model is flat from ~60 splits up; measured, 128
+// splits ran 18.1 us in two device calls while 52-88 ranged 17.4-21.1.
+constexpr double kReduceLaunchIters = 4.0;
+constexpr double kPartialBytesPerIter = 5.0e6;
 // Splits of at least this many k-blocks each (pipeline fill per split).
 constexpr int64_t kMinKBlocksPerSplit = 4;
 // NOTES: below 32 k-blocks (K < 2048 for 16-bit inputs) the fixed costs of a
 // unit (pipeline fill, epilogue) dominate and reducing schedules lost on the
 // H200 (1000^3: data-parallel 75 TFLOP/s, split-K 70, stream-K 66).
 constexpr int64_t kMinReductionKBlocks = 32;
-// NOTES: measured on the H200 (bench/results/streamk_v2_*), the stream-K
-// part of a hybrid schedule ran 1.18-1.63x longer than its iteration count
-// predicts: 3072^3 647 TFLOP/s against data-parallel 561 (won), 4224^3 503
-// vs 510 (3 data-parallel waves first: lost), 1920 x 1920 x 8192 489 vs 570
-// (lost). The cause is not established. Until it is, stream-K is considered
-// only with at most kMaxStreamKDpWaves data-parallel waves before it (where
-// quantization costs most) and its part is weighted by kStreamKInefficiency,
-// which reproduces all three outcomes.
-constexpr double kStreamKInefficiency = 1.25;
-constexpr int64_t kMaxStreamKDpWaves = 1;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -86,36 +98,64 @@ struct Candidate {
   double cost;
 };
 
-int64_t TilesOf(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
-  const Sm90TileShape s = ShapeOf(tile);
-  return batch * CeilDiv(m, s.bm) * CeilDiv(n, s.bn);
-}
-
 double TileScale(Sm90Tile tile) {
   const Sm90TileShape s = ShapeOf(tile);
   return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
 }
 
-// The k-loop never runs faster than its operands come from DRAM.
-double DramFloorIters(double operand_bytes) { return operand_bytes / kDramBytesPerIter; }
+// The problem as the cost model sees it.
+struct Problem {
+  int64_t m, n, k, batch;
+  int bk;
+  int sms;
+  int64_t k_blocks() const { return CeilDiv(k, bk); }
+  // Bytes per element: 16-bit inputs when bk == 64, fp32 when bk == 32.
+  double elem() const { return 128.0 / (bk < 1 ? 64 : bk); }
+  // A and B once: what DRAM must deliver at least.
+  double unique_bytes() const { return double(batch) * double(m + n) * double(k) * elem(); }
+  int64_t tiles(Sm90Tile tile) const {
+    const Sm90TileShape s = ShapeOf(tile);
+    return batch * CeilDiv(m, s.bm) * CeilDiv(n, s.bn);
+  }
+  // Rows of a tile that hold data (a skinny M fills only these).
+  int64_t tile_rows(Sm90Tile tile) const { return std::min<int64_t>(m, ShapeOf(tile).bm); }
+  // Fraction of the bytes the tiles' k-loops load that DRAM has to deliver
+  // (1: no reuse between tiles; near 0: operands reused from L2).
+  double dram_fraction(Sm90Tile tile) const {
+    const Sm90TileShape s = ShapeOf(tile);
+    const double loaded = double(tiles(tile)) * double(k_blocks()) * bk * elem() *
+                          double(tile_rows(tile) + std::min<int64_t>(n, s.bn));
+    return loaded > 0 ? std::min(1.0, unique_bytes() / loaded) : 1.0;
+  }
+};
 
-Candidate DataParallel(Sm90Tile tile, int64_t tiles, int64_t kb, int sms,
-                       double operand_bytes = 0) {
+// One CTA's k-loop over `kb` k-blocks of `tile` (all its waves): the tensor
+// cores' time, or the streaming time where operands come from DRAM.
+double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb) {
+  const double mma = double(kb) * TileScale(tile);
+  const double stream = p.dram_fraction(tile) * double(kb) * LatencyItersPerKBlock(tile) +
+                        p.unique_bytes() / kDramBytesPerIter;
+  return std::max(mma, stream);
+}
+
+Candidate DataParallel(const Problem& p, Sm90Tile tile) {
   Candidate c;
   c.choice.tile = tile;
-  c.choice.grid = PersistentGridSize(tiles, sms);
-  c.cost = std::max(double(CeilDiv(tiles, sms)) * kb * TileScale(tile),
-                    DramFloorIters(operand_bytes));
+  const int64_t tiles = p.tiles(tile);
+  c.choice.grid = PersistentGridSize(tiles, p.sms);
+  c.cost = LoopIters(p, tile, CeilDiv(tiles, p.sms) * p.k_blocks());
   return c;
 }
 
-// `forced`: a stream-K candidate whenever one exists (tests, benchmarks).
-Candidate StreamK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, bool forced = false) {
-  Candidate c = DataParallel(tile, tiles, kb, sms);
+// The hybrid schedule: data-parallel waves, then stream-K over the last
+// partial wave plus one full wave (HybridStreamKTiles).
+Candidate StreamK(const Problem& p, Sm90Tile tile) {
+  Candidate c = DataParallel(p, tile);
+  const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
+  const int sms = p.sms;
   const int64_t sk_tiles = HybridStreamKTiles(tiles, sms);
   if (sk_tiles == 0 || kb < 2) return c;
   const int64_t dp_waves = (tiles - sk_tiles) / sms;
-  if (dp_waves > kMaxStreamKDpWaves && !forced) return c;
   const int64_t per_cta_min = sk_tiles * kb / sms;
   if (per_cta_min < 1) return c;  // more CTAs than iterations: split-K's ground
   const int64_t per_cta = CeilDiv(sk_tiles * kb, sms);
@@ -124,23 +164,24 @@ Candidate StreamK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, bool forced
   c.choice.sk_tiles = sk_tiles;
   c.choice.grid = sms;
   c.choice.workspace_slots = sms;
-  c.cost = (double(dp_waves * kb) +
-            kStreamKInefficiency *
-                (double(per_cta) + kStoreIters + double(peers - 1) * kReduceIters)) *
+  const double fixup = kStoreIters + double(peers - 1) * kReduceIters;
+  c.cost = (double(dp_waves * kb) + kStreamKInefficiency * (double(per_cta) + fixup)) *
            TileScale(tile);
+  // Streaming operands from DRAM, stream-K is bound like any k-loop.
+  c.cost = std::max(c.cost, LoopIters(p, tile, dp_waves * kb + per_cta) + fixup * TileScale(tile));
   return c;
 }
 
 // Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate`:
 // which reductions to consider.
-Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, double operand_bytes,
-                 bool in_kernel, bool separate) {
-  Candidate best = DataParallel(tile, tiles, kb, sms, operand_bytes);
-  for (int s = 2; s <= kb && tiles * s <= sms; ++s) {
+Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate) {
+  Candidate best = DataParallel(p, tile);
+  const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
+  for (int s = 2; s <= kb && tiles * s <= p.sms; ++s) {
     for (const bool sep : {false, true}) {
       if (sep ? !separate : (!in_kernel || s > kMaxSplits)) continue;
       if (sep && s > 2 && CeilDiv(kb, s) < kMinKBlocksPerSplit) continue;
-      const double cost = SplitKCostIters(tile, tiles, kb, s, sep, operand_bytes);
+      const double cost = SplitKCostIters(tile, p.m, p.n, p.k, p.batch, p.bk, s, sep);
       if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
         best.choice.schedule = Sm90Schedule::kSplitK;
         best.choice.splits = s;
@@ -155,40 +196,35 @@ Candidate SplitK(Sm90Tile tile, int64_t tiles, int64_t kb, int sms, double opera
   return best;
 }
 
-// Bytes of A and B (16-bit inputs when bk == 64, fp32 when bk == 32).
-double OperandBytes(int64_t m, int64_t n, int64_t k, int64_t batch, int bk) {
-  const double elem = 128.0 / (bk < 1 ? 64 : bk);
-  return double(batch) * double(m + n) * double(k) * elem;
-}
-
 }  // namespace
 
-double SplitKCostIters(Sm90Tile tile, int64_t tiles, int64_t kb, int splits,
-                       bool separate_reduction, double operand_bytes) {
-  const double scale = TileScale(tile);
-  const double loop =
-      std::max(double(CeilDiv(kb, splits)) * scale, DramFloorIters(operand_bytes));
+double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
+                       int splits, bool separate_reduction) {
+  const Problem p{m, n, k, batch, bk, 1};
+  const double loop = LoopIters(p, tile, CeilDiv(p.k_blocks(), splits));
+  const double rows = double(p.tile_rows(tile));
   if (!separate_reduction) {
-    return loop + (kStoreIters + double(splits - 1) * kReduceIters) * scale;
+    // Rows past M are not stored; the 128x256 finalizer still reads them
+    // (kernels/sm90/gemm_kernel.cuh, ReducePartials).
+    const double row_share = rows / ShapeOf(tile).bm;
+    const double read_share = tile == Sm90Tile::k128x256 ? 1.0 : row_share;
+    return loop + (kSplitStoreIters * row_share + double(splits - 1) * kSplitReduceIters * read_share) *
+                      TileScale(tile);
   }
-  const Sm90TileShape s = ShapeOf(tile);
-  const double partial_bytes = double(tiles) * splits * s.bm * s.bn * sizeof(float);
+  const double partial_bytes = double(p.tiles(tile)) * splits * rows * ShapeOf(tile).bn * 4.0;
   return loop + kReduceLaunchIters + 2.0 * partial_bytes / kPartialBytesPerIter;
 }
 
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                                   int num_sms, bool allow_reduction) {
   if (num_sms < 1) num_sms = 1;
-  const int64_t kb = CeilDiv(k, bk);
-  const double operand_bytes = OperandBytes(m, n, k, batch, bk);
+  const Problem p{m, n, k, batch, bk, num_sms};
   const Sm90Tile dp_tile = ChooseSm90Tile(m, n, k, batch, num_sms);
-  Candidate best = DataParallel(dp_tile, TilesOf(dp_tile, m, n, batch), kb, num_sms, operand_bytes);
-  if (!allow_reduction || kb < kMinReductionKBlocks) return best.choice;
+  Candidate best = DataParallel(p, dp_tile);
+  if (!allow_reduction || p.k_blocks() < kMinReductionKBlocks) return best.choice;
   const double dp_cost = best.cost;
   for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
-    const int64_t tiles = TilesOf(tile, m, n, batch);
-    for (const Candidate& c : {StreamK(tile, tiles, kb, num_sms),
-                               SplitK(tile, tiles, kb, num_sms, operand_bytes, true, true)}) {
+    for (const Candidate& c : {StreamK(p, tile), SplitK(p, tile, true, true)}) {
       if (c.choice.schedule != Sm90Schedule::kDataParallel &&
           c.cost < kReductionMargin * dp_cost && c.cost < best.cost) {
         best = c;
@@ -201,14 +237,15 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
 Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
                                 int64_t k, int64_t batch, int bk, int num_sms) {
   if (num_sms < 1) num_sms = 1;
-  const int64_t kb = CeilDiv(k, bk);
-  const int64_t tiles = TilesOf(tile, m, n, batch);
+  const Problem p{m, n, k, batch, bk, num_sms};
+  const int64_t kb = p.k_blocks();
+  const int64_t tiles = p.tiles(tile);
   if (tile == Sm90Tile::k128x128PingPong) schedule = Sm90Schedule::kDataParallel;
   switch (schedule) {
     case Sm90Schedule::kDataParallel:
       break;
     case Sm90Schedule::kStreamK: {
-      Candidate c = StreamK(tile, tiles, kb, num_sms, /*forced=*/true);
+      Candidate c = StreamK(p, tile);
       if (c.choice.schedule == Sm90Schedule::kDataParallel && kb >= 2 && tiles < num_sms) {
         // Fewer iterations than CTAs: stream-K over as many CTAs as iterations.
         const int grid = static_cast<int>(std::min<int64_t>(tiles * kb, num_sms));
@@ -221,10 +258,10 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
     }
     case Sm90Schedule::kSplitK: {
       // Data-parallel where two splits of every tile would not fit one wave.
-      return SplitK(tile, tiles, kb, num_sms, OperandBytes(m, n, k, batch, bk), false, true).choice;
+      return SplitK(p, tile, false, true).choice;
     }
   }
-  return DataParallel(tile, tiles, kb, num_sms).choice;
+  return DataParallel(p, tile).choice;
 }
 
 size_t ScheduleFlagBytes(int64_t slots) {

@@ -45,16 +45,20 @@ struct Sm90LaunchChoice {
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };
 
-// Picks tile and schedule together. Estimated time, in tile-iterations of
-// the 128x256 tile: data-parallel = waves x k_blocks; stream-K = its data-
-// parallel waves + the longest stream-K range + a cost per partial stored and
-// per partial reduced; split-K = one wave of ceil(k_blocks / splits) + either
-// the in-kernel reduction of splits - 1 partials by one CTA per tile, or a
-// reduction kernel's launch + all partials written and read back at L2 rate
-// (SplitKCostIters). The k-loop of data-parallel and split-K never counts
-// less than the operands' bytes at DRAM rate. A reducing schedule must beat the best
-// data-parallel estimate by kReductionMargin (5%), so shapes that tile well stay
-// data-parallel, and K must span at least kMinReductionKBlocks k-blocks. allow_reduction false (no workspace) gives data-parallel.
+// Picks tile and schedule together. Estimated time, in iterations (one
+// k-block of the 128x256 tile at the tensor cores' rate): a k-loop costs the
+// larger of its MMA time and its streaming time (where operands come from
+// DRAM: per-CTA ring latency plus all operand bytes at DRAM rate);
+// data-parallel = that over its waves; stream-K = its data-parallel waves +
+// the longest stream-K range + a cost per partial stored and per partial
+// reduced; split-K = one wave of ceil(k_blocks / splits) + either the
+// in-kernel reduction of splits - 1 partials by one CTA per tile, or a
+// reduction kernel's launch + all partials written and read back
+// (SplitKCostIters). A reducing schedule must beat the best data-parallel
+// estimate by kReductionMargin (5%), so shapes that tile well stay
+// data-parallel, and K must span at least kMinReductionKBlocks k-blocks.
+// allow_reduction false (no workspace) gives data-parallel. Constants and the
+// measurements they are fitted to: heuristic.cc and bench/KERNEL_NOTES.md.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                                   int num_sms, bool allow_reduction);
 
@@ -65,11 +69,11 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
 Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
                                 int64_t k, int64_t batch, int bk, int num_sms);
 
-// Estimated split-K time in 128x256 tile-iterations (see ChooseSm90Launch)
-// for `tiles` tiles of `tile`, `k_blocks` k-blocks, `splits` splits;
-// `operand_bytes`: bytes of A and B (the DRAM floor of the k-loop).
-double SplitKCostIters(Sm90Tile tile, int64_t tiles, int64_t k_blocks, int splits,
-                       bool separate_reduction, double operand_bytes);
+// Estimated split-K time in iterations (see ChooseSm90Launch) of an
+// m x n x k problem (`batch` members, `bk` k per k-block) on `tile` with
+// `splits` splits and either reduction.
+double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
+                       int splits, bool separate_reduction);
 
 // Workspace layout of a reducing schedule: the flag words (2 per slot, one
 // per consumer warpgroup, padded to 256 bytes; none for split-K with a

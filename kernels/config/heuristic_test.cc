@@ -21,13 +21,21 @@ TEST(Heuristic, NarrowNUsesTheSquareTile) {
 
 TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
   // 3072^2: 24 x 12 = 288 wide tiles (3 waves of 128x256 on 132 SMs) vs 576
-  // square ones (5 waves of 128x128): 3 * 2 > 5 * 1.12, the square tile wins.
+  // square ones (5 waves of 128x128): 3 * 2 > 5 * 1.04, the square tile wins.
   EXPECT_EQ(ChooseSm90Tile(3072, 3072, 4096, 1, kH200Sms), Sm90Tile::k128x128);
-  // 2560^2: 200 wide tiles (2 waves) vs 400 square (4 waves): 2 * 2 < 4 * 1.12.
+  // 4224^2: 561 wide tiles (5 waves, the last a quarter full) vs 1089 square
+  // (9 waves): 5 * 2 > 9 * 1.04; measured 588 vs 529 TFLOP/s on the H200.
+  EXPECT_EQ(ChooseSm90Tile(4224, 4224, 4224, 1, kH200Sms), Sm90Tile::k128x128);
+  // 2560^2: 200 wide tiles (2 waves) vs 400 square (4 waves): 2 * 2 < 4 * 1.04.
   EXPECT_EQ(ChooseSm90Tile(2560, 2560, 4096, 1, kH200Sms), Sm90Tile::k128x256);
   // 1536 x 1280: 12 x 5 = 60 wide tiles (1 wave) vs 120 square ones (1 wave,
   // half the work per tile): the square tile wins.
   EXPECT_EQ(ChooseSm90Tile(1536, 1280, 4096, 1, kH200Sms), Sm90Tile::k128x128);
+  // Strided batches that fill whole or nearly whole waves keep the wide tile
+  // (measured 3-11% faster than the square one on the H200).
+  EXPECT_EQ(ChooseSm90Tile(256, 256, 256, 256, kH200Sms), Sm90Tile::k128x256);
+  EXPECT_EQ(ChooseSm90Tile(512, 512, 512, 64, kH200Sms), Sm90Tile::k128x256);
+  EXPECT_EQ(ChooseSm90Tile(1024, 1024, 1024, 16, kH200Sms), Sm90Tile::k128x256);
 }
 
 TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
@@ -37,27 +45,48 @@ TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x256).bn, 256);
 }
 
-// The split-K cost model against what the H200 measured (0.7 us per
-// 128x256 iteration): in-kernel split-K 21 on 128x128x65536 ran 37.7 us.
+// The split-K cost model against split-count sweeps on the H200 (0.7 us per
+// iteration; bench/KERNEL_NOTES.md v5, schedule_sweep).
 TEST(Heuristic, SplitKCostModel) {
-  const double operands = 2.0 * 128 * 65536 * 2;  // A and B, bf16
-  const double in_kernel_21 = SplitKCostIters(Sm90Tile::k128x128, 1, 1024, 21, false, operands);
-  EXPECT_NEAR(in_kernel_21 * 0.7, 37.7, 5.0);
-  // The reduction kernel: cheaper than in-kernel beyond a few splits, and
-  // its best split count is where the k-loop meets the DRAM floor.
+  auto us = [](Sm90Tile t, int64_t m, int64_t n, int64_t k, int s, bool sep) {
+    return 0.7 * SplitKCostIters(t, m, n, k, 1, 64, s, sep);
+  };
+  // 128 x 128 x 65536 through the reduction kernel: 27.8 us at 16 splits,
+  // 21.7 at 24, 18.7 at 32, 17.4 at 52 (the per-CTA streaming term, then
+  // the DRAM term).
+  EXPECT_NEAR(us(Sm90Tile::k128x128, 128, 128, 65536, 16, true), 27.8, 3.0);
+  EXPECT_NEAR(us(Sm90Tile::k128x128, 128, 128, 65536, 24, true), 21.7, 3.0);
+  EXPECT_NEAR(us(Sm90Tile::k128x128, 128, 128, 65536, 52, true), 17.4, 3.0);
+  // In-kernel: each finalizer reads its tile's other partials in series.
+  EXPECT_GT(us(Sm90Tile::k128x128, 128, 128, 65536, 24, false),
+            1.5 * us(Sm90Tile::k128x128, 128, 128, 65536, 24, true));
+  // More CTAs stream faster until every SM has one (measured: 128 splits
+  // 18.1 us in two device calls); the model's best is near all SMs.
   double best = 1e30;
   int best_splits = 0;
   for (int s = 2; s <= 132; ++s) {
-    const double c = SplitKCostIters(Sm90Tile::k128x128, 1, 1024, s, true, operands);
+    const double c = us(Sm90Tile::k128x128, 128, 128, 65536, s, true);
     if (c < best) best = c, best_splits = s;
   }
-  EXPECT_LT(best, in_kernel_21 / 2);
-  EXPECT_GE(best_splits, 48);
-  EXPECT_LE(best_splits, 64);
-  // Few splits of many tiles: the in-kernel reduction is the cheaper one.
-  const double wide_ops = (256.0 + 4096) * 16384 * 2;
-  EXPECT_LT(SplitKCostIters(Sm90Tile::k128x256, 32, 256, 4, false, wide_ops),
-            SplitKCostIters(Sm90Tile::k128x256, 32, 256, 4, true, wide_ops));
+  EXPECT_GE(best_splits, 96);
+  EXPECT_NEAR(best, 18.1, 3.0);
+  // 256 x 4096 x 16384: 128x128 tiles split 2 in-kernel measured 58.0 us,
+  // 128x256 split 4 65.7 (in-kernel) and 64.6 (reduction kernel).
+  EXPECT_LT(us(Sm90Tile::k128x128, 256, 4096, 16384, 2, false),
+            us(Sm90Tile::k128x256, 256, 4096, 16384, 4, false));
+  EXPECT_LT(us(Sm90Tile::k128x128, 256, 4096, 16384, 2, false),
+            us(Sm90Tile::k128x256, 256, 4096, 16384, 4, true));
+  // 7 x 8192 x 8192 (streaming B): more CTAs stream faster; 128x256 split 4
+  // (128 CTAs) measured 48.4 us against 62.1 for split 2 (64 CTAs) and 61.7
+  // for 128x128 split 2 (128 CTAs, half the ring bytes in flight each).
+  EXPECT_LT(us(Sm90Tile::k128x256, 7, 8192, 8192, 4, true),
+            us(Sm90Tile::k128x256, 7, 8192, 8192, 2, true));
+  EXPECT_LT(us(Sm90Tile::k128x256, 7, 8192, 8192, 4, true),
+            us(Sm90Tile::k128x128, 7, 8192, 8192, 2, false));
+  // The 128x256 finalizer reads whole partials (rows past M included), so
+  // its in-kernel reduction loses to the kernel (58.9 vs 48.4 us).
+  EXPECT_LT(us(Sm90Tile::k128x256, 7, 8192, 8192, 4, true),
+            us(Sm90Tile::k128x256, 7, 8192, 8192, 4, false));
 }
 
 TEST(Heuristic, GroupAndGrid) {

@@ -636,18 +636,34 @@ __device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, 
   return reinterpret_cast<float4*>(p.partials + (int64_t(slot) * 2 + consumer) * (64 * Cfg::kBN_));
 }
 
+// True when every row of this warp's fragments (16 rows of its consumer's
+// half) lies below the problem's last row: the warp stores no partials (and
+// in the 128-wide kernels reads none), since nothing of them reaches D. Warp-uniform, so the branch
+// costs no divergence. NOTES: for skinny problems (M = 7) this drops 7 of 8
+// warps' partial traffic.
+template <class Cfg>
+__device__ __forceinline__ bool WarpRowsOutside(const KernelParams& p, const TileCoord& t,
+                                                int consumer) {
+  const int warp = (threadIdx.x % 128) / 32;
+  return t.m_block * Cfg::kBM + 64 * consumer + 16 * warp >= p.epi.m;
+}
+
 // The slot's flag tells an in-kernel finalizer; with a separate reduction
 // kernel (p.flags == nullptr) there is none to tell.
 template <class Cfg>
 __device__ __forceinline__ void StorePartial(const KernelParams& p, const float (&acc)[Cfg::kAccRegs],
-                                             int slot, int consumer) {
+                                             const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
-  float4* dst = PartialHalf<Cfg>(p, slot, consumer);
+  float4* dst = PartialHalf<Cfg>(p, w.slot, consumer);
+  if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
 #pragma unroll
-  for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
-    __stcg(dst + i * 128 + tid, make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
+      __stcg(dst + i * 128 + tid,
+             make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    }
   }
   if (p.flags == nullptr) return;
+  const int slot = w.slot;
   ptx::NamedBarrierSync(1 + consumer, 128);
   if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
 }
@@ -659,6 +675,10 @@ template <class Cfg>
 __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&acc)[Cfg::kAccRegs],
                                                const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
+  // NOTES: only the 128-wide kernels skip rows past M here: the same test in
+  // the 128x256 kernels made ptxas spill (300 bytes), so their finalizers
+  // read whole partials (the unread rows are never stored to D).
+  const bool outside = Cfg::kBN_ == 128 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
 #pragma unroll 1
   for (int i = 0; i < w.num_peers; ++i) {
     const int slot = w.first_peer + i;
@@ -667,6 +687,7 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
       p.flags[slot * 2 + consumer] = 0;
     }
     ptx::NamedBarrierSync(1 + consumer, 128);
+    if (outside) continue;
     const float4* src = PartialHalf<Cfg>(p, slot, consumer);
 #pragma unroll
     for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
@@ -717,7 +738,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
     if constexpr (!kGrouped) {
       if (w.role == UnitRole::kPartial) {
-        StorePartial<Cfg>(p, acc, w.slot, consumer);
+        StorePartial<Cfg>(p, acc, w, consumer);
         continue;
       }
       if (w.role == UnitRole::kFinalize) ReducePartials<Cfg>(p, acc, w, consumer);

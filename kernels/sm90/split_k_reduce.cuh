@@ -93,8 +93,17 @@ __global__ void __launch_bounds__(kSplitKReduceThreads)
   const int64_t q = int64_t(blockIdx.x) * p.quads_per_block + x;
   const int64_t tile = q / kQuadsPerTile;
   const int f = static_cast<int>(q - tile * kQuadsPerTile);
+  // The quad's place in D; quads wholly outside it (rows past M, e.g. 121
+  // of 128 rows of a skinny M = 7 tile, or columns past N) were never
+  // stored by the GEMM and are not read.
+  const PersistentTileScheduler order(p.tiles_m, p.tiles_n, p.batch, p.group_m, 0, 1);
+  const TileCoord t = order.TileAt(tile);
+  const FragmentQuad fq = FragmentQuadAt(f, kBN);
+  const int row = t.m_block * 128 + fq.row;
+  const int col = t.n_block * kBN + fq.col;
+  const bool inside = q < p.quads && row < p.epi.m && col < p.epi.n;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (q < p.quads) {
+  if (inside) {
     const float4* src =
         reinterpret_cast<const float4*>(p.partials) + tile * p.splits * kQuadsPerTile + f;
     const int s_end = SplitGroupBegin(g + 1, p.groups, p.splits);
@@ -109,12 +118,7 @@ __global__ void __launch_bounds__(kSplitKReduceThreads)
     if (g != 0) return;
     for (int j = 1; j < p.groups; ++j) AddTo(acc, group_sums[j * p.quads_per_block + x]);
   }
-  if (q >= p.quads) return;
-  const PersistentTileScheduler order(p.tiles_m, p.tiles_n, p.batch, p.group_m, 0, 1);
-  const TileCoord t = order.TileAt(tile);
-  const FragmentQuad fq = FragmentQuadAt(f, kBN);
-  const int row = t.m_block * 128 + fq.row;
-  const int col = t.n_block * kBN + fq.col;
+  if (!inside) return;
   switch (p.epi.out_dtype) {
     case DataType::kBF16:
       StoreQuad<__nv_bfloat16>(p.epi, acc, row, col, t.batch);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs on the GPU box from the folder unpacked from .gpu/kernels.tar.xz
+# (bench/bundle_kernels.sh), about 6 minutes: SASS summary, both kernel GPU
+# tests, compute-sanitizer memcheck on the split-K reduction cases,
+# schedule_sweep (split counts, tiles, batched tiles, streaming floors),
+# schedule_bench (all sections), kernel_bench and the GPU server test
+# with a 3 s soak. Logs go to $OUT.
+# usage: [SWEEP="section filters"] bash kernels/run_kernels_device.sh
+set -u
+source "$(dirname "$0")/device_lib.sh"
+{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
+echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
+echo "== gemm_gpu_test"
+timeout 150 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
+echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
+echo "== schedules_gpu_test"
+timeout 150 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
+rc=$?
+echo "rc=$rc"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG" "$OUT/schedules_test.log" | head -30
+if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
+  echo "hang: skipping the rest"; tail -5 "$OUT/schedules_test.log"; exit 1
+fi
+echo "== compute-sanitizer memcheck: split-K reduction kernel (skinny M = 7 included)"
+timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
+  --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
+echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |^\[       OK|Invalid|out of bounds" "$OUT/memcheck.log" | head -12
+echo "== schedule_sweep"
+timeout 200 "$D/schedule_sweep" ${SWEEP:-"splits" "batched" "floor"} >"$OUT/schedule_sweep.log" 2>&1
+echo "rc=$?"; cat "$OUT/schedule_sweep.log"
+echo "== schedule_bench"
+timeout 200 "$D/schedule_bench" >"$OUT/schedule_bench.log" 2>&1
+echo "rc=$?"; cat "$OUT/schedule_bench.log"
+echo "== kernel_bench"
+timeout 200 "$D/kernel_bench" >"$OUT/kernel_bench.log" 2>&1
+echo "rc=$?"; cat "$OUT/kernel_bench.log"
+echo "== gpu_server_test (3 s soak)"
+timeout 120 "$D/gpu_server_test" --soak_seconds=3 >"$OUT/gpu_server_test.log" 2>&1
+echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gpu_server_test.log" | head -12
+echo "after: $(smi)" >>"$OUT/device.txt"
+cat "$OUT/device.txt"
