@@ -1,11 +1,11 @@
 // A pure streaming kernel for bench/schedule_sweep: reads `read_bytes` and
 // writes `write_bytes` with 16-byte accesses over a grid-stride loop, so a
 // GEMM's DRAM traffic can be timed without any arithmetic (its floor).
-#include "bench/dram_stream.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
+
+#include "bench/dram_stream.h"
 
 namespace gemm_bench {
 namespace {
@@ -38,7 +38,8 @@ __global__ void MixedKernel(const uint4* __restrict__ in, uint4* __restrict__ ou
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u)
-      out[i + u * stride] = make_uint4(a[u].x ^ b[u].x, a[u].y ^ b[u].y, a[u].z ^ b[u].z, a[u].w ^ b[u].w);
+      out[i + u * stride] =
+          make_uint4(a[u].x ^ b[u].x, a[u].y ^ b[u].y, a[u].z ^ b[u].z, a[u].w ^ b[u].w);
   }
   for (; i < n_out; i += stride) {
     const uint4 a = in[2 * i], b = in[2 * i + 1];

@@ -62,7 +62,8 @@ void* RandomBf16(int64_t elems, uint64_t seed) {
 }
 
 int SetsFor(size_t set_bytes) {
-  return int(std::min<size_t>(16, std::max<size_t>(1, (4 * g_l2) / std::max<size_t>(set_bytes, 1) + 1)));
+  return int(
+      std::min<size_t>(16, std::max<size_t>(1, (4 * g_l2) / std::max<size_t>(set_bytes, 1) + 1)));
 }
 
 double RelDiffBf16(const void* x, const void* y, int64_t elems) {
@@ -133,7 +134,8 @@ std::string Describe(const Sm90LaunchChoice& c) {
     case Sm90Schedule::kDataParallel:
       return t + " data-parallel";
     case Sm90Schedule::kStreamK:
-      return t + " stream-K (" + std::to_string(c.sk_tiles) + " tiles, grid " + std::to_string(c.grid) + ")";
+      return t + " stream-K (" + std::to_string(c.sk_tiles) + " tiles, grid " +
+             std::to_string(c.grid) + ")";
     case Sm90Schedule::kSplitK:
       return t + " split-K " + std::to_string(c.splits) +
              (c.separate_reduction ? " + reduction kernel" : " in-kernel") + " (grid " +
@@ -151,7 +153,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
       gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true);
   variants.insert(variants.begin(), heuristic);
   size_t ws_bytes = 256;
-  for (const auto& c : variants) ws_bytes = std::max(ws_bytes, gemm_kernels::ScheduleWorkspaceBytes(c));
+  for (const auto& c : variants)
+    ws_bytes = std::max(ws_bytes, gemm_kernels::ScheduleWorkspaceBytes(c));
   void* ws = nullptr;
   if (cudaMalloc(&ws, ws_bytes) != cudaSuccess) return false;
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
@@ -168,7 +171,9 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   cudaDeviceSynchronize();
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
-    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i]).empty();
+    return cublas
+        .Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i])
+        .empty();
   });
   for (size_t v = 0; v < variants.size(); ++v)
     impls.push_back([&, v](int i) { return plans[v][i]->Launch(nullptr).empty(); });
@@ -178,7 +183,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
   std::printf("\n%s (cuBLAS %.1f us, %.0f TFLOP/s, %.2f TB/s)\n", name, ms[0] * 1e3,
               flops / ms[0] / 1e9, bytes / ms[0] / 1e9);
-  std::printf("| variant | us | TFLOP/s | TB/s | ours/cuBLAS | rel diff |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| variant | us | TFLOP/s | TB/s | ours/cuBLAS | rel diff |\n|---|---|---|---|---|---|\n");
   for (size_t v = 0; v < variants.size(); ++v) {
     cudaMemset(buf.d[0], 0xFF, s.batch * s.m * s.n * 2);
     plans[v][0]->Launch(nullptr);
@@ -186,7 +192,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
     const double rel = RelDiffBf16(buf.d[0], buf.dref[0], s.batch * s.m * s.n);
     const double t = ms[v + 1];
     std::printf("| %s%s | %.1f | %.0f | %.2f | %.3f | %.1e |\n", v == 0 ? "heuristic: " : "",
-                Describe(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9, ms[0] / t, rel);
+                Describe(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9, ms[0] / t,
+                rel);
   }
   std::fflush(stdout);
   cudaFree(ws);
@@ -263,7 +270,9 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   const int grids[] = {g_sms, 2 * g_sms, 4 * g_sms, 8 * g_sms};
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
-    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i]).empty();
+    return cublas
+        .Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i])
+        .empty();
   });
   impls.push_back([&](int i) { return ours[i].Run(nullptr).ok(); });
   for (int g : grids)
@@ -293,10 +302,11 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   std::printf("| %s | %.1f MB | %.1f | %.1f | %.1f (%.2f TB/s) | %.1f | %.2f | %.2f |\n", name,
               bytes / 1e6, ms[0] * 1e3, ms[1] * 1e3, floor_ms * 1e3, bytes / floor_ms / 1e9,
               ms[0] / 1.2 * 1e3, ms[0] / ms[1], ms[0] / floor_ms);
-  std::printf("|   (grid %d/%d/%d/%d: reads then writes %.1f/%.1f/%.1f/%.1f us; interleaved "
-              "%.1f/%.1f/%.1f/%.1f us; cudaMemcpy of half the bytes each way %.1f us) |\n",
-              grids[0], grids[1], grids[2], grids[3], ms[2] * 1e3, ms[3] * 1e3, ms[4] * 1e3,
-              ms[5] * 1e3, ms[6] * 1e3, ms[7] * 1e3, ms[8] * 1e3, ms[9] * 1e3, ms[10] * 1e3);
+  std::printf(
+      "|   (grid %d/%d/%d/%d: reads then writes %.1f/%.1f/%.1f/%.1f us; interleaved "
+      "%.1f/%.1f/%.1f/%.1f us; cudaMemcpy of half the bytes each way %.1f us) |\n",
+      grids[0], grids[1], grids[2], grids[3], ms[2] * 1e3, ms[3] * 1e3, ms[4] * 1e3, ms[5] * 1e3,
+      ms[6] * 1e3, ms[7] * 1e3, ms[8] * 1e3, ms[9] * 1e3, ms[10] * 1e3);
   std::fflush(stdout);
   return true;
 }
@@ -348,7 +358,8 @@ int main(int argc, char** argv) {
     std::vector<Sm90LaunchChoice> v;
     for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
       v.push_back(DataParallel(t, Tiles(t, s)));
-      v.push_back(gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
+      v.push_back(
+          gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
     }
     run(name, s, v);
   }
@@ -370,8 +381,9 @@ int main(int argc, char** argv) {
                                 {"floor 16 x 1024^3", Shape{16, 1024, 1024, 1024}}}) {
     if (!Selected(name, argc, argv)) continue;
     if (!header) {
-      std::printf("\n| case | bytes | cuBLAS us | ours us | streaming floor us | 1.2x target us | "
-                  "ours/cuBLAS | floor/cuBLAS (speed-up bound) |\n|---|---|---|---|---|---|---|---|\n");
+      std::printf(
+          "\n| case | bytes | cuBLAS us | ours us | streaming floor us | 1.2x target us | "
+          "ours/cuBLAS | floor/cuBLAS (speed-up bound) |\n|---|---|---|---|---|---|---|---|\n");
       header = true;
     }
     if (!RunFloor(name, s, cublas)) {

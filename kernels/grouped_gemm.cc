@@ -83,7 +83,7 @@ Sm90Tile ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms) 
   Sm90Tile best = Sm90Tile::k128x256;
   for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
     const Sm90TileShape s = ShapeOf(tile);
-    const double scale = tile == Sm90Tile::k128x256 ? 1.0 : 0.56;  // PerElementCost x area
+    const double scale = TileCostScale(tile);
     double work = 0, longest = 0;
     for (const NormalizedProblem& p : ps) {
       const double kb = double((p.k + 63) / 64);

@@ -36,6 +36,11 @@ double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num
 
 }  // namespace
 
+double TileCostScale(Sm90Tile tile) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
+}
+
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms) {
   (void)k;  // both tiles share BK; K only scales both estimates alike
   if (num_sms < 1) num_sms = 1;
@@ -98,11 +103,6 @@ struct Candidate {
   double cost;
 };
 
-double TileScale(Sm90Tile tile) {
-  const Sm90TileShape s = ShapeOf(tile);
-  return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
-}
-
 // The problem as the cost model sees it.
 struct Problem {
   int64_t m, n, k, batch;
@@ -132,7 +132,7 @@ struct Problem {
 // One CTA's k-loop over `kb` k-blocks of `tile` (all its waves): the tensor
 // cores' time, or the streaming time where operands come from DRAM.
 double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb) {
-  const double mma = double(kb) * TileScale(tile);
+  const double mma = double(kb) * TileCostScale(tile);
   const double stream = p.dram_fraction(tile) * double(kb) * LatencyItersPerKBlock(tile) +
                         p.unique_bytes() / kDramBytesPerIter;
   return std::max(mma, stream);
@@ -166,9 +166,11 @@ Candidate StreamK(const Problem& p, Sm90Tile tile) {
   c.choice.workspace_slots = sms;
   const double fixup = kStoreIters + double(peers - 1) * kReduceIters;
   c.cost = (double(dp_waves * kb) + kStreamKInefficiency * (double(per_cta) + fixup)) *
-           TileScale(tile);
+           TileCostScale(tile);
   // Streaming operands from DRAM, stream-K is bound like any k-loop.
-  c.cost = std::max(c.cost, LoopIters(p, tile, dp_waves * kb + per_cta) + fixup * TileScale(tile));
+  const double streaming =
+      LoopIters(p, tile, dp_waves * kb + per_cta) + fixup * TileCostScale(tile);
+  c.cost = std::max(c.cost, streaming);
   return c;
 }
 
@@ -208,8 +210,9 @@ double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t b
     // (kernels/sm90/gemm_kernel.cuh, ReducePartials).
     const double row_share = rows / ShapeOf(tile).bm;
     const double read_share = tile == Sm90Tile::k128x256 ? 1.0 : row_share;
-    return loop + (kSplitStoreIters * row_share + double(splits - 1) * kSplitReduceIters * read_share) *
-                      TileScale(tile);
+    const double reduce = kSplitStoreIters * row_share +
+                          double(splits - 1) * kSplitReduceIters * read_share;
+    return loop + reduce * TileCostScale(tile);
   }
   const double partial_bytes = double(p.tiles(tile)) * splits * rows * ShapeOf(tile).bn * 4.0;
   return loop + kReduceLaunchIters + 2.0 * partial_bytes / kPartialBytesPerIter;

@@ -17,6 +17,10 @@ struct Sm90TileShape {
 
 Sm90TileShape ShapeOf(Sm90Tile tile);
 
+// Estimated time of one k-block of `tile` relative to one of the 128x256
+// tile (its area times its per-element cost): 1.0 and 0.52.
+double TileCostScale(Sm90Tile tile);
+
 // Picks the tile with the lowest estimated time: whole waves of tiles over the
 // SMs (a partial last wave costs a full one) times the work of one tile,
 // weighted by how efficiently each tile shape feeds the tensor cores.

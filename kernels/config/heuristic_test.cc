@@ -38,6 +38,11 @@ TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
   EXPECT_EQ(ChooseSm90Tile(1024, 1024, 1024, 16, kH200Sms), Sm90Tile::k128x256);
 }
 
+TEST(Heuristic, TileCostScaleIsAreaTimesPerElementCost) {
+  EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x256), 1.0);
+  EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x128), 0.52);
+}
+
 TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
   // One tile either way: the smaller tile does less work.
   EXPECT_EQ(ChooseSm90Tile(1, 1, 1, 1, 0), Sm90Tile::k128x128);
