@@ -364,6 +364,38 @@ TEST(GroupedTileScheduler, RandomProblemLists) {
   }
 }
 
+// ProblemOf (a binary search from the cursor) agrees with a linear walk for
+// every tile at or after the cursor, with one-tile problems (each step of a
+// CTA skips grid problems) and with mixed sizes.
+TEST(GroupedTileScheduler, ProblemOfMatchesALinearWalk) {
+  const int n = 512;
+  std::vector<GroupedProblemShape> ones(n);
+  for (int p = 0; p < n; ++p) ones[p] = {1, 1, 4, 1, p};
+  GroupedTileScheduler s(ones.data(), n, n, 132, 5);
+  WorkUnit w;
+  int64_t expected = 5;
+  while (s.Next(&w)) {
+    EXPECT_EQ(w.tile.batch, expected);
+    expected += 132;
+  }
+  EXPECT_EQ(expected, 5 + 4 * 132);
+  std::mt19937 rng(11);
+  std::vector<GroupedProblemShape> mixed(300);
+  int64_t total = 0;
+  for (auto& m : mixed) {
+    const int tiles = 1 + rng() % 9;
+    m = {tiles, 1, 2, 1, total};
+    total += tiles;
+  }
+  GroupedTileScheduler g(mixed.data(), 300, total, 7, 0);
+  for (int64_t t = 0; t < total; t += 1 + rng() % 20) {
+    int linear = g.problem;
+    while (linear + 1 < 300 && mixed[linear + 1].tile_start <= t) ++linear;
+    ASSERT_EQ(g.ProblemOf(t), linear) << "tile " << t;
+    g.problem = linear;
+  }
+}
+
 // The schedules the heuristic actually launches, for random GEMM shapes and
 // SM counts: same checks, with the heuristic's own grid.
 TEST(Heuristic, ChosenSchedulesAreSound) {
