@@ -85,17 +85,18 @@ struct KernelScheduler;
 
 template <>
 struct KernelScheduler<false> : StreamKScheduler {
-  __device__ explicit KernelScheduler(const KernelParams& p)
+  __device__ KernelScheduler(const KernelParams& p, const GroupedProblemShape*)
       : StreamKScheduler(p.tiles_m, p.tiles_n, p.batch, p.group_m, p.k_blocks, p.sk_tiles,
                          gridDim.x, blockIdx.x, p.partials_only != 0) {}
 };
 
+// `shapes`: p.group_shapes or its shared-memory copy.
 template <>
 struct KernelScheduler<true> : GroupedTileScheduler {
-  __device__ explicit KernelScheduler(const KernelParams& p)
-      : GroupedTileScheduler(p.group_shapes, p.num_problems, p.group_tiles, gridDim.x,
-                             blockIdx.x) {}
+  __device__ KernelScheduler(const KernelParams& p, const GroupedProblemShape* shapes)
+      : GroupedTileScheduler(shapes, p.num_problems, p.group_tiles, gridDim.x, blockIdx.x) {}
 };
+
 
 // kPingPong: each consumer warpgroup takes whole 128 x kBN tiles in turn
 // (tiles 0, 2, 4, ... and 1, 3, 5, ... of this CTA), so one consumer's
@@ -140,9 +141,37 @@ struct SharedStorage {
   uint64_t mainloop_done[2];  // ping-pong: consumer c finished a tile's k-loop
 };
 
+// Grouped kernels copy the problem shapes of groups up to this size into
+// shared memory behind the ring (12 KB): the tile scheduler's binary search
+// then probes shared memory instead of global memory, several dependent
+// loads per tile. Larger groups search the global copy.
+constexpr int kSmemGroupShapes = 512;
+
 template <class Cfg>
 constexpr size_t SmemBytes() {
   return sizeof(SharedStorage<Cfg>) + 1024;  // slack to align the dynamic base
+}
+
+template <class Cfg, bool kGrouped>
+constexpr size_t KernelSmemBytes() {
+  return SmemBytes<Cfg>() + (kGrouped ? kSmemGroupShapes * sizeof(GroupedProblemShape) : 0);
+}
+
+// Where a grouped kernel's tile schedulers read the problem shapes: the
+// shared-memory copy behind the ring when the group fits, else global memory.
+template <class Cfg>
+__device__ __forceinline__ GroupedProblemShape* SmemGroupShapes(SharedStorage<Cfg>& ss) {
+  return reinterpret_cast<GroupedProblemShape*>(reinterpret_cast<uint8_t*>(&ss) +
+                                                sizeof(SharedStorage<Cfg>));
+}
+
+template <class Cfg, bool kGrouped>
+__device__ __forceinline__ const GroupedProblemShape* ScheduleShapes(const KernelParams& p,
+                                                                     SharedStorage<Cfg>& ss) {
+  if constexpr (kGrouped) {
+    if (p.num_problems <= kSmemGroupShapes) return SmemGroupShapes(ss);
+  }
+  return p.group_shapes;
 }
 
 // ---------------------------------------------------------------- producer
@@ -162,7 +191,7 @@ __device__ __forceinline__ void LoadOperand(const CUtensorMap* tmap, uint8_t* ds
 
 template <class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss) {
-  KernelScheduler<kGrouped> sched(p);
+  KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
   WorkUnit w;
   int stage = 0;
   uint32_t phase = 0;
@@ -703,7 +732,7 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
 template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
   constexpr int kBN = Cfg::kBN_;
-  KernelScheduler<kGrouped> sched(p);
+  KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
   WorkUnit w;
   const bool warp_leader = threadIdx.x % 32 == 0;
   int stage = 0;
@@ -846,6 +875,13 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   // and can only take an SM once our CTA there has exited.
   ptx::GridDependencyWait();
   ptx::LaunchDependents();
+  if constexpr (kGrouped) {
+    if (p.num_problems <= kSmemGroupShapes) {
+      GroupedProblemShape* shapes = SmemGroupShapes(ss);
+      for (int i = threadIdx.x; i < p.num_problems; i += blockDim.x) shapes[i] = p.group_shapes[i];
+    }
+    __syncthreads();
+  }
   // NOTES: the producer needs few registers; giving them to the consumers
   // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
   if (warpgroup == 0) {

@@ -77,9 +77,10 @@ struct KernelInfo {
 template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
 KernelInfo Info() {
   using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK, kPP>;
-  static_assert(sm90::SmemBytes<Cfg>() <= 227 * 1024, "stage ring exceeds Hopper shared memory");
+  constexpr size_t kSmem = sm90::KernelSmemBytes<Cfg, kGrouped>();
+  static_assert(kSmem <= 227 * 1024, "shared storage exceeds Hopper shared memory");
   return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
-          sm90::SmemBytes<Cfg>(), Cfg::kStages, Cfg::kBK};
+          kSmem, Cfg::kStages, Cfg::kBK};
 }
 
 template <typename In, int kBN, bool kPP, bool kGrouped = false>
