@@ -211,10 +211,14 @@ float DecodeOut(DataType t, const uint8_t* p) {
 }
 
 // fp32 outputs of two summation orders differ by roughly eps * sqrt(K).
+// fp32 outputs: two fp32 accumulations of K products in different orders
+// (data-parallel against split or stream-K) differ by ~eps * sqrt(K) * c;
+// tensor-core accumulation gave c up to ~5 (7.68e-5 at K = 65536 with 128
+// splits, round 5), so the bound allows twice that.
 double OutTolerance(DataType out, int64_t k = 1) {
   return out == DataType::kBF16 ? 1e-2
          : out == DataType::kF16 ? 2e-3
-                                 : std::max(1e-5, 3e-7 * std::sqrt(double(k)));
+                                 : std::max(1e-5, 6e-7 * std::sqrt(double(k)));
 }
 
 // ||x - y|| / ||y|| over all elements; counts non-finite values of x.
