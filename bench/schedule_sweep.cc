@@ -354,12 +354,19 @@ int main(int argc, char** argv) {
   }
   for (const auto& [name, s] : {std::pair{"tiles 4224^3", Shape{1, 4224, 4224, 4224}},
                                 {"tiles 3072^3", Shape{1, 3072, 3072, 3072}},
-                                {"tiles 1920x1920x8192", Shape{1, 1920, 1920, 8192}}}) {
+                                {"tiles 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
+                                {"tiles 1000^3", Shape{1, 1000, 1000, 1000}},
+                                {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}}}) {
     std::vector<Sm90LaunchChoice> v;
     for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
       v.push_back(DataParallel(t, Tiles(t, s)));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
+      // Short K with fewer tiles than SMs: two splits fill the SMs.
+      if (2 * Tiles(t, s) <= g_sms) {
+        v.push_back(SplitK(t, Tiles(t, s), 2, false));
+        v.push_back(SplitK(t, Tiles(t, s), 2, true));
+      }
     }
     run(name, s, v);
   }
