@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Runs on the GPU box from the folder unpacked from .gpu/kernels.tar.xz
-# (bench/bundle_kernels.sh), about 6 minutes: SASS summary, both kernel GPU
+# Runs on the GPU box from the folder unpacked from .gpu/kernel_suite.tar.xz
+# (bench/bundle_kernel_suite.sh), about 6 minutes: SASS summary, both kernel GPU
 # tests, compute-sanitizer memcheck on the split-K reduction cases,
 # schedule_sweep (split counts, tiles, batched tiles, streaming floors),
 # schedule_bench (all sections), kernel_bench and the GPU server test
 # with a 3 s soak. Logs go to $OUT.
-# usage: [SWEEP="section filters"] bash kernels/run_kernels_device.sh
+# usage: [SWEEP="section filters"] bash kernel_suite/run_kernel_suite_device.sh
 set -u
 source "$(dirname "$0")/device_lib.sh"
 { date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
