@@ -6,8 +6,9 @@
 //                  (with workspace), data-parallel alone, forced stream-K,
 //                  forced split-K; geometric means at the end.
 //   "skinny ..."   7 x 8192 x 8192: effective TB/s (bytes of A, B and D).
-//   "grouped ..."  random M_i (seed printed): our grouped kernel,
-//                  cublasGemmGroupedBatchedEx, a loop of cublasGemmEx calls.
+//   "grouped ..."  random M_i (seed printed): our grouped kernel (its own tile
+//                  and each tile forced), cublasGemmGroupedBatchedEx, a loop
+//                  of cublasGemmEx calls.
 // Method as in kernel_bench: bf16 random inputs (never zeros), A row-major,
 // B column-major, D row-major, rotating buffer sets so each case's working set
 // is >= 4x the L2, warm-up, samples of kRunsPerSample launches timed with CUDA
@@ -24,6 +25,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bench/cublas_baseline.h"
@@ -227,7 +229,8 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
     void* ws = nullptr;
   };
   std::vector<Set> S(sets);
-  std::vector<GroupedGemm> ours(sets);
+  // Ours with the tile the grouped heuristic picks, and with each tile forced.
+  std::vector<GroupedGemm> ours(sets), wide(sets), square(sets);
   std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
   for (int s = 0; s < sets; ++s) {
     GroupedGemmArguments args;
@@ -254,11 +257,17 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
       args.problems.push_back(p);
       members.push_back({ms[i], gc.n, gc.k, a, b, dref});
     }
-    CHECK_CUDA(cudaMalloc(&S[s].ws, std::max<size_t>(256, GroupedGemm::WorkspaceSize(args))));
-    const absl::Status st = ours[s].Initialize(args, S[s].ws);
-    if (!st.ok()) {
-      std::fprintf(stderr, "%s: %s\n", gc.name, st.ToString().c_str());
-      return false;
+    const size_t ws_bytes = std::max<size_t>(256, GroupedGemm::WorkspaceSize(args));
+    CHECK_CUDA(cudaMalloc(&S[s].ws, 3 * ws_bytes));
+    unsigned char* ws = static_cast<unsigned char*>(S[s].ws);
+    for (auto [g, hint, off] : {std::tuple{&ours[s], TileHint::kAuto, 0},
+                                {&wide[s], TileHint::k128x256, 1},
+                                {&square[s], TileHint::k128x128, 2}}) {
+      const absl::Status st = g->Initialize(args, ws + off * ws_bytes, hint);
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s: %s\n", gc.name, st.ToString().c_str());
+        return false;
+      }
     }
     theirs.push_back(std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, members));
   }
@@ -277,7 +286,9 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
           }
         }
         return true;
-      }};
+      },
+      [&](int s) { return wide[s].Run(nullptr).ok(); },
+      [&](int s) { return square[s].Run(nullptr).ok(); }};
   std::vector<double> t;
   if (!TimeInterleaved(impls, sets, &t)) return false;
   // Agreement on set 0 with cuBLAS (the loop wrote dref last).
@@ -289,10 +300,11 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   }
   auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
   const double best_cublas = std::min(t[1], t[2]);
-  std::printf("| %s (seed %llu) | %s | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.2f | %.2f | %.1e |\n",
+  std::printf("| %s (seed %llu) | %s | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.2f | %.2f | %.1f | %.1f "
+              "| %.1e |\n",
               gc.name, static_cast<unsigned long long>(seed), ours[0].kernel_name().c_str(),
               tf(t[0]), tf(t[1]), gc.cublas_grouped_ref, tf(t[2]), gc.cublas_loop_ref, t[1] / t[0],
-              best_cublas / t[0], worst);
+              best_cublas / t[0], tf(t[3]), tf(t[4]), worst);
   std::fflush(stdout);
   for (Set& s : S) {
     for (void* p : s.a) cudaFree(p);
@@ -388,8 +400,9 @@ int main(int argc, char** argv) {
     if (!Selected(gc.name, argc, argv)) continue;
     if (!header) {
       std::printf("\n| case | our kernel | ours TFLOP/s | cublasGemmGroupedBatchedEx (issue) | loop of "
-                  "cublasGemmEx (issue) | ours/grouped cuBLAS | ours/best cuBLAS | max rel diff |\n"
-                  "|---|---|---|---|---|---|---|---|\n");
+                  "cublasGemmEx (issue) | ours/grouped cuBLAS | ours/best cuBLAS | forced 128x256 | "
+                  "forced 128x128 | max rel diff |\n"
+                  "|---|---|---|---|---|---|---|---|---|---|\n");
       header = true;
     }
     if (!RunGrouped(gc, cublas, seed)) {
