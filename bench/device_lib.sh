@@ -21,3 +21,22 @@ sass_summary() {
     /HGMMA/ { h++ } /[^A-Z](LDL|STL)[^A-Z]/ { l++ }
     END { if (name) printf "%-100s HGMMA=%d LDL/STL=%d\n", name, h, l }' >"$2"
 }
+
+# kernel_gpu_tests: gemm_gpu_test and schedules_gpu_test from $D, logs in
+# $OUT/gemm_test.log and $OUT/schedules_test.log, summaries on stdout.
+# Returns 1 when the schedule test hung (timeout or its watchdog), so the
+# caller can skip what would follow a wedged GPU.
+kernel_gpu_tests() {
+  echo "== gemm_gpu_test"
+  timeout 150 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
+  echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
+  echo "== schedules_gpu_test"
+  timeout 150 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
+  local rc=$?
+  echo "rc=$rc"
+  grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG|stream-K [0-9]|seed|_reduce" \
+    "$OUT/schedules_test.log" | head -40
+  if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
+    echo "hang"; tail -5 "$OUT/schedules_test.log"; return 1
+  fi
+}

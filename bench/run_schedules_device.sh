@@ -11,16 +11,7 @@ source "$(dirname "$0")/device_lib.sh"
 sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
 echo "== SASS: $(grep -c Sm90 "$OUT/sass_summary.txt") sm90 kernels, $(grep Sm90 "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
 
-echo "== gemm_gpu_test"
-timeout 60 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
-echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
-echo "== schedules_gpu_test"
-timeout 120 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
-rc=$?
-echo "rc=$rc"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG|stream-K [0-9]|seed" "$OUT/schedules_test.log" | head -30
-if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
-  echo "hang: skipping benchmarks"; tail -5 "$OUT/schedules_test.log"; exit 1
-fi
+kernel_gpu_tests || exit 1
 echo "== schedule_bench"
 timeout 150 "$D/schedule_bench" >"$OUT/schedule_bench.log" 2>&1
 echo "rc=$?"; cat "$OUT/schedule_bench.log"

@@ -14,16 +14,7 @@ source "$(dirname "$0")/device_lib.sh"
 sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
 echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA; reduction kernels: $(grep -c SplitKReduce "$OUT/sass_summary.txt")"
 
-echo "== gemm_gpu_test"
-timeout 150 "$D/gemm_gpu_test" >"$OUT/gemm_test.log" 2>&1
-echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gemm_test.log" | head -8
-echo "== schedules_gpu_test"
-timeout 150 "$D/schedules_gpu_test" >"$OUT/schedules_test.log" 2>&1
-rc=$?
-echo "rc=$rc"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|^\[       OK|Failure|WATCHDOG|stream-K [0-9]|seed|_reduce" "$OUT/schedules_test.log" | head -40
-if [ $rc -eq 124 ] || grep -q WATCHDOG "$OUT/schedules_test.log"; then
-  echo "hang: skipping the rest"; tail -5 "$OUT/schedules_test.log"; exit 1
-fi
+kernel_gpu_tests || exit 1
 echo "== compute-sanitizer memcheck: SplitKReductionKernel"
 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
   --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1

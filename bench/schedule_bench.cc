@@ -28,11 +28,11 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/bf16_data.h"
 #include "bench/cublas_baseline.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
-#include "kernels/testing/host_types.h"
 
 namespace {
 
@@ -48,7 +48,6 @@ using gemm_kernels::TileHint;
 constexpr int kWarmup = 5;
 constexpr int kSamples = 21;
 constexpr int kRunsPerSample = 8;
-constexpr int64_t kPoolElems = int64_t(64) << 20;
 
 #define CHECK_CUDA(expr)                                                                      \
   do {                                                                                        \
@@ -59,43 +58,10 @@ constexpr int64_t kPoolElems = int64_t(64) << 20;
     }                                                                                         \
   } while (0)
 
-void* g_pool = nullptr;  // kPoolElems random bf16 values on the device
 size_t g_l2 = 0;
 int g_sms = 0;
 
-bool MakePool() {
-  std::vector<uint16_t> h(kPoolElems);
-  uint64_t s = 0x9E3779B97F4A7C15ull;
-  for (auto& v : h) {
-    s ^= s >> 12;
-    s ^= s << 25;
-    s ^= s >> 27;
-    const float f = float((s * 2685821657736338717ull) >> 40) / float(1 << 23) - 1.0f;
-    v = gemm_kernels::testing::FloatToBf16(f);
-  }
-  CHECK_CUDA(cudaMalloc(&g_pool, kPoolElems * 2));
-  CHECK_CUDA(cudaMemcpy(g_pool, h.data(), kPoolElems * 2, cudaMemcpyHostToDevice));
-  return true;
-}
-
-// A device buffer of `elems` bf16 values copied from the pool at `seed`-dependent offsets.
-void* RandomBuffer(int64_t elems, uint64_t seed) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, std::max<int64_t>(elems, 8) * 2) != cudaSuccess) return nullptr;
-  std::mt19937_64 rng(seed);
-  for (int64_t done = 0; done < elems;) {
-    const int64_t off = 8 * std::uniform_int_distribution<int64_t>(0, kPoolElems / 16)(rng);
-    const int64_t n = std::min(elems - done, kPoolElems - off);
-    cudaMemcpy(static_cast<uint16_t*>(p) + done, static_cast<uint16_t*>(g_pool) + off, n * 2,
-               cudaMemcpyDeviceToDevice);
-    done += n;
-  }
-  return p;
-}
-
-int SetsFor(size_t set_bytes) {
-  return int(std::min<size_t>(16, std::max<size_t>(1, (4 * g_l2) / std::max<size_t>(set_bytes, 1) + 1)));
-}
+int SetsFor(size_t set_bytes) { return gemm_bench::RotatingSets(set_bytes, g_l2); }
 
 using gemm_bench::Launcher;
 
@@ -103,21 +69,6 @@ constexpr gemm_bench::TimingPlan kPlan{kWarmup, kSamples, kRunsPerSample};
 
 bool TimeInterleaved(const std::vector<Launcher>& impls, int sets, std::vector<double>* ms) {
   return gemm_bench::TimeInterleaved(impls, sets, kPlan, ms);
-}
-
-double MaxRelDiffBf16(const void* x, const void* y, int64_t elems) {
-  std::vector<uint16_t> a(elems), b(elems);
-  cudaMemcpy(a.data(), x, elems * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(b.data(), y, elems * 2, cudaMemcpyDeviceToHost);
-  double e2 = 0, r2 = 0;
-  for (int64_t i = 0; i < elems; ++i) {
-    const double u = gemm_kernels::testing::Bf16ToFloat(a[i]);
-    const double v = gemm_kernels::testing::Bf16ToFloat(b[i]);
-    if (!std::isfinite(u)) return NAN;
-    e2 += (u - v) * (u - v);
-    r2 += v * v;
-  }
-  return std::sqrt(e2 / std::max(r2, 1e-300));
 }
 
 struct DenseCase {
@@ -134,8 +85,8 @@ bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, boo
   const int sets = SetsFor(set_bytes);
   std::vector<void*> a(sets), b(sets), d(sets), dref(sets);
   for (int s = 0; s < sets; ++s) {
-    a[s] = RandomBuffer(m * k, 11 + s);
-    b[s] = RandomBuffer(k * n, 101 + s);
+    a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
+    b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
     CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
     CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
     CHECK_CUDA(cudaMemset(d[s], 0xFF, m * n * 2));
@@ -181,7 +132,7 @@ bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, boo
   if (!TimeInterleaved(impls, sets, &ms)) return false;
   if (!gemms[0][0].Run(nullptr).ok()) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  const double rel = MaxRelDiffBf16(d[0], dref[0], m * n);
+  const double rel = gemm_bench::RelDiffBf16(d[0], dref[0], m * n);
   const double flops = 2.0 * m * n * k;
   auto tf = [&](double t) { return flops / (t * 1e-3) / 1e12; };
   if (skinny) {
@@ -236,8 +187,8 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
     GroupedGemmArguments args;
     std::vector<gemm_bench::GroupedMember> members;
     for (int i = 0; i < gc.count; ++i) {
-      void* a = RandomBuffer(int64_t(ms[i]) * gc.k, 1000 * s + 2 * i);
-      void* b = RandomBuffer(int64_t(gc.k) * gc.n, 1000 * s + 2 * i + 1);
+      void* a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * gc.k, 1000 * s + 2 * i);
+      void* b = gemm_bench::RandomBf16Buffer(int64_t(gc.k) * gc.n, 1000 * s + 2 * i + 1);
       void *d = nullptr, *dref = nullptr;
       CHECK_CUDA(cudaMalloc(&d, size_t(ms[i]) * gc.n * 2));
       CHECK_CUDA(cudaMalloc(&dref, size_t(ms[i]) * gc.n * 2));
@@ -296,7 +247,7 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   CHECK_CUDA(cudaDeviceSynchronize());
   double worst = 0;
   for (int i = 0; i < gc.count; ++i) {
-    worst = std::max(worst, MaxRelDiffBf16(S[0].d[i], S[0].dref[i], int64_t(ms[i]) * gc.n));
+    worst = std::max(worst, gemm_bench::RelDiffBf16(S[0].d[i], S[0].dref[i], int64_t(ms[i]) * gc.n));
   }
   auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
   const double best_cublas = std::min(t[1], t[2]);
@@ -316,13 +267,6 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   return true;
 }
 
-bool Selected(const char* name, int argc, char** argv) {
-  if (argc < 2) return true;
-  for (int i = 1; i < argc; ++i)
-    if (std::strstr(name, argv[i])) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -336,7 +280,7 @@ int main(int argc, char** argv) {
   std::printf("device: %s, %d SMs, L2 %d MB, cc %d.%d\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, prop.major, prop.minor);
   gemm_bench::CublasBaseline cublas;
-  if (!cublas.ok() || !MakePool()) {
+  if (!cublas.ok()) {
     std::fprintf(stderr, "setup failed\n");
     return 1;
   }
@@ -362,7 +306,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<double, double>> ratios;
   int issue_set = 0;
   for (const DenseCase& dc : sk_cases) {
-    if (!Selected(dc.name, argc, argv)) continue;
+    if (!gemm_bench::CaseSelected(dc.name, argc, argv)) continue;
     if (!RunDense(dc, cublas, false, &ratios)) {
       std::printf("| %s | FAILED |\n", dc.name);
       ++failures;
@@ -381,7 +325,7 @@ int main(int argc, char** argv) {
   }
 
   const DenseCase skinny = {"skinny 7x8192x8192", 7, 8192, 8192, 0.99};
-  if (Selected(skinny.name, argc, argv)) {
+  if (gemm_bench::CaseSelected(skinny.name, argc, argv)) {
     std::printf("\n| case | our kernel | ours TB/s | cuBLAS TB/s | data-parallel TB/s | stream-K TB/s | "
                 "split-K TB/s | ours time | ours/cuBLAS | rel diff |\n|---|---|---|---|---|---|---|---|---|---|\n");
     std::vector<std::pair<double, double>> r;
@@ -397,7 +341,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 20261129;
   for (const GroupedCase& gc : grouped) {
     ++seed;
-    if (!Selected(gc.name, argc, argv)) continue;
+    if (!gemm_bench::CaseSelected(gc.name, argc, argv)) continue;
     if (!header) {
       std::printf("\n| case | our kernel | ours TFLOP/s | cublasGemmGroupedBatchedEx (issue) | loop of "
                   "cublasGemmEx (issue) | ours/grouped cuBLAS | ours/best cuBLAS | forced 128x256 | "

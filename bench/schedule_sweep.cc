@@ -18,14 +18,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "bench/bf16_data.h"
 #include "bench/cublas_baseline.h"
 #include "bench/dram_stream.h"
 #include "bench/interleaved_timing.h"
@@ -34,7 +32,6 @@
 #include "kernels/kernel_plan.h"
 #include "kernels/problem.h"
 #include "kernels/sm90/sm90_gemm.h"
-#include "kernels/testing/host_types.h"
 
 namespace {
 
@@ -48,38 +45,6 @@ constexpr gemm_bench::TimingPlan kPlan{5, 21, 8};
 
 size_t g_l2 = 0;
 int g_sms = 0;
-
-// A device buffer of `elems` random bf16 values in [-1, 1) (never all zero).
-void* RandomBf16(int64_t elems, uint64_t seed) {
-  std::vector<uint16_t> h(std::max<int64_t>(elems, 8));
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  for (auto& v : h) v = gemm_kernels::testing::FloatToBf16(u(rng));
-  void* p = nullptr;
-  if (cudaMalloc(&p, h.size() * 2) != cudaSuccess) return nullptr;
-  cudaMemcpy(p, h.data(), h.size() * 2, cudaMemcpyHostToDevice);
-  return p;
-}
-
-int SetsFor(size_t set_bytes) {
-  return int(
-      std::min<size_t>(16, std::max<size_t>(1, (4 * g_l2) / std::max<size_t>(set_bytes, 1) + 1)));
-}
-
-double RelDiffBf16(const void* x, const void* y, int64_t elems) {
-  std::vector<uint16_t> a(elems), b(elems);
-  cudaMemcpy(a.data(), x, elems * 2, cudaMemcpyDeviceToHost);
-  cudaMemcpy(b.data(), y, elems * 2, cudaMemcpyDeviceToHost);
-  double e2 = 0, r2 = 0;
-  for (int64_t i = 0; i < elems; ++i) {
-    const double u = gemm_kernels::testing::Bf16ToFloat(a[i]);
-    const double v = gemm_kernels::testing::Bf16ToFloat(b[i]);
-    if (!std::isfinite(u)) return NAN;
-    e2 += (u - v) * (u - v);
-    r2 += v * v;
-  }
-  return std::sqrt(e2 / std::max(r2, 1e-300));
-}
 
 struct Shape {
   int64_t batch, m, n, k;
@@ -98,10 +63,10 @@ struct Buffers {
 
 bool MakeBuffers(const Shape& s, Buffers* buf) {
   const size_t set_bytes = size_t(s.batch * (s.m * s.k + s.k * s.n + s.m * s.n)) * 2;
-  buf->sets = SetsFor(set_bytes);
+  buf->sets = gemm_bench::RotatingSets(set_bytes, g_l2);
   for (int i = 0; i < buf->sets; ++i) {
-    buf->a.push_back(RandomBf16(s.batch * s.m * s.k, 11 + i));
-    buf->b.push_back(RandomBf16(s.batch * s.k * s.n, 101 + i));
+    buf->a.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.m * s.k, 11 + i));
+    buf->b.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.k * s.n, 101 + i));
     void *d = nullptr, *dref = nullptr;
     if (cudaMalloc(&d, s.batch * s.m * s.n * 2) != cudaSuccess ||
         cudaMalloc(&dref, s.batch * s.m * s.n * 2) != cudaSuccess)
@@ -114,7 +79,8 @@ bool MakeBuffers(const Shape& s, Buffers* buf) {
   return true;
 }
 
-gemm_kernels::NormalizedProblem Problem(const Shape& s, const Buffers& buf, int set) {
+// The GEMM of input set `set`: D = A B over `s.batch` packed members.
+gemm_kernels::GemmArguments Arguments(const Shape& s, const Buffers& buf, int set) {
   gemm_kernels::GemmArguments g;
   g.m = s.m;
   g.n = s.n;
@@ -123,7 +89,7 @@ gemm_kernels::NormalizedProblem Problem(const Shape& s, const Buffers& buf, int 
   g.a = {buf.a[set], DataType::kBF16, Layout::kRowMajor, s.k, s.m * s.k};
   g.b = {buf.b[set], DataType::kBF16, Layout::kColMajor, s.k, s.k * s.n};
   g.d = {buf.d[set], DataType::kBF16, Layout::kRowMajor, s.n, s.m * s.n};
-  return gemm_kernels::Normalize(g);
+  return g;
 }
 
 std::string Describe(const Sm90LaunchChoice& c) {
@@ -161,7 +127,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   for (size_t v = 0; v < variants.size(); ++v) {
     for (int i = 0; i < buf.sets; ++i) {
       std::string error;
-      plans[v].push_back(gemm_kernels::MakeSm90Plan(Problem(s, buf, i), variants[v], ws, &error));
+      plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)),
+                                                    variants[v], ws, &error));
       if (!plans[v].back()) {
         std::fprintf(stderr, "%s %s: %s\n", name, Describe(variants[v]).c_str(), error.c_str());
         return false;
@@ -189,7 +156,7 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
     cudaMemset(buf.d[0], 0xFF, s.batch * s.m * s.n * 2);
     plans[v][0]->Launch(nullptr);
     cudaDeviceSynchronize();
-    const double rel = RelDiffBf16(buf.d[0], buf.dref[0], s.batch * s.m * s.n);
+    const double rel = gemm_bench::RelDiffBf16(buf.d[0], buf.dref[0], s.batch * s.m * s.n);
     const double t = ms[v + 1];
     std::printf("| %s%s | %.1f | %.0f | %.2f | %.3f | %.1e |\n", v == 0 ? "heuristic: " : "",
                 Describe(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9, ms[0] / t,
@@ -200,28 +167,14 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   return cudaGetLastError() == cudaSuccess;
 }
 
-Sm90LaunchChoice SplitK(Sm90Tile tile, int64_t tiles, int splits, bool separate) {
-  Sm90LaunchChoice c;
-  c.tile = tile;
-  c.schedule = Sm90Schedule::kSplitK;
-  c.splits = splits;
-  c.separate_reduction = separate;
-  c.sk_tiles = tiles;
-  c.grid = int(tiles * splits);
-  c.workspace_slots = tiles * splits;
-  return c;
-}
-
-Sm90LaunchChoice DataParallel(Sm90Tile tile, int64_t tiles) {
-  Sm90LaunchChoice c;
-  c.tile = tile;
-  c.grid = gemm_kernels::PersistentGridSize(tiles, g_sms);
-  return c;
+// The data-parallel launch of `s` on `tile`.
+Sm90LaunchChoice DataParallel(Sm90Tile tile, const Shape& s) {
+  return gemm_kernels::MakeSm90Launch(tile, Sm90Schedule::kDataParallel, s.m, s.n, s.k, s.batch, 64,
+                                      g_sms);
 }
 
 int64_t Tiles(Sm90Tile tile, const Shape& s) {
-  const auto t = gemm_kernels::ShapeOf(tile);
-  return s.batch * ((s.m + t.bm - 1) / t.bm) * ((s.n + t.bn - 1) / t.bn);
+  return gemm_kernels::TileCount(tile, s.m, s.n, s.batch);
 }
 
 // Every split count in `counts` that fits one wave, both reductions (the
@@ -229,11 +182,11 @@ int64_t Tiles(Sm90Tile tile, const Shape& s) {
 std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vector<int> counts) {
   std::vector<Sm90LaunchChoice> out;
   const int64_t tiles = Tiles(tile, s);
-  out.push_back(DataParallel(tile, tiles));
+  out.push_back(DataParallel(tile, s));
   for (int n : counts) {
     if (tiles * n > g_sms) continue;
-    if (n <= 32) out.push_back(SplitK(tile, tiles, n, false));
-    out.push_back(SplitK(tile, tiles, n, true));
+    if (n <= 32) out.push_back(gemm_kernels::SplitKLaunch(tile, tiles, n, false));
+    out.push_back(gemm_kernels::SplitKLaunch(tile, tiles, n, true));
   }
   return out;
 }
@@ -244,17 +197,8 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
   std::vector<gemm_kernels::Gemm> ours(buf.sets);
-  for (int i = 0; i < buf.sets; ++i) {
-    gemm_kernels::GemmArguments g;
-    g.m = s.m;
-    g.n = s.n;
-    g.k = s.k;
-    g.batch_count = s.batch;
-    g.a = {buf.a[i], DataType::kBF16, Layout::kRowMajor, s.k, s.m * s.k};
-    g.b = {buf.b[i], DataType::kBF16, Layout::kColMajor, s.k, s.k * s.n};
-    g.d = {buf.d[i], DataType::kBF16, Layout::kRowMajor, s.n, s.m * s.n};
-    if (!ours[i].Initialize(g).ok()) return false;
-  }
+  for (int i = 0; i < buf.sets; ++i)
+    if (!ours[i].Initialize(Arguments(s, buf, i)).ok()) return false;
   const size_t read_bytes = size_t(s.batch * (s.m * s.k + s.k * s.n)) * 2;
   const size_t write_bytes = size_t(s.batch * s.m * s.n) * 2;
   // The stream reads A's buffer then B's as one span: give it its own
@@ -311,13 +255,6 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   return true;
 }
 
-bool Selected(const char* name, int argc, char** argv) {
-  if (argc < 2) return true;
-  for (int i = 1; i < argc; ++i)
-    if (std::strstr(name, argv[i])) return true;
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -333,7 +270,7 @@ int main(int argc, char** argv) {
   if (!cublas.ok()) return 1;
   int failures = 0;
   auto run = [&](const char* name, const Shape& s, std::vector<Sm90LaunchChoice> v) {
-    if (!Selected(name, argc, argv)) return;
+    if (!gemm_bench::CaseSelected(name, argc, argv)) return;
     if (!RunVariants(name, s, std::move(v), cublas)) {
       std::printf("%s FAILED\n", name);
       ++failures;
@@ -359,13 +296,13 @@ int main(int argc, char** argv) {
                                 {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}}}) {
     std::vector<Sm90LaunchChoice> v;
     for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
-      v.push_back(DataParallel(t, Tiles(t, s)));
+      v.push_back(DataParallel(t, s));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
       // Short K with fewer tiles than SMs: two splits fill the SMs.
       if (2 * Tiles(t, s) <= g_sms) {
-        v.push_back(SplitK(t, Tiles(t, s), 2, false));
-        v.push_back(SplitK(t, Tiles(t, s), 2, true));
+        v.push_back(gemm_kernels::SplitKLaunch(t, Tiles(t, s), 2, false));
+        v.push_back(gemm_kernels::SplitKLaunch(t, Tiles(t, s), 2, true));
       }
     }
     run(name, s, v);
@@ -378,7 +315,7 @@ int main(int argc, char** argv) {
                                 {"batched 16 x 1024^3", Shape{16, 1024, 1024, 1024}}}) {
     std::vector<Sm90LaunchChoice> v;
     for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x128PingPong})
-      v.push_back(DataParallel(t, Tiles(t, s)));
+      v.push_back(DataParallel(t, s));
     run(name, s, v);
   }
   bool header = false;
@@ -386,7 +323,7 @@ int main(int argc, char** argv) {
                                 {"floor 256 x 256^3", Shape{256, 256, 256, 256}},
                                 {"floor 64 x 512^3", Shape{64, 512, 512, 512}},
                                 {"floor 16 x 1024^3", Shape{16, 1024, 1024, 1024}}}) {
-    if (!Selected(name, argc, argv)) continue;
+    if (!gemm_bench::CaseSelected(name, argc, argv)) continue;
     if (!header) {
       std::printf(
           "\n| case | bytes | cuBLAS us | ours us | streaming floor us | 1.2x target us | "

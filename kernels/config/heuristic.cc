@@ -29,12 +29,17 @@ double PerElementCost(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 1.0 :
 
 double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num_sms) {
   const Sm90TileShape s = ShapeOf(tile);
-  const int64_t tiles = batch * ((m + s.bm - 1) / s.bm) * ((n + s.bn - 1) / s.bn);
+  const int64_t tiles = TileCount(tile, m, n, batch);
   const int64_t waves = (tiles + num_sms - 1) / num_sms;
   return static_cast<double>(waves) * s.bm * s.bn * PerElementCost(tile);
 }
 
 }  // namespace
+
+int64_t TileCount(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return batch * ((m + s.bm - 1) / s.bm) * ((n + s.bn - 1) / s.bn);
+}
 
 double TileCostScale(Sm90Tile tile) {
   const Sm90TileShape s = ShapeOf(tile);
@@ -113,10 +118,7 @@ struct Problem {
   double elem() const { return 128.0 / (bk < 1 ? 64 : bk); }
   // A and B once: what DRAM must deliver at least.
   double unique_bytes() const { return double(batch) * double(m + n) * double(k) * elem(); }
-  int64_t tiles(Sm90Tile tile) const {
-    const Sm90TileShape s = ShapeOf(tile);
-    return batch * CeilDiv(m, s.bm) * CeilDiv(n, s.bn);
-  }
+  int64_t tiles(Sm90Tile tile) const { return TileCount(tile, m, n, batch); }
   // Rows of a tile that hold data (a skinny M fills only these).
   int64_t tile_rows(Sm90Tile tile) const { return std::min<int64_t>(m, ShapeOf(tile).bm); }
   // Fraction of the bytes the tiles' k-loops load that DRAM has to deliver
@@ -174,35 +176,8 @@ Candidate StreamK(const Problem& p, Sm90Tile tile) {
   return c;
 }
 
-// Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate`:
-// which reductions to consider.
-Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate) {
-  Candidate best = DataParallel(p, tile);
-  const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
-  for (int s = 2; s <= kb && tiles * s <= p.sms; ++s) {
-    for (const bool sep : {false, true}) {
-      if (sep ? !separate : (!in_kernel || s > kMaxSplits)) continue;
-      if (sep && s > 2 && CeilDiv(kb, s) < kMinKBlocksPerSplit) continue;
-      const double cost = SplitKCostIters(tile, p.m, p.n, p.k, p.batch, p.bk, s, sep);
-      if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
-        best.choice.schedule = Sm90Schedule::kSplitK;
-        best.choice.splits = s;
-        best.choice.separate_reduction = sep;
-        best.choice.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
-        best.choice.grid = static_cast<int>(tiles * s);
-        best.choice.workspace_slots = tiles * s;  // one per CTA (stream-K slots)
-        best.cost = cost;
-      }
-    }
-  }
-  return best;
-}
-
-}  // namespace
-
-double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
-                       int splits, bool separate_reduction) {
-  const Problem p{m, n, k, batch, bk, 1};
+// SplitKCostIters for a Problem (its `sms` plays no part).
+double SplitKCost(const Problem& p, Sm90Tile tile, int splits, bool separate_reduction) {
   const double loop = LoopIters(p, tile, CeilDiv(p.k_blocks(), splits));
   const double rows = double(p.tile_rows(tile));
   if (!separate_reduction) {
@@ -216,6 +191,44 @@ double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t b
   }
   const double partial_bytes = double(p.tiles(tile)) * splits * rows * ShapeOf(tile).bn * 4.0;
   return loop + kReduceLaunchIters + 2.0 * partial_bytes / kPartialBytesPerIter;
+}
+
+// Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate`:
+// which reductions to consider.
+Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate) {
+  Candidate best = DataParallel(p, tile);
+  const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
+  for (int s = 2; s <= kb && tiles * s <= p.sms; ++s) {
+    for (const bool sep : {false, true}) {
+      if (sep ? !separate : (!in_kernel || s > kMaxSplits)) continue;
+      if (sep && s > 2 && CeilDiv(kb, s) < kMinKBlocksPerSplit) continue;
+      const double cost = SplitKCost(p, tile, s, sep);
+      if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
+        best.choice = SplitKLaunch(tile, tiles, s, sep);
+        best.cost = cost;
+      }
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
+                       int splits, bool separate_reduction) {
+  return SplitKCost(Problem{m, n, k, batch, bk, 1}, tile, splits, separate_reduction);
+}
+
+Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool separate_reduction) {
+  Sm90LaunchChoice c;
+  c.tile = tile;
+  c.schedule = Sm90Schedule::kSplitK;
+  c.splits = splits;
+  c.separate_reduction = separate_reduction;
+  c.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
+  c.grid = static_cast<int>(tiles * splits);
+  c.workspace_slots = tiles * splits;  // one per CTA (stream-K slots)
+  return c;
 }
 
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,

@@ -17,6 +17,9 @@ struct Sm90TileShape {
 
 Sm90TileShape ShapeOf(Sm90Tile tile);
 
+// Output tiles of an m x n problem with `batch` members on `tile`.
+int64_t TileCount(Sm90Tile tile, int64_t m, int64_t n, int64_t batch);
+
 // Estimated time of one k-block of `tile` relative to one of the 128x256
 // tile (its area times its per-element cost): 1.0 and 0.52.
 double TileCostScale(Sm90Tile tile);
@@ -72,6 +75,12 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
 // uses the separate reduction kernel (its best split count by the cost model).
 Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m, int64_t n,
                                 int64_t k, int64_t batch, int bk, int num_sms);
+
+// Split-K over `tiles` tiles of `tile`, `splits` k-ranges each: one CTA per
+// (tile, split), so tiles x splits must not exceed the SMs; reduced by the
+// holder of each tile's last split or, with `separate_reduction`, by the
+// reduction kernel. The heuristic's own choices and forced benchmarks.
+Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool separate_reduction);
 
 // Estimated split-K time in iterations (see ChooseSm90Launch) of an
 // m x n x k problem (`batch` members, `bk` k per k-block) on `tile` with

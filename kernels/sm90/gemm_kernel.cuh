@@ -97,7 +97,6 @@ struct KernelScheduler<true> : GroupedTileScheduler {
       : GroupedTileScheduler(shapes, p.num_problems, p.group_tiles, gridDim.x, blockIdx.x) {}
 };
 
-
 // kPingPong: each consumer warpgroup takes whole 128 x kBN tiles in turn
 // (tiles 0, 2, 4, ... and 1, 3, 5, ... of this CTA), so one consumer's
 // epilogue overlaps the other's MMAs. Otherwise both consumers share each tile
@@ -342,23 +341,33 @@ __device__ __forceinline__ void StoreInterior(const EpilogueParams& p, const flo
   }
 }
 
-// N-ragged slice with an even N: pair stores, pairs past N skipped.
-template <int kBN>
-__device__ __forceinline__ void StoreColumnRagged(const EpilogueParams& p, const float (&acc)[kBN / 2],
-                                                  int row, int col, int batch, bool r0, bool r8) {
+// StoreInterior for the output dtype of `p`, with C when it has one.
+// kColPredicates: N-ragged slice with an even N, pairs past N skipped.
+template <int kBN, bool kColPredicates>
+__device__ __forceinline__ void StorePairs(const EpilogueParams& p, const float (&acc)[kBN / 2],
+                                           int row, int col, int batch, bool r0, bool r8) {
   const bool has_c = p.c != nullptr;
+  const int col_end = kColPredicates ? p.n : 0;
   switch (p.out_dtype) {
     case DataType::kBF16:
-      if (has_c) StoreInterior<__nv_bfloat16, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
-      else StoreInterior<__nv_bfloat16, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      if (has_c)
+        StoreInterior<__nv_bfloat16, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8,
+                                                                col_end);
+      else
+        StoreInterior<__nv_bfloat16, kBN, false, kColPredicates>(p, acc, row, col, batch, r0, r8,
+                                                                 col_end);
       break;
     case DataType::kF16:
-      if (has_c) StoreInterior<__half, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
-      else StoreInterior<__half, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      if (has_c)
+        StoreInterior<__half, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
+      else
+        StoreInterior<__half, kBN, false, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
       break;
     case DataType::kF32:
-      if (has_c) StoreInterior<float, kBN, true, true>(p, acc, row, col, batch, r0, r8, p.n);
-      else StoreInterior<float, kBN, false, true>(p, acc, row, col, batch, r0, r8, p.n);
+      if (has_c)
+        StoreInterior<float, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
+      else
+        StoreInterior<float, kBN, false, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
       break;
   }
 }
@@ -613,7 +622,7 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
     const int tile_col = t.n_block * kBN;
     if constexpr (kRowPredicates) {
       if (column_pairs) {
-        StoreColumnRagged<kBN>(p, acc, row, col, t.batch, r0, r8);
+        StorePairs<kBN, true>(p, acc, row, col, t.batch, r0, r8);
         return;
       }
     }
@@ -630,20 +639,7 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
       }
       return;
     }
-    switch (p.out_dtype) {
-      case DataType::kBF16:
-        if (has_c) StoreInterior<__nv_bfloat16, kBN, true>(p, acc, row, col, t.batch, r0, r8);
-        else StoreInterior<__nv_bfloat16, kBN, false>(p, acc, row, col, t.batch, r0, r8);
-        break;
-      case DataType::kF16:
-        if (has_c) StoreInterior<__half, kBN, true>(p, acc, row, col, t.batch, r0, r8);
-        else StoreInterior<__half, kBN, false>(p, acc, row, col, t.batch, r0, r8);
-        break;
-      case DataType::kF32:
-        if (has_c) StoreInterior<float, kBN, true>(p, acc, row, col, t.batch, r0, r8);
-        else StoreInterior<float, kBN, false>(p, acc, row, col, t.batch, r0, r8);
-        break;
-    }
+    StorePairs<kBN, false>(p, acc, row, col, t.batch, r0, r8);
   } else {
     float vals[kBN / 2];
 #pragma unroll
@@ -667,9 +663,9 @@ __device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, 
 
 // True when every row of this warp's fragments (16 rows of its consumer's
 // half) lies below the problem's last row: the warp stores no partials (and
-// in the 128-wide kernels reads none), since nothing of them reaches D. Warp-uniform, so the branch
-// costs no divergence. NOTES: for skinny problems (M = 7) this drops 7 of 8
-// warps' partial traffic.
+// in the 128-wide kernels reads none), since nothing of them reaches D.
+// Warp-uniform, so the branch costs no divergence. NOTES: for skinny
+// problems (M = 7) this drops 7 of 8 warps' partial traffic.
 template <class Cfg>
 __device__ __forceinline__ bool WarpRowsOutside(const KernelParams& p, const TileCoord& t,
                                                 int consumer) {
