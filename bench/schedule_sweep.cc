@@ -8,6 +8,7 @@
 // Sections (substring filters on the case names; none = all):
 //   "splits ..."  K-heavy and skinny shapes: every split count and reduction.
 //   "tiles ..."   wave-quantization shapes: both tiles, data-parallel and stream-K.
+//   "latency ..." 1024 x 1024 x K, K = 64 ... 4096: fixed cost against k-loop.
 //   "batched ..." strided-batched bf16 shapes: each tile, ping-pong included.
 //   "floor ..."   strided-batched bf16 shapes: cuBLAS, ours, pure streaming.
 // Method as in schedule_bench: bf16 random inputs, rotating buffer sets
@@ -306,6 +307,21 @@ int main(int argc, char** argv) {
       }
     }
     run(name, s, v);
+  }
+  // What a launch costs besides its k-loop: 1024 x 1024 (64 tiles of 128 x
+  // 128, one per CTA) from one k-block up; time against K has the fixed cost
+  // (launch, pipeline fill, epilogue) as its intercept and the k-loop as its
+  // slope, for cuBLAS and for each of our launches.
+  for (int64_t k : {64, 256, 1024, 4096}) {
+    const std::string name = "latency 1024x1024x" + std::to_string(k);
+    const Shape s{1, 1024, 1024, k};
+    std::vector<Sm90LaunchChoice> v;
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) v.push_back(DataParallel(t, s));
+    if (k >= 128) {
+      v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, false));
+      v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, true));
+    }
+    run(name.c_str(), s, v);
   }
   // Strided batches with short K (2-16 k-blocks): the epilogue is a large
   // part of each tile, which only the ping-pong consumers overlap with MMA.
