@@ -16,6 +16,19 @@ echo "== compute-sanitizer memcheck: split-K reduction kernel (skinny M = 7 incl
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
   --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
 echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |^\[       OK|Invalid|out of bounds" "$OUT/memcheck.log" | head -12
+echo "== compute-sanitizer memcheck: paired split-K (2-CTA clusters)"
+timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
+  --gtest_filter='*PairedSplitK*' >"$OUT/memcheck_pairs.log" 2>&1
+echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |paired split-K in|Invalid|out of bounds" "$OUT/memcheck_pairs.log" | head -8
+if [ -n "${NCU:-}" ]; then
+  # NCU="sweep filter": ncu on schedule_sweep's Sm90 GEMM launches
+  # NCU_SKIP .. NCU_SKIP + NCU_COUNT (warm-up launches come first, 5 per variant).
+  echo "== ncu: schedule_sweep $NCU (Sm90 launches $NCU_SKIP + $NCU_COUNT)"
+  timeout 240 ncu --clock-control none -k regex:Sm90GemmKernel --launch-skip "${NCU_SKIP:-0}" \
+    --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight --section MemoryWorkloadAnalysis \
+    --section WarpStateStats --section LaunchStats "$D/schedule_sweep" "$NCU" >"$OUT/ncu.txt" 2>&1
+  echo "rc=$?"; grep -E "Sm90GemmKernel|Duration|Grid Size|Compute \(SM\) Throughput|DRAM Throughput|L2 Hit Rate|Memory Throughput|Stall|stall" "$OUT/ncu.txt" | head -80
+fi
 echo "== schedule_sweep"
 timeout 200 "$D/schedule_sweep" ${SWEEP:-"splits" "batched" "floor"} >"$OUT/schedule_sweep.log" 2>&1
 echo "rc=$?"; cat "$OUT/schedule_sweep.log"

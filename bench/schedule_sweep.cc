@@ -8,6 +8,9 @@
 // Sections (substring filters on the case names; none = all):
 //   "splits ..."  K-heavy and skinny shapes: every split count and reduction.
 //   "tiles ..."   wave-quantization shapes: both tiles, data-parallel and stream-K.
+//   "pdl ..."     wave-quantization shapes, data-parallel and stream-K, each
+//                 with and without programmatic dependent launch, back to
+//                 back and one launch at a time ("isolated").
 //   "latency ..." 1024 x 1024 x K, K = 64 ... 4096: fixed cost against k-loop.
 //   "batched ..." strided-batched bf16 shapes: each tile, ping-pong included.
 //   "floor ..."   strided-batched bf16 shapes: cuBLAS, ours, pure streaming.
@@ -43,6 +46,9 @@ using gemm_kernels::Sm90Schedule;
 using gemm_kernels::Sm90Tile;
 
 constexpr gemm_bench::TimingPlan kPlan{5, 21, 8};
+// One launch per sample after a synchronization: no launch overlaps another
+// (launch latency included), where kPlan times launches back to back.
+constexpr gemm_bench::TimingPlan kIsolatedPlan{5, 21, 1};
 
 size_t g_l2 = 0;
 int g_sms = 0;
@@ -105,19 +111,28 @@ std::string Describe(const Sm90LaunchChoice& c) {
              std::to_string(c.grid) + ")";
     case Sm90Schedule::kSplitK:
       return t + " split-K " + std::to_string(c.splits) +
-             (c.separate_reduction ? " + reduction kernel" : " in-kernel") + " (grid " +
+             (c.separate_reduction ? " + reduction kernel"
+              : c.cluster_pairs    ? " paired (2-CTA clusters, shared-memory fixup)"
+                                   : " in-kernel") +
+             " (grid " +
              std::to_string(c.grid) + ")";
   }
   return t;
 }
 
+std::string DescribeLaunch(const Sm90LaunchChoice& c) {
+  return Describe(c) + (c.programmatic_launch ? "" : ", no PDL");
+}
+
 // Times cuBLAS, the heuristic's choice and `variants` on one shape.
 bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice> variants,
-                 const gemm_bench::CublasBaseline& cublas) {
+                 const gemm_bench::CublasBaseline& cublas,
+                 const gemm_bench::TimingPlan& plan = kPlan) {
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
   const Sm90LaunchChoice heuristic =
-      gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true);
+      gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true,
+                                     gemm_kernels::Sm90MaxPairClusters());
   variants.insert(variants.begin(), heuristic);
   size_t ws_bytes = 256;
   for (const auto& c : variants)
@@ -131,7 +146,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
       plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)),
                                                     variants[v], ws, &error));
       if (!plans[v].back()) {
-        std::fprintf(stderr, "%s %s: %s\n", name, Describe(variants[v]).c_str(), error.c_str());
+        std::fprintf(stderr, "%s %s: %s\n", name, DescribeLaunch(variants[v]).c_str(),
+                     error.c_str());
         return false;
       }
     }
@@ -146,7 +162,7 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   for (size_t v = 0; v < variants.size(); ++v)
     impls.push_back([&, v](int i) { return plans[v][i]->Launch(nullptr).empty(); });
   std::vector<double> ms;
-  if (!gemm_bench::TimeInterleaved(impls, buf.sets, kPlan, &ms)) return false;
+  if (!gemm_bench::TimeInterleaved(impls, buf.sets, plan, &ms)) return false;
   const double flops = 2.0 * s.batch * s.m * s.n * s.k;
   const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
   std::printf("\n%s (cuBLAS %.1f us, %.0f TFLOP/s, %.2f TB/s)\n", name, ms[0] * 1e3,
@@ -160,7 +176,8 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
     const double rel = gemm_bench::RelDiffBf16(buf.d[0], buf.dref[0], s.batch * s.m * s.n);
     const double t = ms[v + 1];
     std::printf("| %s%s | %.1f | %.0f | %.2f | %.3f | %.1e |\n", v == 0 ? "heuristic: " : "",
-                Describe(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9, ms[0] / t,
+                DescribeLaunch(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9,
+                ms[0] / t,
                 rel);
   }
   std::fflush(stdout);
@@ -270,9 +287,10 @@ int main(int argc, char** argv) {
   gemm_bench::CublasBaseline cublas;
   if (!cublas.ok()) return 1;
   int failures = 0;
-  auto run = [&](const char* name, const Shape& s, std::vector<Sm90LaunchChoice> v) {
+  auto run = [&](const char* name, const Shape& s, std::vector<Sm90LaunchChoice> v,
+                 const gemm_bench::TimingPlan& plan = kPlan) {
     if (!gemm_bench::CaseSelected(name, argc, argv)) return;
-    if (!RunVariants(name, s, std::move(v), cublas)) {
+    if (!RunVariants(name, s, std::move(v), cublas, plan)) {
       std::printf("%s FAILED\n", name);
       ++failures;
     }
@@ -288,6 +306,7 @@ int main(int argc, char** argv) {
   {
     auto v = SplitSweep(wide, Sm90Tile::k128x256, {2, 3, 4});
     for (auto& c : SplitSweep(wide, Sm90Tile::k128x128, {2})) v.push_back(c);
+    v.push_back(gemm_kernels::PairedSplitKLaunch(Tiles(Sm90Tile::k128x128, wide)));
     run("splits 256x4096x16384", wide, v);
   }
   for (const auto& [name, s] : {std::pair{"tiles 4224^3", Shape{1, 4224, 4224, 4224}},
@@ -304,9 +323,28 @@ int main(int argc, char** argv) {
       if (2 * Tiles(t, s) <= g_sms) {
         v.push_back(gemm_kernels::SplitKLaunch(t, Tiles(t, s), 2, false));
         v.push_back(gemm_kernels::SplitKLaunch(t, Tiles(t, s), 2, true));
+        if (t == Sm90Tile::k128x128) v.push_back(gemm_kernels::PairedSplitKLaunch(Tiles(t, s)));
       }
     }
     run(name, s, v);
+  }
+  // Stream-K back to back loses more to data-parallel than in isolation
+  // (round 6 call 3: 1920 x 1920 x 8192 on 128x256 tiles, 112 vs 93 us back
+  // to back, 105 vs 101 us under ncu): each launch with and without
+  // programmatic dependent launch, back to back and one at a time.
+  for (const auto& [name, s] : {std::pair{"pdl 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
+                                {"pdl 3072^3", Shape{1, 3072, 3072, 3072}}}) {
+    std::vector<Sm90LaunchChoice> v;
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+      for (Sm90Schedule sc : {Sm90Schedule::kDataParallel, Sm90Schedule::kStreamK}) {
+        Sm90LaunchChoice c = gemm_kernels::MakeSm90Launch(t, sc, s.m, s.n, s.k, 1, 64, g_sms);
+        v.push_back(c);
+        c.programmatic_launch = false;
+        v.push_back(c);
+      }
+    }
+    run(name, s, v);
+    run((std::string(name) + " isolated").c_str(), s, v, kIsolatedPlan);
   }
   // What a launch costs besides its k-loop: 1024 x 1024 (64 tiles of 128 x
   // 128, one per CTA) from one k-block up; time against K has the fixed cost
@@ -320,8 +358,11 @@ int main(int argc, char** argv) {
     if (k >= 128) {
       v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, false));
       v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, true));
+      v.push_back(gemm_kernels::PairedSplitKLaunch(64));
     }
     run(name.c_str(), s, v);
+    // One at a time: no launch can start early on SMs a grid leaves free.
+    run((name + " isolated").c_str(), s, v, kIsolatedPlan);
   }
   // Strided batches with short K (2-16 k-blocks): the epilogue is a large
   // part of each tile, which only the ping-pong consumers overlap with MMA.

@@ -55,6 +55,7 @@ struct DeviceInfo {
   int major = 0;
   int minor = 0;
   int num_sms = 0;
+  int max_pairs = 0;  // Sm90MaxPairClusters (Hopper only)
 };
 
 absl::Status CurrentDeviceInfo(DeviceInfo* out) {
@@ -78,6 +79,7 @@ absl::Status CurrentDeviceInfo(DeviceInfo* out) {
     info.major = prop.major;
     info.minor = prop.minor;
     info.num_sms = prop.multiProcessorCount;
+    if (prop.major == 9 && prop.minor == 0) info.max_pairs = Sm90MaxPairClusters();
   }
   *out = info;
   return absl::OkStatus();
@@ -133,17 +135,22 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
 namespace {
 
 // The Hopper launch (tile, schedule, grid) for these hints; `allow_reduction`
-// false gives data-parallel.
+// false (no workspace) leaves data-parallel and paired split-K, which needs
+// no workspace.
 Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev, TileHint hint,
                               ScheduleHint schedule, bool allow_reduction) {
   const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
-  Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction);
+  Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction,
+                                        dev.max_pairs);
   Sm90Tile tile = c.tile;
   if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
   if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
   if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
   Sm90Schedule sched = c.schedule;
-  if (schedule == ScheduleHint::kDataParallel || !allow_reduction) {
+  // Without a workspace: data-parallel, or the heuristic's paired split-K as
+  // it chose it (on another tile it would be a split-K that needs one).
+  if (schedule == ScheduleHint::kDataParallel ||
+      (!allow_reduction && !(c.cluster_pairs && tile == c.tile))) {
     sched = Sm90Schedule::kDataParallel;
   }
   if (schedule == ScheduleHint::kStreamK) sched = Sm90Schedule::kStreamK;

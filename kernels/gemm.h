@@ -105,7 +105,9 @@ class Gemm {
   // Picks a kernel and configuration for the current CUDA device and
   // precomputes its launch parameters (tensor maps). Does not launch anything.
   // `hint` and `schedule` only affect the Hopper kernel. `workspace`: device
-  // memory of WorkspaceSize() bytes, or nullptr (then data-parallel only).
+  // memory of WorkspaceSize() bytes, or nullptr (then data-parallel, or
+  // split-K in two through 2-CTA clusters, which keeps its partials in shared
+  // memory).
   // Initialize zeroes the workspace's flag words (cudaMemsetAsync on the
   // legacy default stream) and every launch leaves them zero; runs that share
   // one workspace must not overlap in time. `operand_copies`: device memory

@@ -266,8 +266,10 @@ double ReferenceError(const Shape& s, const Operands& o, const std::vector<uint8
 
 // Runs `s` with its forced schedule and with data-parallel on the same
 // inputs; returns the scheduled output in *out. `name` gets the kernel name.
+// `with_workspace` false: the scheduled run gets none (what the heuristic
+// may still pick: paired split-K).
 void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_reference,
-                            std::string* name) {
+                            std::string* name, bool with_workspace = true) {
   SCOPED_TRACE(s.Describe());
   Operands o;
   o.a = PickView(rng, s.la, s.m, s.k);
@@ -297,7 +299,8 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
   std::vector<uint8_t> got(bytes), want(bytes);
   for (int pass = 0; pass < 2; ++pass) {
     Gemm g;
-    const absl::Status st = pass == 0 ? g.Initialize(args, Workspace(), s.tile, s.schedule)
+    const absl::Status st = pass == 0 ? g.Initialize(args, with_workspace ? Workspace() : nullptr,
+                                                     s.tile, s.schedule)
                                       : g.Initialize(args, nullptr, s.tile, ScheduleHint::kDataParallel);
     ASSERT_TRUE(st.ok()) << st;
     if (pass == 0) *name = g.kernel_name();
@@ -497,6 +500,45 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernelBatched) {
   }
 }
 
+// Paired split-K (2-CTA clusters, the partial read from the peer's shared
+// memory): what the heuristic picks without a workspace for up to 66 tiles
+// of 128x128 with K of 32 k-blocks or more on an H200. Random shapes within
+// that range (M < 64, K tails, ragged N, every layout and dtype, alpha /
+// beta with C) against data-parallel and, for a share, float64.
+TEST_F(SchedulesGpuTest, PairedSplitKAgainstDataParallel) {
+  const uint64_t seed = rng_();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  const int kCases = 300;
+  int paired = 0;
+  for (int t = 0; t < kCases; ++t) {
+    Shape s{};
+    const int64_t tiles_m = pick(1, 8), tiles_n = pick(1, 66 / tiles_m);
+    s.m = pick(0, 4) == 0 ? pick(1, 63) : 128 * (tiles_m - 1) + pick(1, 128);
+    s.n = 128 * (tiles_n - 1) + pick(1, 128);
+    s.k = pick(0, 3) == 0 ? 64 * pick(32, 100) : pick(2049, 6400);
+    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
+    s.out = pick(0, 2) == 0 ? s.in : DataType::kF32;
+    s.la = kLayouts[pick(0, 1)];
+    s.lb = kLayouts[pick(0, 1)];
+    s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
+    s.tile = TileHint::kAuto;
+    s.schedule = ScheduleHint::kAuto;
+    if (pick(0, 2) == 0) {
+      s.alpha = std::uniform_real_distribution<float>(-2, 2)(rng);
+      s.beta = pick(0, 1) ? std::uniform_real_distribution<float>(-2, 2)(rng) : 0.0f;
+    }
+    std::string name;
+    RunAgainstDataParallel(s, rng, t % 10 == 0, &name, /*with_workspace=*/false);
+    if (HasFatalFailure()) return;
+    if (name.find("_pairs") != std::string::npos) ++paired;
+    if (t % 30 == 0) std::printf("  case %4d %-80s %s\n", t, s.Describe().c_str(), name.c_str());
+  }
+  std::printf("paired split-K in %d of %d cases\n", paired, kCases);
+  EXPECT_GT(paired, kCases / 2);
+}
+
 // Stream-K and split-K reduce partials in a fixed order: repeated runs give
 // the same bits.
 TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
@@ -505,7 +547,13 @@ TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
                           {1920, 1920, 8192, DataType::kBF16, DataType::kBF16},
                           {3072, 3072, 3072, DataType::kF16, DataType::kF32}};
   for (Shape s : shapes) {
-    for (ScheduleHint h : {ScheduleHint::kStreamK, ScheduleHint::kSplitK, ScheduleHint::kAuto}) {
+    // The last variant: the heuristic without a workspace (paired split-K
+    // where it applies: 256 x 2048 x 16384).
+    for (int variant = 0; variant < 4; ++variant) {
+      const ScheduleHint h = variant == 0   ? ScheduleHint::kStreamK
+                             : variant == 1 ? ScheduleHint::kSplitK
+                                            : ScheduleHint::kAuto;
+      void* workspace = variant == 3 ? nullptr : Workspace();
       s.schedule = h;
       s.tile = TileHint::kAuto;
       SCOPED_TRACE(s.Describe());
@@ -517,7 +565,7 @@ TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
       const GemmArguments args = Args(s, o);
       ASSERT_LE(Gemm::WorkspaceSize(args, s.tile, s.schedule), kWorkspaceBytes);
       Gemm g;
-      const absl::Status init = g.Initialize(args, Workspace(), s.tile, s.schedule);
+      const absl::Status init = g.Initialize(args, workspace, s.tile, s.schedule);
       ASSERT_TRUE(init.ok()) << init;
       std::vector<uint8_t> first(bytes), again(bytes);
       for (int run = 0; run < 5; ++run) {

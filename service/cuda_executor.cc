@@ -576,7 +576,10 @@ void CudaExecutor::PrepareLaunches(Lane& lane) {
     if (!ls.status.ok()) continue;
     if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
         p.shape.flops() >= options_.reducing_min_flops) {
-      // Nonzero only where the heuristic picks stream-K or split-K.
+      // Nonzero only where the heuristic picks stream-K or split-K with a
+      // workspace. Paired split-K needs none, and its CTAs wait only on the
+      // other CTA of their cluster, which the hardware schedules with them:
+      // it runs on the lanes beside other kernels like data-parallel.
       ls.reducing_workspace = gk::Gemm::WorkspaceSize(ls.args);
       ls.reducing = ls.reducing_workspace > 0 &&
                     ls.reducing_workspace <= options_.max_reducing_workspace_bytes;

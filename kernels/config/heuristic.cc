@@ -100,6 +100,21 @@ constexpr int64_t kMinKBlocksPerSplit = 4;
 // unit (pipeline fill, epilogue) dominate and reducing schedules lost on the
 // H200 (1000^3: data-parallel 75 TFLOP/s, split-K 70, stream-K 66).
 constexpr int64_t kMinReductionKBlocks = 32;
+// NOTES: paired split-K (cluster_pairs) keeps the partial in the SM pair:
+// the finalizer reads 64 KB from its peer's shared memory, where the
+// workspace fixup stores, fences, flags, polls and reads back through L2. It
+// was built to remove the 3.0-3.8 us by which in-kernel split-K 2 exceeds
+// its halved k-loop (round 6 call 1, 1024 x 1024 x K) and measured no
+// faster: 0.35-0.9 us slower than the workspace fixup on 1000^3, 1000 x 1000
+// x 2000, 1024 x 1024 x 4096 and 256 x 4096 x 16384 (call 2; its partial CTA
+// stays resident until the finalizer has read). So those microseconds are
+// not the fixup; the likely cause is that a 128-CTA grid leaves no SM free on
+// which the next launch can start early (programmatic dependent launch),
+// where data-parallel's 64 CTAs leave 68. Its use: split-K where no workspace
+// is given (it needs none, and its CTAs wait only on their cluster peer, so
+// it is safe beside other kernels). Costed as in-kernel split-K 2 plus the
+// measured difference (~0.9 us).
+constexpr double kPairExtraIters = 1.5;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -212,6 +227,17 @@ Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate)
   return best;
 }
 
+// Paired split-K (PairedSplitKLaunch), when every tile's pair fits at once.
+Candidate PairedSplitK(const Problem& p, int max_pairs) {
+  constexpr Sm90Tile kTile = Sm90Tile::k128x128;
+  Candidate c = DataParallel(p, kTile);
+  const int64_t tiles = p.tiles(kTile);
+  if (tiles > max_pairs || 2 * tiles > p.sms) return c;
+  c.choice = PairedSplitKLaunch(tiles);
+  c.cost = SplitKCost(p, kTile, 2, false) + kPairExtraIters;
+  return c;
+}
+
 }  // namespace
 
 double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
@@ -231,21 +257,34 @@ Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool sep
   return c;
 }
 
+Sm90LaunchChoice PairedSplitKLaunch(int64_t tiles) {
+  Sm90LaunchChoice c = SplitKLaunch(Sm90Tile::k128x128, tiles, 2, false);
+  c.cluster_pairs = true;
+  c.workspace_slots = 0;  // the partials stay in shared memory
+  return c;
+}
+
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
-                                  int num_sms, bool allow_reduction) {
+                                  int num_sms, bool allow_reduction, int max_pairs) {
   if (num_sms < 1) num_sms = 1;
   const Problem p{m, n, k, batch, bk, num_sms};
   const Sm90Tile dp_tile = ChooseSm90Tile(m, n, k, batch, num_sms);
   Candidate best = DataParallel(p, dp_tile);
-  if (!allow_reduction || p.k_blocks() < kMinReductionKBlocks) return best.choice;
   const double dp_cost = best.cost;
-  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
-    for (const Candidate& c : {StreamK(p, tile), SplitK(p, tile, true, true)}) {
-      if (c.choice.schedule != Sm90Schedule::kDataParallel &&
-          c.cost < kReductionMargin * dp_cost && c.cost < best.cost) {
-        best = c;
-      }
+  auto consider = [&](const Candidate& c) {
+    if (c.choice.schedule != Sm90Schedule::kDataParallel && c.cost < kReductionMargin * dp_cost &&
+        c.cost < best.cost) {
+      best = c;
     }
+  };
+  if (p.k_blocks() < kMinReductionKBlocks) return best.choice;
+  if (!allow_reduction) {
+    consider(PairedSplitK(p, max_pairs));
+    return best.choice;
+  }
+  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+    consider(StreamK(p, tile));
+    consider(SplitK(p, tile, true, true));
   }
   return best.choice;
 }

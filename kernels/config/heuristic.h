@@ -48,6 +48,15 @@ struct Sm90LaunchChoice {
   // them over all SMs (scheduler/split_k_reduce.h); otherwise the holder of
   // each tile's last split reduces the others in the GEMM kernel.
   bool separate_reduction = false;
+  // kSplitK with 2 splits, reduced in the kernel, 128x128 tile only: the two
+  // CTAs of each tile run as one 2-CTA cluster and the finalizer reads the
+  // other's partial from its shared memory (distributed shared memory), so
+  // the launch needs no workspace and no flags (PairedSplitKLaunch).
+  bool cluster_pairs = false;
+  // Launch with programmatic dependent launch (the kernel's setup overlaps
+  // the previous kernel's tail). false only in experiments
+  // (bench/schedule_sweep).
+  bool programmatic_launch = true;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };
@@ -64,10 +73,15 @@ struct Sm90LaunchChoice {
 // (SplitKCostIters). A reducing schedule must beat the best data-parallel
 // estimate by kReductionMargin (5%), so shapes that tile well stay
 // data-parallel, and K must span at least kMinReductionKBlocks k-blocks.
-// allow_reduction false (no workspace) gives data-parallel. Constants and the
-// measurements they are fitted to: heuristic.cc and bench/KERNEL_NOTES.md.
+// allow_reduction false (no workspace) rules out the schedules that need
+// one; then paired split-K (cluster_pairs), which needs none, is considered
+// when every tile's pair fits at once (tiles <= max_pairs, the device's
+// co-resident 2-CTA clusters: Sm90MaxPairClusters; 0 = never). With a
+// workspace the in-kernel split-K 2 it pairs measured faster. Constants and
+// the measurements they are fitted to: heuristic.cc and
+// bench/KERNEL_NOTES.md.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
-                                  int num_sms, bool allow_reduction);
+                                  int num_sms, bool allow_reduction, int max_pairs = 0);
 
 // The launch for a given tile and schedule kind (tests, forced benchmarks).
 // Falls back to data-parallel where the schedule does not apply (one k-block;
@@ -81,6 +95,11 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
 // holder of each tile's last split or, with `separate_reduction`, by the
 // reduction kernel. The heuristic's own choices and forced benchmarks.
 Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool separate_reduction);
+
+// Split-K in two over `tiles` 128x128 tiles, each tile's two CTAs one
+// cluster reducing through distributed shared memory (cluster_pairs). The
+// caller checks that `tiles` pairs fit the device at once.
+Sm90LaunchChoice PairedSplitKLaunch(int64_t tiles);
 
 // Estimated split-K time in iterations (see ChooseSm90Launch) of an
 // m x n x k problem (`batch` members, `bk` k per k-block) on `tile` with

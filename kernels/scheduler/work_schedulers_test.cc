@@ -182,6 +182,44 @@ void CheckSeparateSplitK(int tm, int tn, int batch, int kb, int splits) {
   }
 }
 
+// Paired split-K (cluster_pairs) is split-K in two over exactly 2 CTAs per
+// tile, and the kernel relies on the pairing: CTA 2t (cluster rank 0) holds
+// one partial of tile t and nothing else, CTA 2t + 1 (rank 1) finalizes tile
+// t from that one peer and nothing else, so each CTA's partner is its
+// cluster peer and every partial is reduced once.
+void CheckPairedSplitK(int tiles_m, int tiles_n, int batch, int kb) {
+  SCOPED_TRACE(testing::Message() << "paired " << tiles_m << "x" << tiles_n << " b" << batch
+                                  << " kb " << kb);
+  const int64_t tiles = int64_t(tiles_m) * tiles_n * batch;
+  const Sm90LaunchChoice c = PairedSplitKLaunch(tiles);
+  ASSERT_TRUE(c.cluster_pairs);
+  ASSERT_EQ(c.grid, 2 * tiles);
+  const Schedule s = Walk(c.grid, [&](int cta) {
+    return StreamKScheduler(tiles_m, tiles_n, batch, 8, kb, c.sk_tiles, c.grid, cta);
+  });
+  for (int cta = 0; cta < c.grid; ++cta) {
+    ASSERT_EQ(s[cta].size(), 1u) << "CTA " << cta;
+    const WorkUnit& w = s[cta][0];
+    if (cta % 2 == 0) {
+      ASSERT_EQ(w.role, UnitRole::kPartial) << "CTA " << cta;
+      ASSERT_EQ(w.slot, cta);
+      ASSERT_EQ(w.k_begin, 0);
+    } else {
+      ASSERT_EQ(w.role, UnitRole::kFinalize) << "CTA " << cta;
+      ASSERT_EQ(w.first_peer, cta - 1);
+      ASSERT_EQ(w.num_peers, 1);
+      ASSERT_EQ(w.k_end, kb);
+      const WorkUnit& peer = s[cta - 1][0];
+      ASSERT_EQ(peer.tile.m_block, w.tile.m_block);
+      ASSERT_EQ(peer.tile.n_block, w.tile.n_block);
+      ASSERT_EQ(peer.tile.batch, w.tile.batch);
+      ASSERT_EQ(peer.k_end, w.k_begin);
+    }
+  }
+  CheckSchedule(s, std::vector<ProblemGrid>(batch, {tiles_m, tiles_n, kb}), c.grid, c.grid,
+                c.grid);
+}
+
 TEST(SplitKSeparateReduction, OneUnitPerCtaInSlotOrder) {
   std::mt19937 rng(17);
   for (int iter = 0; iter < 1500; ++iter) {
@@ -400,7 +438,7 @@ TEST(GroupedTileScheduler, ProblemOfMatchesALinearWalk) {
 // SM counts: same checks, with the heuristic's own grid.
 TEST(Heuristic, ChosenSchedulesAreSound) {
   std::mt19937 rng(2024);
-  int reducing = 0, separate = 0;
+  int reducing = 0, separate = 0, paired = 0;
   for (int iter = 0; iter < 2500; ++iter) {
     auto dim = [&]() -> int64_t {
       switch (rng() % 4) {
@@ -413,7 +451,9 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
     const int64_t m = dim(), n = dim(), k = rng() % 5 == 0 ? 1 + rng() % 65536 : dim();
     const int64_t batch = rng() % 6 == 0 ? 1 + rng() % 4 : 1;
     const int sms = 1 + rng() % 160;
-    Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, batch, 64, sms, true);
+    // Co-resident 2-CTA clusters: none, all SMs paired, or fewer.
+    const int max_pairs = rng() % 3 == 0 ? 0 : rng() % 2 ? sms / 2 : int(rng() % (sms / 2 + 1));
+    Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, batch, 64, sms, rng() % 2 != 0, max_pairs);
     if (rng() % 3 == 0) {
       const Sm90Schedule forced = rng() % 2 ? Sm90Schedule::kStreamK : Sm90Schedule::kSplitK;
       c = MakeSm90Launch(rng() % 2 ? Sm90Tile::k128x256 : Sm90Tile::k128x128, forced, m, n, k,
@@ -442,6 +482,17 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
         ASSERT_EQ(c.grid, int64_t(tm) * tn * batch * c.splits);
         ASSERT_EQ(c.sk_tiles, int64_t(tm) * tn * batch);
         ASSERT_LE(c.grid, sms);
+        if (c.cluster_pairs) {
+          ++paired;
+          ASSERT_EQ(c.tile, Sm90Tile::k128x128);
+          ASSERT_EQ(c.splits, 2);
+          ASSERT_FALSE(c.separate_reduction);
+          ASSERT_LE(c.sk_tiles, max_pairs);
+          ASSERT_EQ(ScheduleWorkspaceBytes(c), 0u);
+          CheckPairedSplitK(tm, tn, int(batch), kb);
+          if (HasFatalFailure()) return;
+          continue;
+        }
         ASSERT_EQ(c.workspace_slots, c.grid);
         if (c.separate_reduction) {
           ++separate;
@@ -463,6 +514,18 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
   }
   EXPECT_GT(reducing, 100);
   EXPECT_GT(separate, 50);
+  EXPECT_GT(paired, 20);
+}
+
+// Paired split-K at the edges: K of 2 and 3 k-blocks (odd: the halves
+// differ by one), one tile, and as many tiles as pairs of SMs.
+TEST(PairedSplitK, EveryTileIsOneClusterOfTwo) {
+  for (int kb : {2, 3, 8, 15, 1000})
+    for (int tiles_m : {1, 3, 8})
+      for (int tiles_n : {1, 5, 8}) {
+        CheckPairedSplitK(tiles_m, tiles_n, 1, kb);
+        if (HasFatalFailure()) return;
+      }
 }
 
 // Shapes whose tiles fill whole waves, or many waves, never take a reducing
@@ -535,10 +598,24 @@ TEST(Heuristic, IssueShapes) {
   EXPECT_TRUE(forced.separate_reduction);
   EXPECT_EQ(forced.splits, 2);
   EXPECT_EQ(forced.grid, 128);
-  // Short K: the fixed cost per unit dominates (measured), data-parallel.
+  // Short K without 2-CTA clusters: the fixed cost per unit dominates
+  // (measured), data-parallel.
   EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  // No workspace: data-parallel always.
+  // ... with 2-CTA clusters too (split-K 2 measured slower at 16 k-blocks,
+  // its fixup in shared memory or not: KERNEL_NOTES v7).
+  EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, false, 66).schedule,
+            Sm90Schedule::kDataParallel);
+  // Without a workspace, K-heavy: paired split-K, which needs none.
+  const Sm90LaunchChoice pairs = ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, false, 66);
+  EXPECT_TRUE(pairs.cluster_pairs);
+  EXPECT_EQ(pairs.grid, 128);
+  EXPECT_EQ(ScheduleWorkspaceBytes(pairs), 0u);
+  // Not when the device holds fewer pairs than there are tiles, nor where a
+  // workspace allows the faster in-kernel split-K.
+  EXPECT_FALSE(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, false, 63).cluster_pairs);
+  EXPECT_FALSE(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true, 66).cluster_pairs);
+  // No workspace and no pairs: data-parallel always.
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, false).schedule,
             Sm90Schedule::kDataParallel);
 }

@@ -71,6 +71,11 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // Split-K with a separate reduction kernel: every stream-K unit stores its
   // partial (StreamKScheduler::partials_only); flags is nullptr.
   int partials_only;
+  // Paired split-K (128-wide kernels, launched as 2-CTA clusters): CTA 2t
+  // holds tile t's first k-range, 2t + 1 its second and the epilogue; the
+  // partial goes through distributed shared memory (PairStorePartial /
+  // PairReducePartial); partials and flags are nullptr.
+  int cluster_pairs;
   // Grouped launches (kGrouped kernels) only.
   const GroupedProblemShape* group_shapes;
   const GroupedProblem* group;
@@ -138,6 +143,11 @@ struct SharedStorage {
   alignas(8) uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
   uint64_t mainloop_done[2];  // ping-pong: consumer c finished a tile's k-loop
+  // Paired split-K, one per consumer: pair_ready (on the finalizer) completes
+  // when the peer's half-partial is in the peer's ring; pair_done (on the
+  // peer) when the finalizer has read it, so the peer may exit.
+  uint64_t pair_ready[2];
+  uint64_t pair_done[2];
 };
 
 // Grouped kernels copy the problem shapes of groups up to this size into
@@ -725,6 +735,68 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
   }
 }
 
+// ---------------------------------------------------------------- paired split-K
+//
+// NOTES: the workspace fixup costs 3.0-3.8 us per split-K-2 tile (round 6
+// call 1: store 64 KB, fence, flag, poll, read 64 KB back from L2), as much as
+// 10 k-blocks of the 128x128 tile. In a 2-CTA cluster the partial stays in
+// the partial CTA's shared memory, in the ring its k-loop no longer needs,
+// and the finalizer reads it over the SM-to-SM network.
+
+// Where consumer `consumer`'s half-partial sits in the partial CTA's ring:
+// 32 KB per consumer, float4 i of thread t at [i][t] as in the workspace.
+template <class Cfg>
+__device__ __forceinline__ float4* PairBuffer(SharedStorage<Cfg>& ss, int consumer) {
+  static_assert(Cfg::kStages * Cfg::kABytes >= 2 * 64 * Cfg::kBN_ * 4, "partial fits the A ring");
+  return reinterpret_cast<float4*>(&ss.a[0][0]) + consumer * (64 * Cfg::kBN_ / 4);
+}
+
+// The partial CTA (cluster rank 0). Both consumers must be done with the ring
+// before either overwrites it (their last wgmma read it), hence the barrier
+// over both; the producer has no more loads (one unit per CTA).
+template <class Cfg>
+__device__ __forceinline__ void PairStorePartial(const KernelParams& p, SharedStorage<Cfg>& ss,
+                                                 const float (&acc)[Cfg::kAccRegs],
+                                                 const WorkUnit& w, int consumer) {
+  const int tid = threadIdx.x % 128;
+  ptx::NamedBarrierSync(3, 256);
+  if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
+    float4* dst = PairBuffer(ss, consumer);
+#pragma unroll
+    for (int i = 0; i < Cfg::kAccRegs / 4; ++i)
+      dst[i * 128 + tid] = make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]);
+  }
+  ptx::NamedBarrierSync(1 + consumer, 128);
+  if (tid == 0) {
+    ptx::MbarArriveRemote(ptx::MapToRank(&ss.pair_ready[consumer], 1));
+    // Stay resident (with this shared memory) until the finalizer has read it.
+    ptx::MbarWaitCluster(&ss.pair_done[consumer], 0);
+  }
+}
+
+// The finalizer (cluster rank 1): adds the peer's half-partial, then frees
+// the peer.
+template <class Cfg>
+__device__ __forceinline__ void PairReducePartial(const KernelParams& p, SharedStorage<Cfg>& ss,
+                                                  float (&acc)[Cfg::kAccRegs], const WorkUnit& w,
+                                                  int consumer) {
+  const int tid = threadIdx.x % 128;
+  ptx::MbarWaitCluster(&ss.pair_ready[consumer], 0);
+  if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
+    const uint32_t src = ptx::MapToRank(PairBuffer(ss, consumer), 0) + tid * 16;
+#pragma unroll
+    for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
+      const float4 v = ptx::LdSharedCluster(src + j * 128 * 16);
+      acc[4 * j] += v.x;
+      acc[4 * j + 1] += v.y;
+      acc[4 * j + 2] += v.z;
+      acc[4 * j + 3] += v.w;
+    }
+  }
+  ptx::NamedBarrierSync(1 + consumer, 128);
+  if (tid == 0) ptx::MbarArriveRemote(ptx::MapToRank(&ss.pair_done[consumer], 0));
+}
+
 template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
   constexpr int kBN = Cfg::kBN_;
@@ -762,11 +834,27 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     ptx::WgmmaWait<0>();
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
     if constexpr (!kGrouped) {
+      // Paired split-K exists for the 128-wide kernels only (the 128x256
+      // ones have no registers to spare for a second fixup path).
+      const bool pairs = kBN == 128 && p.cluster_pairs != 0;
       if (w.role == UnitRole::kPartial) {
+        if constexpr (kBN == 128) {
+          if (pairs) {
+            PairStorePartial<Cfg>(p, ss, acc, w, consumer);
+            continue;
+          }
+        }
         StorePartial<Cfg>(p, acc, w, consumer);
         continue;
       }
-      if (w.role == UnitRole::kFinalize) ReducePartials<Cfg>(p, acc, w, consumer);
+      if (w.role == UnitRole::kFinalize) {
+        if constexpr (kBN == 128) {
+          if (pairs) PairReducePartial<Cfg>(p, ss, acc, w, consumer);
+          else ReducePartials<Cfg>(p, acc, w, consumer);
+        } else {
+          ReducePartials<Cfg>(p, acc, w, consumer);
+        }
+      }
       Epilogue<Cfg, kBN, kBN == 128>(p.epi, acc, w.tile, consumer);
     } else {
       TileCoord t = w.tile;
@@ -857,6 +945,10 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     }
     ptx::MbarInit(&ss.mainloop_done[0], 4);
     ptx::MbarInit(&ss.mainloop_done[1], 4);
+    for (int c = 0; c < 2; ++c) {
+      ptx::MbarInit(&ss.pair_ready[c], 1);
+      ptx::MbarInit(&ss.pair_done[c], 1);
+    }
     ptx::FenceBarrierInit();
     if constexpr (!kGrouped) {
       ptx::PrefetchTensorMap(&p.tma_a);
@@ -864,6 +956,9 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     }
   }
   __syncthreads();
+  // Paired split-K: the peer's barriers are initialized before anyone
+  // arrives on them remotely.
+  if (p.cluster_pairs) ptx::ClusterSync();
   // NOTES: launched with programmatic stream serialization, this grid's CTAs
   // may start while the previous kernel in the stream drains; the setup above
   // overlaps its tail, and nothing touches global memory before the wait. The

@@ -123,6 +123,62 @@ __device__ __forceinline__ void WaitFlag(const int* flag) {
   }
 }
 
+// ---- 2-CTA clusters (paired split-K): distributed shared memory.
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t ClusterCtaRank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+
+// Every thread of every CTA of the cluster; orders the barrier
+// initializations before any remote arrive.
+__device__ __forceinline__ void ClusterSync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The shared::cluster address of `p` (a shared::cta variable) in CTA `rank`.
+__device__ __forceinline__ uint32_t MapToRank(const void* p, uint32_t rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(SmemAddr(p)), "r"(rank));
+  return out;
+}
+
+// Arrives on an mbarrier of another CTA of the cluster, releasing this
+// thread's earlier memory operations (and those ordered before it by a CTA
+// barrier) at cluster scope.
+__device__ __forceinline__ void MbarArriveRemote(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr)
+               : "memory");
+}
+
+// MbarWait with acquire at cluster scope: what the remote arriver released
+// is visible after it returns.
+__device__ __forceinline__ void MbarWaitCluster(uint64_t* bar, uint32_t parity) {
+  const uint32_t addr = SmemAddr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+__device__ __forceinline__ float4 LdSharedCluster(uint32_t cluster_addr) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(cluster_addr)
+               : "memory");
+  return v;
+}
+
 // wgmma shared-memory matrix descriptor for a 128-byte-swizzled tile.
 // K-major: 8-row groups of 128-byte rows, `sbo` bytes apart (lbo unused).
 // MN-major: 64-element MN chunks `lbo` bytes apart, 8-k groups `sbo` apart.

@@ -115,22 +115,33 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
   return InfoForLayouts<In, 128, true>(a_k, b_k);
 }
 
-// Launches `func` with programmatic stream serialization (its setup may
-// overlap the previous kernel's tail; it waits for it with griddepcontrol).
-cudaError_t LaunchWithPdl(const void* func, void* param, int grid, int block, size_t smem,
-                          void* stream) {
-  void* args[] = {param};
+// The launch configuration of `func`, with programmatic stream serialization
+// (its setup may overlap the previous kernel's tail; it waits for it with
+// griddepcontrol) and, when `cluster` > 1, clusters of that many CTAs.
+struct LaunchConfig {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(block);
-  config.dynamicSmemBytes = smem;
-  config.stream = static_cast<cudaStream_t>(stream);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  return cudaLaunchKernelExC(&config, func, args);
+  cudaLaunchAttribute attr[2];
+  LaunchConfig(int grid, int block, size_t smem, void* stream, int cluster, bool pdl = true) {
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(block);
+    config.dynamicSmemBytes = smem;
+    config.stream = static_cast<cudaStream_t>(stream);
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
+    attr[1].id = cudaLaunchAttributeClusterDimension;
+    attr[1].val.clusterDim.x = cluster;
+    attr[1].val.clusterDim.y = 1;
+    attr[1].val.clusterDim.z = 1;
+    config.attrs = attr;
+    config.numAttrs = cluster > 1 ? 2 : 1;
+  }
+};
+
+cudaError_t LaunchWithPdl(const void* func, void* param, int grid, int block, size_t smem,
+                          void* stream, int cluster = 1, bool pdl = true) {
+  void* args[] = {param};
+  LaunchConfig lc(grid, block, smem, stream, cluster, pdl);
+  return cudaLaunchKernelExC(&lc.config, func, args);
 }
 
 class Sm90Plan final : public KernelPlan {
@@ -140,10 +151,10 @@ class Sm90Plan final : public KernelPlan {
     // copied them there (or its caller did, in stream order), so nothing is
     // enqueued here.
     cudaError_t e = LaunchWithPdl(info_.func, const_cast<KernelParams*>(&params_), grid_, 384,
-                                  info_.smem_bytes, stream);
+                                  info_.smem_bytes, stream, params_.cluster_pairs ? 2 : 1, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
       e = LaunchWithPdl(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
-                        reduce_blocks_, kSplitKReduceThreads, 0, stream);
+                        reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
     }
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
   }
@@ -152,6 +163,7 @@ class Sm90Plan final : public KernelPlan {
   KernelParams params_;
   KernelInfo info_{};
   int grid_ = 1;
+  bool pdl_ = true;  // Sm90LaunchChoice::programmatic_launch
   // Split-K with a separate reduction: the second kernel, else nullptr.
   const void* reduce_func_ = nullptr;
   sm90::SplitKReduceParams reduce_params_{};
@@ -306,7 +318,26 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   kp.epi = MakeEpilogue(p);
 
   const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
-  if (reducing && (workspace == nullptr || tile == Sm90Tile::k128x128PingPong)) {
+  const int64_t all_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
+  if (choice.cluster_pairs) {
+    if (tile != Sm90Tile::k128x128 || choice.schedule != Sm90Schedule::kSplitK ||
+        choice.splits != 2 || choice.separate_reduction || choice.sk_tiles != all_tiles ||
+        choice.grid != 2 * all_tiles || kp.k_blocks < 2) {
+      *error = "paired split-K: 128x128 tile, 2 splits reduced in the kernel, 2 CTAs per tile, "
+               "2 or more k-blocks";
+      return nullptr;
+    }
+    const int pairs = Sm90MaxPairClusters();
+    if (pairs < all_tiles) {
+      *error = "paired split-K: " + std::to_string(all_tiles) + " 2-CTA clusters needed at once, " +
+               "the device holds " + std::to_string(pairs);
+      return nullptr;
+    }
+    kp.cluster_pairs = 1;
+  }
+  // Paired split-K keeps its partials in shared memory: no workspace.
+  const bool uses_workspace = reducing && !choice.cluster_pairs;
+  if (uses_workspace && (workspace == nullptr || tile == Sm90Tile::k128x128PingPong)) {
     *error = "stream-K/split-K needs a workspace and cooperative consumers";
     return nullptr;
   }
@@ -319,10 +350,10 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   }
   kp.sk_tiles = reducing ? choice.sk_tiles : 0;
   kp.partials_only = separate ? 1 : 0;
-  kp.flags = reducing && !separate ? static_cast<int*>(workspace) : nullptr;
-  kp.partials = reducing ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
-                                                    ScheduleFlagBytes(choice))
-                         : nullptr;
+  kp.flags = uses_workspace && !separate ? static_cast<int*>(workspace) : nullptr;
+  kp.partials = uses_workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
+                                                          ScheduleFlagBytes(choice))
+                               : nullptr;
   if (separate) {
     int device = 0, sms = 1;
     cudaGetDevice(&device);
@@ -344,7 +375,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     plan->reduce_func_ = shape.bn == 256
                              ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<256>)
                              : reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<128>);
-  } else if (reducing) {
+  } else if (uses_workspace) {
     // Flags start at zero; every launch leaves them at zero.
     const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice));
     if (e != cudaSuccess) {
@@ -353,10 +384,12 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     }
   }
   plan->grid_ = choice.grid;
+  plan->pdl_ = choice.programmatic_launch;
   std::string schedule;
   if (reducing) {
     schedule = choice.schedule == Sm90Schedule::kSplitK
-                   ? "_splitk" + std::to_string(choice.splits) + (separate ? "_reduce" : "")
+                   ? "_splitk" + std::to_string(choice.splits) +
+                         (separate ? "_reduce" : choice.cluster_pairs ? "_pairs" : "")
                    : "_streamk" + std::to_string(choice.sk_tiles);
   }
   plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"
@@ -364,6 +397,30 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
                 InName(p.in_dtype, tf32) + "_" + TileName(shape, plan->info_) + "_" +
                 (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n") + schedule;
   return plan;
+}
+
+int Sm90MaxPairClusters() {
+  static std::mutex mu;
+  static std::vector<int> cache;  // per device; -1: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (static_cast<int>(cache.size()) <= device) cache.resize(device + 1, -1);
+  if (cache[device] < 0) {
+    // Every 128x128 cooperative kernel has the same shared memory and block.
+    const KernelInfo info = InfoFor<__nv_bfloat16>(Sm90Tile::k128x128, true, true);
+    std::string error;
+    int clusters = 0;
+    if (PrepareKernel(info, &error)) {
+      LaunchConfig lc(2, 384, info.smem_bytes, nullptr, 2);
+      if (cudaOccupancyMaxActiveClusters(&clusters, info.func, &lc.config) != cudaSuccess) {
+        cudaGetLastError();  // not sticky; leave no error for the next call
+        clusters = 0;
+      }
+    }
+    cache[device] = clusters;
+  }
+  return cache[device];
 }
 
 size_t Sm90GroupedWorkspaceSize(size_t num_problems) {

@@ -27,6 +27,12 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
                                          const Sm90LaunchChoice& choice, void* workspace,
                                          std::string* error);
 
+// 2-CTA clusters of the 128x128 kernels that the current device holds at
+// once (cudaOccupancyMaxActiveClusters; 0 where clusters are unavailable):
+// the bound for paired split-K (Sm90LaunchChoice::cluster_pairs), whose
+// pairs wait on each other. Asked once per device.
+int Sm90MaxPairClusters();
+
 // Grouped launch: every problem's tiles in one persistent kernel. All
 // problems share input and output dtype (16-bit inputs) and operand layouts,
 // batch 1 each, and must pass Sm90Supports. Tensor maps and epilogue
