@@ -40,3 +40,31 @@ kernel_gpu_tests() {
     echo "hang"; tail -5 "$OUT/schedules_test.log"; return 1
   fi
 }
+
+# device_begin / device_end: $OUT/device.txt with the date, the bundle's
+# commit and the GPU's state before and after the run (printed at the end).
+device_begin() {
+  { date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+}
+device_end() {
+  echo "after: $(smi)" >>"$OUT/device.txt"
+  cat "$OUT/device.txt"
+}
+
+# sm90_sass_check BINARY: sass_summary into $OUT/sass_summary.txt and one
+# line: Hopper GEMM kernels, those without HGMMA, split-K reduction kernels.
+sm90_sass_check() {
+  sass_summary "$1" "$OUT/sass_summary.txt"
+  echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA; reduction kernels: $(grep -c SplitKReduce "$OUT/sass_summary.txt")"
+}
+
+# memcheck TITLE SECONDS LOG BINARY FILTER [PATTERN]: compute-sanitizer
+# memcheck (exit 9 on an error) on the gtest FILTER of BINARY, the log in
+# $OUT/LOG; prints rc, the error summary, pass/fail lines and PATTERN.
+memcheck() {
+  echo "== compute-sanitizer memcheck: $1"
+  timeout "$2" compute-sanitizer --tool memcheck --error-exitcode 9 "$4" \
+    --gtest_filter="$5" >"$OUT/$3" 2>&1
+  echo "rc=$?"
+  grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds${6:+|$6}" "$OUT/$3" | head -12
+}

@@ -8,18 +8,13 @@
 # usage: [SWEEP="section filters"] bash kernel_suite/run_kernel_suite_device.sh
 set -u
 source "$(dirname "$0")/device_lib.sh"
-{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
-sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
-echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
+device_begin
+sm90_sass_check "$D/schedules_gpu_test"
 kernel_gpu_tests || exit 1
-echo "== compute-sanitizer memcheck: split-K reduction kernel (skinny M = 7 included)"
-timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
-  --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
-echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |^\[       OK|Invalid|out of bounds" "$OUT/memcheck.log" | head -12
-echo "== compute-sanitizer memcheck: paired split-K (2-CTA clusters)"
-timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
-  --gtest_filter='*PairedSplitK*' >"$OUT/memcheck_pairs.log" 2>&1
-echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |paired split-K in|Invalid|out of bounds" "$OUT/memcheck_pairs.log" | head -8
+memcheck "split-K reduction kernel (skinny M = 7 included)" 150 memcheck.log \
+  "$D/schedules_gpu_test" '*SplitKReductionKernel*' '^\[       OK'
+memcheck "paired split-K (2-CTA clusters)" 200 memcheck_pairs.log \
+  "$D/schedules_gpu_test" '*PairedSplitK*' 'paired split-K in'
 if [ -n "${NCU:-}" ]; then
   # NCU="sweep filter": ncu on schedule_sweep's Sm90 GEMM launches
   # NCU_SKIP .. NCU_SKIP + NCU_COUNT (warm-up launches come first, 5 per variant).
@@ -41,5 +36,4 @@ echo "rc=$?"; cat "$OUT/kernel_bench.log"
 echo "== gpu_server_test (3 s soak)"
 timeout 120 "$D/gpu_server_test" --soak_seconds=3 >"$OUT/gpu_server_test.log" 2>&1
 echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$OUT/gpu_server_test.log" | head -12
-echo "after: $(smi)" >>"$OUT/device.txt"
-cat "$OUT/device.txt"
+device_end

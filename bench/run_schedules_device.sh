@@ -7,9 +7,8 @@
 # usage: bash streamk/run_schedules_device.sh
 set -u
 source "$(dirname "$0")/device_lib.sh"
-{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
-sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
-echo "== SASS: $(grep -c Sm90 "$OUT/sass_summary.txt") sm90 kernels, $(grep Sm90 "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA"
+device_begin
+sm90_sass_check "$D/schedules_gpu_test"
 
 kernel_gpu_tests || exit 1
 echo "== schedule_bench"
@@ -26,5 +25,4 @@ timeout 90 ncu --clock-control none -k regex:Sm90GemmKernel -c 1 --section Speed
   --section WarpStateStats --section SourceCounters "$D/schedule_bench" "grouped 64" \
   >"$OUT/ncu_grouped64.txt" 2>&1
 echo "rc=$?"; grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Stall|stall" "$OUT/ncu_grouped64.txt" | head -12
-echo "after: $(smi)" >>"$OUT/device.txt"
-cat "$OUT/device.txt"
+device_end

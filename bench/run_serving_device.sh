@@ -10,7 +10,7 @@
 set -u
 source "$(dirname "$0")/device_lib.sh"
 SOAK=${1:-20}
-{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+device_begin
 
 echo "== gpu_server_test (soak ${SOAK}s)"
 timeout $((SOAK + 200)) "$D/gpu_server_test" --soak_seconds="$SOAK" >"$OUT/gpu_server_test.log" 2>&1
@@ -36,5 +36,4 @@ echo "== serving_gpu_bench"
 timeout 200 "$D/serving_gpu_bench" 2>&1 | grep -v "\] \[info\]" | tee "$OUT/serving_gpu_bench.log"
 echo "rc=${PIPESTATUS[0]}"
 
-echo "after: $(smi)" >>"$OUT/device.txt"
-cat "$OUT/device.txt"
+device_end

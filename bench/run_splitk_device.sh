@@ -10,19 +10,13 @@
 # usage: bash splitk/run_splitk_device.sh
 set -u
 source "$(dirname "$0")/device_lib.sh"
-{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
-sass_summary "$D/schedules_gpu_test" "$OUT/sass_summary.txt"
-echo "== SASS: $(grep -c Sm90Gemm "$OUT/sass_summary.txt") sm90 GEMM kernels, $(grep Sm90Gemm "$OUT/sass_summary.txt" | grep -c 'HGMMA=0') without HGMMA; reduction kernels: $(grep -c SplitKReduce "$OUT/sass_summary.txt")"
+device_begin
+sm90_sass_check "$D/schedules_gpu_test"
 
 kernel_gpu_tests || exit 1
-echo "== compute-sanitizer memcheck: SplitKReductionKernel"
-timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/schedules_gpu_test" \
-  --gtest_filter='*SplitKReductionKernel*' >"$OUT/memcheck.log" 2>&1
-echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds" "$OUT/memcheck.log" | head -8
-echo "== compute-sanitizer memcheck: TF32 operand copies"
-timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$D/gemm_gpu_test" \
-  --gtest_filter='*Tf32AnyLayoutThroughOperandCopies*' >"$OUT/memcheck_tf32.log" 2>&1
-echo "rc=$?"; grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds" "$OUT/memcheck_tf32.log" | head -8
+memcheck SplitKReductionKernel 120 memcheck.log "$D/schedules_gpu_test" '*SplitKReductionKernel*'
+memcheck "TF32 operand copies" 150 memcheck_tf32.log "$D/gemm_gpu_test" \
+  '*Tf32AnyLayoutThroughOperandCopies*'
 echo "== schedule_bench (dense sections)"
 timeout 150 "$D/schedule_bench" "sk " "skinny" >"$OUT/schedule_bench.log" 2>&1
 echo "rc=$?"; cat "$OUT/schedule_bench.log"
@@ -39,5 +33,4 @@ echo "rc=$?"; cat "$OUT/kernel_bench.log"
 echo "== gpu_server_test (10 s soak)"
 timeout 120 "$D/gpu_server_test" --soak_seconds=10 >"$OUT/gpu_server_test.log" 2>&1
 echo "rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|soak" "$OUT/gpu_server_test.log" | head -20
-echo "after: $(smi)" >>"$OUT/device.txt"
-cat "$OUT/device.txt"
+device_end

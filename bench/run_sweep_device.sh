@@ -7,7 +7,7 @@
 # usage: bash sweep/run_sweep_device.sh
 set -u
 source "$(dirname "$0")/device_lib.sh"
-{ date -u; cat "$D/COMMIT"; echo "before: $(smi)"; } >"$OUT/device.txt"
+device_begin
 echo "== schedule_sweep"
 timeout 240 "$D/schedule_sweep" >"$OUT/schedule_sweep.log" 2>&1
 echo "rc=$?"; cat "$OUT/schedule_sweep.log"
@@ -19,5 +19,4 @@ for c in "splits 7x8192x8192" "splits 128x128x65536"; do
     "$D/schedule_sweep" "$c" >"$f" 2>&1
   echo "rc=$?"; grep -E "Duration|DRAM Throughput|Memory Throughput|L2 Hit|L1/TEX Hit|Grid Size|Stall|Warp Cycles Per Issued" "$f" | head -24
 done
-echo "after: $(smi)" >>"$OUT/device.txt"
-cat "$OUT/device.txt"
+device_end

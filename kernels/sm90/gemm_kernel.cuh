@@ -737,11 +737,13 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
 
 // ---------------------------------------------------------------- paired split-K
 //
-// NOTES: the workspace fixup costs 3.0-3.8 us per split-K-2 tile (round 6
-// call 1: store 64 KB, fence, flag, poll, read 64 KB back from L2), as much as
-// 10 k-blocks of the 128x128 tile. In a 2-CTA cluster the partial stays in
-// the partial CTA's shared memory, in the ring its k-loop no longer needs,
-// and the finalizer reads it over the SM-to-SM network.
+// NOTES: in a 2-CTA cluster the partial stays in the partial CTA's shared
+// memory, in the ring its k-loop no longer needs, and the finalizer reads it
+// over the SM-to-SM network: no workspace and no flags, and each CTA waits
+// only on its cluster peer, which the hardware schedules with it. Built to
+// remove what split-K 2 costs beyond its halved k-loop, it measured 0.35-0.9
+// us slower than the workspace fixup (bench/KERNEL_NOTES.md v7), so the
+// heuristic uses it only where there is no workspace.
 
 // Where consumer `consumer`'s half-partial sits in the partial CTA's ring:
 // 32 KB per consumer, float4 i of thread t at [i][t] as in the workspace.
@@ -770,7 +772,7 @@ __device__ __forceinline__ void PairStorePartial(const KernelParams& p, SharedSt
   if (tid == 0) {
     ptx::MbarArriveRemote(ptx::MapToRank(&ss.pair_ready[consumer], 1));
     // Stay resident (with this shared memory) until the finalizer has read it.
-    ptx::MbarWaitCluster(&ss.pair_done[consumer], 0);
+    ptx::MbarWait<true>(&ss.pair_done[consumer], 0);
   }
 }
 
@@ -781,7 +783,7 @@ __device__ __forceinline__ void PairReducePartial(const KernelParams& p, SharedS
                                                   float (&acc)[Cfg::kAccRegs], const WorkUnit& w,
                                                   int consumer) {
   const int tid = threadIdx.x % 128;
-  ptx::MbarWaitCluster(&ss.pair_ready[consumer], 0);
+  ptx::MbarWait<true>(&ss.pair_ready[consumer], 0);
   if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
     const uint32_t src = ptx::MapToRank(PairBuffer(ss, consumer), 0) + tid * 16;
 #pragma unroll
@@ -795,6 +797,38 @@ __device__ __forceinline__ void PairReducePartial(const KernelParams& p, SharedS
   }
   ptx::NamedBarrierSync(1 + consumer, 128);
   if (tid == 0) ptx::MbarArriveRemote(ptx::MapToRank(&ss.pair_done[consumer], 0));
+}
+
+// A kPartial unit's fixup: the partial to the workspace, or, launched as
+// paired split-K, to this CTA's ring for its cluster peer. Pairs exist in
+// the 128-wide kernels only (the 128x256 ones have no registers to spare
+// for a second fixup path, and their partial would not fit the A ring).
+template <class Cfg>
+__device__ __forceinline__ void StoreUnitPartial(const KernelParams& p, SharedStorage<Cfg>& ss,
+                                                 const float (&acc)[Cfg::kAccRegs],
+                                                 const WorkUnit& w, int consumer) {
+  if constexpr (Cfg::kBN_ == 128) {
+    if (p.cluster_pairs) {
+      PairStorePartial<Cfg>(p, ss, acc, w, consumer);
+      return;
+    }
+  }
+  StorePartial<Cfg>(p, acc, w, consumer);
+}
+
+// A kFinalize unit's fixup: the peers' partials added, from the workspace
+// or from the cluster peer's ring (see StoreUnitPartial).
+template <class Cfg>
+__device__ __forceinline__ void AddUnitPartials(const KernelParams& p, SharedStorage<Cfg>& ss,
+                                                float (&acc)[Cfg::kAccRegs], const WorkUnit& w,
+                                                int consumer) {
+  if constexpr (Cfg::kBN_ == 128) {
+    if (p.cluster_pairs) {
+      PairReducePartial<Cfg>(p, ss, acc, w, consumer);
+      return;
+    }
+  }
+  ReducePartials<Cfg>(p, acc, w, consumer);
 }
 
 template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
@@ -834,27 +868,11 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     ptx::WgmmaWait<0>();
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
     if constexpr (!kGrouped) {
-      // Paired split-K exists for the 128-wide kernels only (the 128x256
-      // ones have no registers to spare for a second fixup path).
-      const bool pairs = kBN == 128 && p.cluster_pairs != 0;
       if (w.role == UnitRole::kPartial) {
-        if constexpr (kBN == 128) {
-          if (pairs) {
-            PairStorePartial<Cfg>(p, ss, acc, w, consumer);
-            continue;
-          }
-        }
-        StorePartial<Cfg>(p, acc, w, consumer);
+        StoreUnitPartial<Cfg>(p, ss, acc, w, consumer);
         continue;
       }
-      if (w.role == UnitRole::kFinalize) {
-        if constexpr (kBN == 128) {
-          if (pairs) PairReducePartial<Cfg>(p, ss, acc, w, consumer);
-          else ReducePartials<Cfg>(p, acc, w, consumer);
-        } else {
-          ReducePartials<Cfg>(p, acc, w, consumer);
-        }
-      }
+      if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
       Epilogue<Cfg, kBN, kBN == 128>(p.epi, acc, w.tile, consumer);
     } else {
       TileCoord t = w.tile;

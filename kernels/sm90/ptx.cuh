@@ -30,17 +30,30 @@ __device__ __forceinline__ void MbarArrive(uint64_t* bar) {
 }
 
 // Spins until the phase with parity `parity` of `bar` has completed.
+// kClusterAcquire: acquire at cluster scope, so that what a remote arriver
+// released (MbarArriveRemote) is visible after it returns.
+template <bool kClusterAcquire = false>
 __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
   const uint32_t addr = SmemAddr(bar);
   uint32_t done = 0;
   do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
+    if constexpr (kClusterAcquire) {
+      asm volatile(
+          "{\n.reg .pred p;\n"
+          "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\n"
+          "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+          "selp.u32 %0, 1, 0, p;\n}\n"
+          : "=r"(done)
+          : "r"(addr), "r"(parity)
+          : "memory");
+    }
   } while (!done);
 }
 
@@ -125,13 +138,6 @@ __device__ __forceinline__ void WaitFlag(const int* flag) {
 
 // ---- 2-CTA clusters (paired split-K): distributed shared memory.
 
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t ClusterCtaRank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-
 // Every thread of every CTA of the cluster; orders the barrier
 // initializations before any remote arrive.
 __device__ __forceinline__ void ClusterSync() {
@@ -152,22 +158,6 @@ __device__ __forceinline__ uint32_t MapToRank(const void* p, uint32_t rank) {
 __device__ __forceinline__ void MbarArriveRemote(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr)
                : "memory");
-}
-
-// MbarWait with acquire at cluster scope: what the remote arriver released
-// is visible after it returns.
-__device__ __forceinline__ void MbarWaitCluster(uint64_t* bar, uint32_t parity) {
-  const uint32_t addr = SmemAddr(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  } while (!done);
 }
 
 __device__ __forceinline__ float4 LdSharedCluster(uint32_t cluster_addr) {

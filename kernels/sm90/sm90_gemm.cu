@@ -137,7 +137,7 @@ struct LaunchConfig {
   }
 };
 
-cudaError_t LaunchWithPdl(const void* func, void* param, int grid, int block, size_t smem,
+cudaError_t LaunchKernel(const void* func, void* param, int grid, int block, size_t smem,
                           void* stream, int cluster = 1, bool pdl = true) {
   void* args[] = {param};
   LaunchConfig lc(grid, block, smem, stream, cluster, pdl);
@@ -150,10 +150,10 @@ class Sm90Plan final : public KernelPlan {
     // Grouped launches read their descriptors from device memory: Initialize
     // copied them there (or its caller did, in stream order), so nothing is
     // enqueued here.
-    cudaError_t e = LaunchWithPdl(info_.func, const_cast<KernelParams*>(&params_), grid_, 384,
+    cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_, 384,
                                   info_.smem_bytes, stream, params_.cluster_pairs ? 2 : 1, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
-      e = LaunchWithPdl(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
+      e = LaunchKernel(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
                         reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
     }
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
@@ -343,8 +343,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   }
   const bool separate = reducing && choice.schedule == Sm90Schedule::kSplitK &&
                         choice.separate_reduction;
-  if (separate && (choice.grid != choice.sk_tiles * choice.splits ||
-                   choice.sk_tiles != int64_t(kp.tiles_m) * kp.tiles_n * kp.batch)) {
+  if (separate && (choice.grid != choice.sk_tiles * choice.splits || choice.sk_tiles != all_tiles)) {
     *error = "split-K with a separate reduction needs one CTA per (tile, split)";
     return nullptr;
   }
