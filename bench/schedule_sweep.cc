@@ -7,7 +7,8 @@
 //
 // Sections (substring filters on the case names; none = all):
 //   "splits ..."  K-heavy and skinny shapes: every split count and reduction.
-//   "tiles ..."   wave-quantization shapes: both tiles, data-parallel and stream-K.
+//   "tiles ..."   wave-quantization shapes: each cooperative tile, data-parallel
+//                 and stream-K.
 //   "pdl ..."     wave-quantization shapes, data-parallel and stream-K, each
 //                 with and without programmatic dependent launch, back to
 //                 back and one launch at a time ("isolated").
@@ -102,6 +103,7 @@ gemm_kernels::GemmArguments Arguments(const Shape& s, const Buffers& buf, int se
 std::string Describe(const Sm90LaunchChoice& c) {
   std::string t = c.tile == Sm90Tile::k128x256   ? "128x256"
                   : c.tile == Sm90Tile::k128x128 ? "128x128"
+                  : c.tile == Sm90Tile::k128x64  ? "128x64"
                                                  : "128x128 ping-pong";
   switch (c.schedule) {
     case Sm90Schedule::kDataParallel:
@@ -301,12 +303,16 @@ int main(int argc, char** argv) {
     for (auto& c : SplitSweep(skinny, Sm90Tile::k128x256, {2, 3, 4})) v.push_back(c);
     run("splits 7x8192x8192", skinny, v);
   }
-  run("splits 128x128x65536", tall_k,
-      SplitSweep(tall_k, Sm90Tile::k128x128, {16, 24, 32, 52, 66, 88, 110, 128, 132}));
+  {
+    auto v = SplitSweep(tall_k, Sm90Tile::k128x128, {16, 24, 32, 52, 66, 88, 110, 128, 132});
+    for (auto& c : SplitSweep(tall_k, Sm90Tile::k128x64, {16, 32, 52, 66})) v.push_back(c);
+    run("splits 128x128x65536", tall_k, v);
+  }
   {
     auto v = SplitSweep(wide, Sm90Tile::k128x256, {2, 3, 4});
     for (auto& c : SplitSweep(wide, Sm90Tile::k128x128, {2})) v.push_back(c);
     v.push_back(gemm_kernels::PairedSplitKLaunch(Tiles(Sm90Tile::k128x128, wide)));
+    v.push_back(DataParallel(Sm90Tile::k128x64, wide));
     run("splits 256x4096x16384", wide, v);
   }
   for (const auto& [name, s] : {std::pair{"tiles 4224^3", Shape{1, 4224, 4224, 4224}},
@@ -315,7 +321,7 @@ int main(int argc, char** argv) {
                                 {"tiles 1000^3", Shape{1, 1000, 1000, 1000}},
                                 {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}}}) {
     std::vector<Sm90LaunchChoice> v;
-    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64}) {
       v.push_back(DataParallel(t, s));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
@@ -354,7 +360,8 @@ int main(int argc, char** argv) {
     const std::string name = "latency 1024x1024x" + std::to_string(k);
     const Shape s{1, 1024, 1024, k};
     std::vector<Sm90LaunchChoice> v;
-    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) v.push_back(DataParallel(t, s));
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64})
+      v.push_back(DataParallel(t, s));
     if (k >= 128) {
       v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, false));
       v.push_back(gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 64, 2, true));
@@ -371,7 +378,8 @@ int main(int argc, char** argv) {
                                 {"batched 64 x 512^3", Shape{64, 512, 512, 512}},
                                 {"batched 16 x 1024^3", Shape{16, 1024, 1024, 1024}}}) {
     std::vector<Sm90LaunchChoice> v;
-    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x128PingPong})
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x128PingPong,
+                       Sm90Tile::k128x64})
       v.push_back(DataParallel(t, s));
     run(name, s, v);
   }

@@ -146,6 +146,7 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
   if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
   if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
   if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
+  if (hint == TileHint::k128x64) tile = Sm90Tile::k128x64;
   Sm90Schedule sched = c.schedule;
   // Without a workspace: data-parallel, or the heuristic's paired split-K as
   // it chose it (on another tile it would be a split-K that needs one).

@@ -156,8 +156,10 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   if (!s.ok()) return s;
   int num_sms = 0;
   std::vector<NormalizedProblem> ps;
+  // The grouped kernel has the 128x256 and 128x128 cooperative tiles; a
+  // hint for another runs the loop of single launches on that tile.
   if (workspace != nullptr && OnHopper(&num_sms) && hint != TileHint::k128x128PingPong &&
-      GroupedKernelFits(args, &ps)) {
+      hint != TileHint::k128x64 && GroupedKernelFits(args, &ps)) {
     Sm90Tile tile = ChooseGroupTile(ps, num_sms);
     if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
     if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;

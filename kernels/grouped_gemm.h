@@ -71,7 +71,9 @@ class GroupedGemm {
   // Picks the kernel for the current device; for the grouped kernel, builds
   // every problem's tensor maps and copies them to `workspace` with a
   // blocking cudaMemcpy. The workspace must stay untouched while this object
-  // runs. `hint` forces the tile (kAuto: chosen from the whole group).
+  // runs. `hint` forces the tile (kAuto: chosen from the whole group); the
+  // grouped kernel has the 128x256 and 128x128 cooperative tiles, so
+  // ping-pong and 128x64 run as a loop of single launches on that tile.
   absl::Status Initialize(const GroupedGemmArguments& args, void* workspace,
                           TileHint hint = TileHint::kAuto);
 

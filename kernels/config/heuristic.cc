@@ -13,6 +13,8 @@ Sm90TileShape ShapeOf(Sm90Tile tile) {
     case Sm90Tile::k128x128:
     case Sm90Tile::k128x128PingPong:
       return {128, 128};
+    case Sm90Tile::k128x64:
+      return {128, 64};
   }
   return {128, 256};
 }
@@ -24,8 +26,24 @@ namespace {
 // m64n256 wgmma keeps the tensor cores busier per instruction. Fitted to the
 // H200 (bench/KERNEL_NOTES.md, v5): 1.04 picks the faster data-parallel tile
 // on every measured shape (8192^3 and 4096^3 wide; 4224^3 and 3072^3, where
-// the square tile's waves quantize better, square).
-double PerElementCost(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 1.0 : 1.04; }
+// the square tile's waves quantize better, square). A 128x64 tile loads 1.5x
+// the operand bytes per MMA of a 128x128 one, and its k-block is bound by
+// the operand feed, not the MMAs: 1024 x 1024 x K on 128 CTAs of 128x64
+// against 64 of 128x128 (round 7 call 7, H200) ran 0.27 against 0.30 us per
+// k-block, so 1.8 per element. It then wins only where all its tiles fit one
+// wave, i.e. where 128x128 tiles would leave over half the SMs idle (1024^3:
+// 8.8 against 9.6 us), and loses to split-K 2 where K is long (1024 x 1024 x
+// 4096: split-K 18.8 us, 128x64 22.2, 128x128 24.3).
+double PerElementCost(Sm90Tile tile) {
+  switch (tile) {
+    case Sm90Tile::k128x256:
+      return 1.0;
+    case Sm90Tile::k128x64:
+      return 1.8;
+    default:
+      return 1.04;
+  }
+}
 
 double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num_sms) {
   const Sm90TileShape s = ShapeOf(tile);
@@ -47,11 +65,23 @@ double TileCostScale(Sm90Tile tile) {
 }
 
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms) {
-  (void)k;  // both tiles share BK; K only scales both estimates alike
   if (num_sms < 1) num_sms = 1;
-  const double wide = EstimatedCost(Sm90Tile::k128x256, m, n, batch, num_sms);
-  const double narrow = EstimatedCost(Sm90Tile::k128x128, m, n, batch, num_sms);
-  return narrow < wide ? Sm90Tile::k128x128 : Sm90Tile::k128x256;
+  Sm90Tile best = Sm90Tile::k128x256;
+  double best_cost = EstimatedCost(best, m, n, batch, num_sms);
+  for (Sm90Tile t : {Sm90Tile::k128x128, Sm90Tile::k128x64}) {
+    // NOTES: the tiles share BK, so K scales every estimate alike, except
+    // that 128x64 measured faster only with whole k-blocks (round 7 call 6,
+    // H200): 1024^3 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against
+    // 11.3 and 1000 x 1024 x 1000 13.0 against 10.6 (K = 1000: a k-tail,
+    // and rows of 2000 bytes, which no 128-byte box row lines up with).
+    if (t == Sm90Tile::k128x64 && k % 64 != 0) continue;
+    const double c = EstimatedCost(t, m, n, batch, num_sms);
+    if (c < best_cost) {
+      best = t;
+      best_cost = c;
+    }
+  }
+  return best;
 }
 
 namespace {
@@ -79,7 +109,17 @@ constexpr double kReductionMargin = 0.95;
 // H200 (KERNEL_NOTES v5: 7 x 8192 x 8192 and 128 x 128 x 65536 at 16-132
 // CTAs; the time was the per-CTA term plus the DRAM term).
 constexpr double kDramBytesPerIter = 2.66e6;
-double LatencyItersPerKBlock(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 0.59 : 0.39; }
+// The 8-stage 128x64 ring: 0.29 (not measured; the same latency over 8).
+double LatencyItersPerKBlock(Sm90Tile tile) {
+  switch (tile) {
+    case Sm90Tile::k128x256:
+      return 0.59;
+    case Sm90Tile::k128x64:
+      return 0.29;
+    default:
+      return 0.39;
+  }
+}
 // NOTES: in-kernel split-K: the finalizer of each tile waits for and reads
 // splits - 1 partials in series; fitted as 4 iterations to store and 4 per
 // partial read (256 x 4096 x 16384 and the skinny sweep), scaled by the rows

@@ -6,9 +6,11 @@
 
 namespace gemm_kernels {
 
-// k128x256 and k128x128: both consumer warpgroups share each tile
+// k128x256, k128x128 and k128x64: both consumer warpgroups share each tile
 // ("cooperative"). k128x128PingPong: the consumers take alternate tiles.
-enum class Sm90Tile { k128x256, k128x128, k128x128PingPong };
+// k128x64 doubles the CTAs of problems whose 128x128 tiles leave SMs idle
+// (1000^3: 64 tiles on 132 SMs; cuBLAS runs it on 128 CTAs of 128x64).
+enum class Sm90Tile { k128x256, k128x128, k128x128PingPong, k128x64 };
 
 struct Sm90TileShape {
   int bm;
@@ -21,12 +23,13 @@ Sm90TileShape ShapeOf(Sm90Tile tile);
 int64_t TileCount(Sm90Tile tile, int64_t m, int64_t n, int64_t batch);
 
 // Estimated time of one k-block of `tile` relative to one of the 128x256
-// tile (its area times its per-element cost): 1.0 and 0.52.
+// tile (its area times its per-element cost): 1.0, 0.52 and 0.45.
 double TileCostScale(Sm90Tile tile);
 
 // Picks the tile with the lowest estimated time: whole waves of tiles over the
 // SMs (a partial last wave costs a full one) times the work of one tile,
-// weighted by how efficiently each tile shape feeds the tensor cores.
+// weighted by how efficiently each tile shape feeds the tensor cores. 128x64
+// only without a k-tail (K a multiple of 64; measured slower with one).
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms);
 
 // How the tiles of a launch are scheduled (see kernels/scheduler/).

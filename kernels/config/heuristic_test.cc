@@ -16,7 +16,27 @@ TEST(Heuristic, LargeSquareProblemsUseTheWideTile) {
 TEST(Heuristic, NarrowNUsesTheSquareTile) {
   // N = 128 fills only half of a 256-wide tile.
   EXPECT_EQ(ChooseSm90Tile(128, 128, 128, 1024, kH200Sms), Sm90Tile::k128x128);
-  EXPECT_EQ(ChooseSm90Tile(4096, 128, 4096, 1, kH200Sms), Sm90Tile::k128x128);
+  // ... but 32 square tiles would leave 100 SMs idle: 64 of 128x64.
+  EXPECT_EQ(ChooseSm90Tile(4096, 128, 4096, 1, kH200Sms), Sm90Tile::k128x64);
+}
+
+TEST(Heuristic, SingleWavesOnFewSmsUseTheNarrowTile) {
+  // 1024^3: 64 square tiles (one wave on 64 of 132 SMs) or 128 of 128x64.
+  EXPECT_EQ(ChooseSm90Tile(1024, 1024, 1024, 1, kH200Sms), Sm90Tile::k128x64);
+  // K long enough to split: split-K 2 on 128x128 (18.8 us) beats 128x64
+  // (22.2 us, round 7 call 7).
+  const Sm90LaunchChoice long_k = ChooseSm90Launch(1024, 1024, 4096, 1, 64, kH200Sms, true);
+  EXPECT_EQ(long_k.schedule, Sm90Schedule::kSplitK);
+  EXPECT_EQ(long_k.tile, Sm90Tile::k128x128);
+  EXPECT_EQ(ChooseSm90Launch(1024, 1024, 1024, 1, 64, kH200Sms, true).tile, Sm90Tile::k128x64);
+  // ... but not with a k-tail (1000^3 measured slower on 128x64).
+  EXPECT_EQ(ChooseSm90Tile(1000, 1000, 1000, 1, kH200Sms), Sm90Tile::k128x128);
+  EXPECT_EQ(ChooseSm90Tile(1024, 1024, 1000, 1, kH200Sms), Sm90Tile::k128x128);
+  // 120 wide tiles already fill the SMs: 450 narrow ones would be 4 waves.
+  EXPECT_EQ(ChooseSm90Tile(1920, 1920, 8192, 1, kH200Sms), Sm90Tile::k128x256);
+  // Batches of small squares: 1024 square tiles are 8 waves, 2048 narrow
+  // ones 16 of a third more cost each.
+  EXPECT_EQ(ChooseSm90Tile(128, 128, 128, 1024, kH200Sms), Sm90Tile::k128x128);
 }
 
 TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
@@ -41,11 +61,15 @@ TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
 TEST(Heuristic, TileCostScaleIsAreaTimesPerElementCost) {
   EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x256), 1.0);
   EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x128), 0.52);
+  EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x64), 0.45);
 }
 
 TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
-  // One tile either way: the smaller tile does less work.
+  // One tile either way: the smaller tile does less work (a k-tail rules
+  // out 128x64).
   EXPECT_EQ(ChooseSm90Tile(1, 1, 1, 1, 0), Sm90Tile::k128x128);
+  EXPECT_EQ(ChooseSm90Tile(1, 1, 64, 1, 0), Sm90Tile::k128x64);
+  EXPECT_EQ(ShapeOf(Sm90Tile::k128x64).bn, 64);
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x128).bn, 128);
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x256).bn, 256);
 }

@@ -114,7 +114,8 @@ struct KernelConfig {
   static constexpr int kBK = 128 / kElemBytes;      // one 128-byte swizzle row
   static constexpr int kMmaK = 32 / kElemBytes;     // k per wgmma: 16 (16-bit), 8 (tf32)
   static constexpr int kKSteps = kBK / kMmaK;
-  static constexpr int kStages = kBN == 256 ? 4 : 6;
+  // ~190 KB of ring each: 48, 32 and 24 KB stages.
+  static constexpr int kStages = kBN == 256 ? 4 : kBN == 128 ? 6 : 8;
   static constexpr int kABytes = kBM * kBK * kElemBytes;
   static constexpr int kBBytes = kBN * kBK * kElemBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -129,7 +130,8 @@ struct KernelConfig {
   static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows");
   static_assert(!kPingPong || kBN == 128,
                 "a ping-pong consumer holds a whole tile: 2 x m64n128 accumulators");
-  static_assert(kBN == 128 || kBN == 256, "wgmma wrappers exist for N = 128 and 256");
+  static_assert(kBN == 64 || kBN == 128 || kBN == 256,
+                "wgmma wrappers exist for N = 64, 128 and 256");
   static_assert(kElemBytes == 4 ? (kAKMajor && kBKMajor) : true,
                 "tf32 wgmma reads only K-major operands");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0,
@@ -251,13 +253,16 @@ __device__ __forceinline__ void Mma(float (&acc)[kN / 2], uint64_t da, uint64_t 
   constexpr int tB = kBKMajor ? 0 : 1;
   if constexpr (std::is_same_v<In, __nv_bfloat16>) {
     if constexpr (kN == 256) WgmmaBf16_m64n256k16<tA, tB>(acc, da, db, 1);
-    else WgmmaBf16_m64n128k16<tA, tB>(acc, da, db, 1);
+    else if constexpr (kN == 128) WgmmaBf16_m64n128k16<tA, tB>(acc, da, db, 1);
+    else WgmmaBf16_m64n64k16<tA, tB>(acc, da, db, 1);
   } else if constexpr (std::is_same_v<In, __half>) {
     if constexpr (kN == 256) WgmmaF16_m64n256k16<tA, tB>(acc, da, db, 1);
-    else WgmmaF16_m64n128k16<tA, tB>(acc, da, db, 1);
+    else if constexpr (kN == 128) WgmmaF16_m64n128k16<tA, tB>(acc, da, db, 1);
+    else WgmmaF16_m64n64k16<tA, tB>(acc, da, db, 1);
   } else {
     if constexpr (kN == 256) WgmmaTf32_m64n256k8(acc, da, db, 1);
-    else WgmmaTf32_m64n128k8(acc, da, db, 1);
+    else if constexpr (kN == 128) WgmmaTf32_m64n128k8(acc, da, db, 1);
+    else WgmmaTf32_m64n64k8(acc, da, db, 1);
   }
 }
 
@@ -710,10 +715,10 @@ template <class Cfg>
 __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&acc)[Cfg::kAccRegs],
                                                const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
-  // NOTES: only the 128-wide kernels skip rows past M here: the same test in
-  // the 128x256 kernels made ptxas spill (300 bytes), so their finalizers
-  // read whole partials (the unread rows are never stored to D).
-  const bool outside = Cfg::kBN_ == 128 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
+  // NOTES: only the 128- and 64-wide kernels skip rows past M here: the same
+  // test in the 128x256 kernels made ptxas spill (300 bytes), so their
+  // finalizers read whole partials (the unread rows are never stored to D).
+  const bool outside = Cfg::kBN_ <= 128 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
 #pragma unroll 1
   for (int i = 0; i < w.num_peers; ++i) {
     const int slot = w.first_peer + i;
@@ -873,7 +878,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         continue;
       }
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
-      Epilogue<Cfg, kBN, kBN == 128>(p.epi, acc, w.tile, consumer);
+      Epilogue<Cfg, kBN, kBN <= 128>(p.epi, acc, w.tile, consumer);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;

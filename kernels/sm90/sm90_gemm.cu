@@ -109,6 +109,8 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
       return InfoForLayouts<In, 256, false>(a_k, b_k);
     case Sm90Tile::k128x128:
       return InfoForLayouts<In, 128, false>(a_k, b_k);
+    case Sm90Tile::k128x64:
+      return InfoForLayouts<In, 64, false>(a_k, b_k);
     case Sm90Tile::k128x128PingPong:
       break;
   }
@@ -371,9 +373,10 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     r.quads_per_block = rp.quads_per_block;
     r.quads = rp.quads;
     plan->reduce_blocks_ = static_cast<int>(rp.blocks);
-    plan->reduce_func_ = shape.bn == 256
-                             ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<256>)
-                             : reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<128>);
+    plan->reduce_func_ =
+        shape.bn == 256   ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<256>)
+        : shape.bn == 128 ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<128>)
+                          : reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<64>);
   } else if (uses_workspace) {
     // Flags start at zero; every launch leaves them at zero.
     const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice));
@@ -449,8 +452,9 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     return nullptr;
   }
   const NormalizedProblem& first = problems[0];
-  if (first.in_dtype == DataType::kF32 || tile == Sm90Tile::k128x128PingPong) {
-    *error = "grouped kernel: 16-bit inputs and cooperative tiles only";
+  if (first.in_dtype == DataType::kF32 || tile == Sm90Tile::k128x128PingPong ||
+      tile == Sm90Tile::k128x64) {
+    *error = "grouped kernel: 16-bit inputs and the 128x256 or 128x128 cooperative tile";
     return nullptr;
   }
   auto plan = std::make_unique<Sm90Plan>();
