@@ -13,6 +13,9 @@
 //                 with and without programmatic dependent launch, back to
 //                 back and one launch at a time ("isolated").
 //   "latency ..." 1024 x 1024 x K, K = 64 ... 4096: fixed cost against k-loop.
+//   "clock ..."   per-CTA %globaltimer stamps of one launch (the last of 10
+//                 back to back, and one alone): when CTAs start and end, on
+//                 which SMs the slow ones ran.
 //   "batched ..." strided-batched bf16 shapes: each tile, ping-pong included.
 //   "floor ..."   strided-batched bf16 shapes: cuBLAS, ours, pure streaming.
 // Method as in schedule_bench: bf16 random inputs, rotating buffer sets
@@ -23,6 +26,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -211,6 +215,72 @@ std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vec
   return out;
 }
 
+// Per-CTA stamps (Sm90LaunchChoice::cta_clock) of `c` on `s`: the last of
+// ten launches back to back, then one launch alone. Prints start and end
+// spreads, CTA durations and the slowest and fastest CTAs with their SMs.
+bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
+  constexpr int kWords = 5;  // kernels/sm90/gemm_kernel.cuh kCtaClockWords
+  Buffers buf;
+  if (!MakeBuffers(s, &buf)) return false;
+  unsigned long long* stamps = nullptr;
+  void* ws = nullptr;
+  if (cudaMalloc(&stamps, size_t(c.grid) * kWords * 8) != cudaSuccess ||
+      cudaMalloc(&ws, std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))) != cudaSuccess)
+    return false;
+  c.cta_clock = stamps;
+  std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
+  for (int i = 0; i < buf.sets; ++i) {
+    std::string error;
+    plans.push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)), c, ws,
+                                               &error));
+    if (!plans.back()) {
+      std::fprintf(stderr, "%s: %s\n", name, error.c_str());
+      return false;
+    }
+  }
+  std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
+  std::printf("| run | start spread us | CTA time us min / median / max | end spread us | span us | "
+              "slowest CTAs (block@SM: us) | fastest CTAs |\n|---|---|---|---|---|---|---|\n");
+  for (const bool alone : {false, true}) {
+    cudaDeviceSynchronize();
+    for (int r = 0; r < (alone ? 1 : 10); ++r) plans[r % buf.sets]->Launch(nullptr);
+    if (cudaDeviceSynchronize() != cudaSuccess) return false;
+    std::vector<unsigned long long> h(size_t(c.grid) * kWords);
+    cudaMemcpy(h.data(), stamps, h.size() * 8, cudaMemcpyDeviceToHost);
+    unsigned long long t0 = ~0ull, s_max = 0, e_min = ~0ull, e_max = 0;
+    std::vector<std::pair<double, int>> dur;  // (us, block)
+    for (int b = 0; b < c.grid; ++b) {
+      const unsigned long long* w = &h[size_t(b) * kWords];
+      const unsigned long long end = std::max(w[2], w[3]);
+      t0 = std::min(t0, w[0]);
+      s_max = std::max(s_max, w[0]);
+      e_min = std::min(e_min, end);
+      e_max = std::max(e_max, end);
+      dur.push_back({(end - w[0]) * 1e-3, b});
+    }
+    std::sort(dur.begin(), dur.end());
+    auto list = [&](bool slow) {
+      std::string out;
+      for (int i = 0; i < 4 && i < c.grid; ++i) {
+        const auto& d = slow ? dur[dur.size() - 1 - i] : dur[i];
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "%s%d@%llu: %.1f", i ? ", " : "", d.second,
+                      h[size_t(d.second) * kWords + 4], d.first);
+        out += cell;
+      }
+      return out;
+    };
+    std::printf("| %s | %.2f | %.1f / %.1f / %.1f | %.2f | %.1f | %s | %s |\n",
+                alone ? "alone" : "10th back to back", (s_max - t0) * 1e-3, dur.front().first,
+                dur[dur.size() / 2].first, dur.back().first, (e_max - e_min) * 1e-3,
+                (e_max - t0) * 1e-3, list(true).c_str(), list(false).c_str());
+  }
+  std::fflush(stdout);
+  cudaFree(stamps);
+  cudaFree(ws);
+  return cudaGetLastError() == cudaSuccess;
+}
+
 // Floor of a strided-batched case: cuBLAS, our Gemm, and the streaming
 // kernel moving A + B in and D out (at several grid sizes; the fastest).
 bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline& cublas) {
@@ -370,6 +440,20 @@ int main(int argc, char** argv) {
     run(name.c_str(), s, v);
     // One at a time: no launch can start early on SMs a grid leaves free.
     run((name + " isolated").c_str(), s, v, kIsolatedPlan);
+  }
+  // Where a launch's time goes between its CTAs (KERNEL_NOTES v8: our CTAs
+  // on 1920 x 1920 x 8192 end 21k cycles apart on average, cuBLAS's 8.5k).
+  for (const auto& [name, s] : {std::pair{"clock 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
+                                {"clock 3072^3", Shape{1, 3072, 3072, 3072}}}) {
+    if (!gemm_bench::CaseSelected(name, argc, argv)) continue;
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+      for (Sm90Schedule sc : {Sm90Schedule::kDataParallel, Sm90Schedule::kStreamK}) {
+        if (!RunClock(name, s, gemm_kernels::MakeSm90Launch(t, sc, s.m, s.n, s.k, 1, 64, g_sms))) {
+          std::printf("%s FAILED\n", name);
+          ++failures;
+        }
+      }
+    }
   }
   // Strided batches with short K (2-16 k-blocks): the epilogue is a large
   // part of each tile, which only the ping-pong consumers overlap with MMA.

@@ -60,6 +60,10 @@ struct Sm90LaunchChoice {
   // the previous kernel's tail). false only in experiments
   // (bench/schedule_sweep).
   bool programmatic_launch = true;
+  // Experiments only (bench/schedule_sweep "clock"): device memory of grid x
+  // 5 words that each launch fills with per-CTA %globaltimer stamps (entry,
+  // producer done, each consumer done) and the SM id; nullptr otherwise.
+  unsigned long long* cta_clock = nullptr;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };

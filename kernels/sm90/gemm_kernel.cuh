@@ -76,6 +76,11 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // partial goes through distributed shared memory (PairStorePartial /
   // PairReducePartial); partials and flags are nullptr.
   int cluster_pairs;
+  // Experiments only (bench/schedule_sweep "clock"; nullptr otherwise): per
+  // CTA, kCtaClockWords words: %globaltimer (ns) at kernel entry, when the
+  // producer has issued its last load and when each consumer has finished,
+  // and the SM it ran on.
+  unsigned long long* cta_clock;
   // Grouped launches (kGrouped kernels) only.
   const GroupedProblemShape* group_shapes;
   const GroupedProblem* group;
@@ -626,8 +631,12 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // are on; in the rolled loop each of a thread's kBN / 2 elements costs a
   // local-memory load, a dtype switch and a 2- or 4-byte store, and those
   // tiles finish last in a single-wave launch.
+  // The 128 x 256 kernels (no row predicates) take column predicates too:
+  // per-CTA stamps (round 7 call 9) showed the 8 N-ragged tiles of 1920 x
+  // 1920 x 8192 (128 of 256 columns) ending ~9 us after the other 112 in the
+  // rolled loop.
   const bool full_cols = (t.n_block + 1) * kBN <= p.n;
-  const bool column_pairs = kRowPredicates && !full_cols && p.n % 2 == 0;
+  const bool column_pairs = !full_cols && p.n % 2 == 0;
   const bool interior =
       p.vec2_ok && (full_cols || column_pairs) && (kRowPredicates || slice_row + 64 <= p.m);
   if (interior) {
@@ -635,11 +644,9 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
     const bool r8 = !kRowPredicates || row + 8 < p.m;
     const bool has_c = p.c != nullptr;
     const int tile_col = t.n_block * kBN;
-    if constexpr (kRowPredicates) {
-      if (column_pairs) {
-        StorePairs<kBN, true>(p, acc, row, col, t.batch, r0, r8);
-        return;
-      }
+    if (column_pairs) {
+      StorePairs<kBN, true>(p, acc, row, col, t.batch, r0, r8);
+      return;
     }
     // NOTES: with C, the 16-byte path needs ~10 more registers; in the
     // 128 x 256 kernels (128 accumulators per thread) ptxas then spilled 292
@@ -948,6 +955,26 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
 
 // ---------------------------------------------------------------- kernel
 
+constexpr int kCtaClockWords = 5;  // start, producer end, consumer 0 / 1 end, SM id
+
+__device__ __forceinline__ unsigned long long GlobalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned SmId() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %smid;" : "=r"(id));
+  return id;
+}
+
+// KernelParams::cta_clock: word `slot` of this CTA's record.
+__device__ __forceinline__ void StampCta(const KernelParams& p, int slot,
+                                         unsigned long long value) {
+  if (p.cta_clock != nullptr) p.cta_clock[blockIdx.x * kCtaClockWords + slot] = value;
+}
+
 // kGrouped: the tiles of p.num_problems problems (descriptors in p.group),
 // cooperative consumers only. Otherwise one strided-batched problem, stream-K
 // when p.sk_tiles > 0 (cooperative only; ping-pong kernels are launched
@@ -962,6 +989,8 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
+    StampCta(p, 0, GlobalTimer());
+    StampCta(p, 4, SmId());
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
       ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals);
@@ -1000,7 +1029,10 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
   if (warpgroup == 0) {
     ptx::SetMaxNRegDec<40>();
-    if (threadIdx.x == 0) ProducerLoop<Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss);
+    if (threadIdx.x == 0) {
+      ProducerLoop<Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss);
+      StampCta(p, 1, GlobalTimer());
+    }
   } else {
     ptx::SetMaxNRegInc<232>();
     if constexpr (kPingPong) {
@@ -1009,6 +1041,7 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     } else {
       ConsumerLoop<In, Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, warpgroup - 1);
     }
+    if (threadIdx.x % 128 == 0) StampCta(p, 1 + warpgroup, GlobalTimer());
   }
 #endif
 }

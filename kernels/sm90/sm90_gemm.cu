@@ -387,6 +387,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   }
   plan->grid_ = choice.grid;
   plan->pdl_ = choice.programmatic_launch;
+  kp.cta_clock = choice.cta_clock;
   std::string schedule;
   if (reducing) {
     schedule = choice.schedule == Sm90Schedule::kSplitK
