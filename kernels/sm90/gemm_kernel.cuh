@@ -627,14 +627,12 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // (M-ragged tiles are common: grouped members, small M). Otherwise the
   // rolled element-wise path.
   // NOTES: N-ragged tiles with an even N (1000^3: the whole last tile
-  // column) take pair stores with column predicates where row predicates
-  // are on; in the rolled loop each of a thread's kBN / 2 elements costs a
+  // column) take pair stores with column predicates, in every kernel; in
+  // the rolled loop each of a thread's kBN / 2 elements costs a
   // local-memory load, a dtype switch and a 2- or 4-byte store, and those
-  // tiles finish last in a single-wave launch.
-  // The 128 x 256 kernels (no row predicates) take column predicates too:
-  // per-CTA stamps (round 7 call 9) showed the 8 N-ragged tiles of 1920 x
-  // 1920 x 8192 (128 of 256 columns) ending ~9 us after the other 112 in the
-  // rolled loop.
+  // tiles finish last in a single-wave launch (per-CTA stamps, round 7 call
+  // 9: the 8 N-ragged 128x256 tiles of 1920 x 1920 x 8192 ended ~9 us after
+  // the other 112).
   const bool full_cols = (t.n_block + 1) * kBN <= p.n;
   const bool column_pairs = !full_cols && p.n % 2 == 0;
   const bool interior =
