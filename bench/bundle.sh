@@ -19,7 +19,16 @@ fi
 main=$1 name=$2 run=$3
 shift 3
 cd "$(dirname "$0")/.."
-bazel build "$@"
+build_log=$(mktemp)
+bazel build "$@" 2>&1 | tee "$build_log"
+# NOTES: ptxas reports these only when a .cu file recompiles, as info lines
+# easy to miss in Bazel's output; either costs far more on the GPU than any
+# change is likely to gain (KERNEL_NOTES v8: a wgmma under a branch, C7520,
+# made every kernel 20-30% slower).
+if grep -E "C7520|spilled to local memory" "$build_log"; then
+  echo "bundle: WARNING: ptxas serialized wgmma (C7520) or spilled registers (above)" >&2
+fi
+rm -f "$build_log"
 bins=()
 for target in "$@"; do
   target=${target#//}
