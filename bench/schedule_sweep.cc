@@ -130,6 +130,22 @@ std::string DescribeLaunch(const Sm90LaunchChoice& c) {
   return Describe(c) + (c.programmatic_launch ? "" : ", no PDL");
 }
 
+// One plan of `c` per input set of `buf` into *plans; false (reported) if
+// the launch choice does not fit the shape.
+bool MakePlans(const char* name, const Shape& s, const Buffers& buf, const Sm90LaunchChoice& c,
+               void* ws, std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>* plans) {
+  for (int i = 0; i < buf.sets; ++i) {
+    std::string error;
+    plans->push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)), c,
+                                                ws, &error));
+    if (!plans->back()) {
+      std::fprintf(stderr, "%s %s: %s\n", name, DescribeLaunch(c).c_str(), error.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
 // Times cuBLAS, the heuristic's choice and `variants` on one shape.
 bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice> variants,
                  const gemm_bench::CublasBaseline& cublas,
@@ -147,16 +163,7 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   if (cudaMalloc(&ws, ws_bytes) != cudaSuccess) return false;
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
   for (size_t v = 0; v < variants.size(); ++v) {
-    for (int i = 0; i < buf.sets; ++i) {
-      std::string error;
-      plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)),
-                                                    variants[v], ws, &error));
-      if (!plans[v].back()) {
-        std::fprintf(stderr, "%s %s: %s\n", name, DescribeLaunch(variants[v]).c_str(),
-                     error.c_str());
-        return false;
-      }
-    }
+    if (!MakePlans(name, s, buf, variants[v], ws, &plans[v])) return false;
   }
   cudaDeviceSynchronize();
   std::vector<gemm_bench::Launcher> impls;
@@ -219,7 +226,7 @@ std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vec
 // ten launches back to back, then one launch alone. Prints start and end
 // spreads, CTA durations and the slowest and fastest CTAs with their SMs.
 bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
-  constexpr int kWords = 5;  // kernels/sm90/gemm_kernel.cuh kCtaClockWords
+  constexpr int kWords = gemm_kernels::kCtaClockWords;
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
   unsigned long long* stamps = nullptr;
@@ -229,15 +236,7 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
     return false;
   c.cta_clock = stamps;
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
-  for (int i = 0; i < buf.sets; ++i) {
-    std::string error;
-    plans.push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)), c, ws,
-                                               &error));
-    if (!plans.back()) {
-      std::fprintf(stderr, "%s: %s\n", name, error.c_str());
-      return false;
-    }
-  }
+  if (!MakePlans(name, s, buf, c, ws, &plans)) return false;
   std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
   std::printf("| run | start spread us | CTA time us min / median / max | end spread us | span us | "
               "slowest CTAs (block@SM: us) | fastest CTAs |\n|---|---|---|---|---|---|---|\n");

@@ -21,8 +21,11 @@ Sm90TileShape ShapeOf(Sm90Tile tile) {
 
 namespace {
 
-// Relative cost of one output element. NOTES: a 128x128 tile loads as many A
-// bytes per MMA as B bytes, a 128x256 one half as many A bytes, and its
+// What the cost model knows of a tile.
+//
+// per_element_cost: relative cost of one output element. NOTES: a 128x128
+// tile loads as many A bytes per MMA as B bytes, a 128x256 one half as many
+// A bytes, and its
 // m64n256 wgmma keeps the tensor cores busier per instruction. Fitted to the
 // H200 (bench/KERNEL_NOTES.md, v5): 1.04 picks the faster data-parallel tile
 // on every measured shape (8192^3 and 4096^3 wide; 4224^3 and 3072^3, where
@@ -34,22 +37,35 @@ namespace {
 // wave, i.e. where 128x128 tiles would leave over half the SMs idle (1024^3:
 // 8.8 against 9.6 us), and loses to split-K 2 where K is long (1024 x 1024 x
 // 4096: split-K 18.8 us, 128x64 22.2, 128x128 24.3).
-double PerElementCost(Sm90Tile tile) {
+//
+// latency_iters_per_kblock: the least a k-block costs when operands stream
+// from DRAM, the ring's loaded latency over its stages (see the streaming
+// NOTES below): 0.59 iterations for the 4-stage 128x256 ring, 0.39 for the
+// 6-stage 128x128 one (both fitted), 0.29 for the 8-stage 128x64 one (not
+// measured; the same latency over 8).
+struct TileModel {
+  double per_element_cost;
+  double latency_iters_per_kblock;
+};
+
+TileModel ModelOf(Sm90Tile tile) {
   switch (tile) {
     case Sm90Tile::k128x256:
-      return 1.0;
+      return {1.0, 0.59};
     case Sm90Tile::k128x64:
-      return 1.8;
-    default:
-      return 1.04;
+      return {1.8, 0.29};
+    case Sm90Tile::k128x128:
+    case Sm90Tile::k128x128PingPong:
+      break;
   }
+  return {1.04, 0.39};
 }
 
 double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num_sms) {
   const Sm90TileShape s = ShapeOf(tile);
   const int64_t tiles = TileCount(tile, m, n, batch);
   const int64_t waves = (tiles + num_sms - 1) / num_sms;
-  return static_cast<double>(waves) * s.bm * s.bn * PerElementCost(tile);
+  return static_cast<double>(waves) * s.bm * s.bn * ModelOf(tile).per_element_cost;
 }
 
 }  // namespace
@@ -61,7 +77,7 @@ int64_t TileCount(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
 
 double TileCostScale(Sm90Tile tile) {
   const Sm90TileShape s = ShapeOf(tile);
-  return s.bm * s.bn * PerElementCost(tile) / (128.0 * 256.0);
+  return s.bm * s.bn * ModelOf(tile).per_element_cost / (128.0 * 256.0);
 }
 
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms) {
@@ -103,23 +119,12 @@ constexpr double kReductionMargin = 0.95;
 // NOTES: streaming. When a k-loop's operands come from DRAM rather than from
 // L2 reuse, each CTA is bound by its ring: `stages` k-blocks in flight, each
 // waiting a loaded latency of ~1.65 us, so a k-block costs at least
-// latency / stages (0.59 iterations for the 4-stage 128x256 ring, 0.39 for
-// the 6-stage 128x128 one); and the whole grid by DRAM, ~3.8 TB/s for these
-// patterns (2.66 MB per iteration). Both fitted to split-count sweeps on the
+// latency / stages (TileModel::latency_iters_per_kblock); and the whole grid
+// by DRAM, ~3.8 TB/s for these patterns (2.66 MB per iteration). Both
+// fitted to split-count sweeps on the
 // H200 (KERNEL_NOTES v5: 7 x 8192 x 8192 and 128 x 128 x 65536 at 16-132
 // CTAs; the time was the per-CTA term plus the DRAM term).
 constexpr double kDramBytesPerIter = 2.66e6;
-// The 8-stage 128x64 ring: 0.29 (not measured; the same latency over 8).
-double LatencyItersPerKBlock(Sm90Tile tile) {
-  switch (tile) {
-    case Sm90Tile::k128x256:
-      return 0.59;
-    case Sm90Tile::k128x64:
-      return 0.29;
-    default:
-      return 0.39;
-  }
-}
 // NOTES: in-kernel split-K: the finalizer of each tile waits for and reads
 // splits - 1 partials in series; fitted as 4 iterations to store and 4 per
 // partial read (256 x 4096 x 16384 and the skinny sweep), scaled by the rows
@@ -190,7 +195,7 @@ struct Problem {
 // cores' time, or the streaming time where operands come from DRAM.
 double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb) {
   const double mma = double(kb) * TileCostScale(tile);
-  const double stream = p.dram_fraction(tile) * double(kb) * LatencyItersPerKBlock(tile) +
+  const double stream = p.dram_fraction(tile) * double(kb) * ModelOf(tile).latency_iters_per_kblock +
                         p.unique_bytes() / kDramBytesPerIter;
   return std::max(mma, stream);
 }

@@ -35,6 +35,11 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
 // How the tiles of a launch are scheduled (see kernels/scheduler/).
 enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
 
+// Words per CTA of Sm90LaunchChoice::cta_clock: %globaltimer (ns) at kernel
+// entry, when the producer has issued its last load, when consumer 0 and
+// consumer 1 have finished; then the SM id.
+constexpr int kCtaClockWords = 5;
+
 struct Sm90LaunchChoice {
   Sm90Tile tile = Sm90Tile::k128x256;
   Sm90Schedule schedule = Sm90Schedule::kDataParallel;
@@ -61,8 +66,8 @@ struct Sm90LaunchChoice {
   // (bench/schedule_sweep).
   bool programmatic_launch = true;
   // Experiments only (bench/schedule_sweep "clock"): device memory of grid x
-  // 5 words that each launch fills with per-CTA %globaltimer stamps (entry,
-  // producer done, each consumer done) and the SM id; nullptr otherwise.
+  // kCtaClockWords words that each launch fills with per-CTA %globaltimer
+  // stamps and the SM id; nullptr otherwise.
   unsigned long long* cta_clock = nullptr;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store

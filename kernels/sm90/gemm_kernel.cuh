@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
 #include "kernels/scheduler/grouped_tile_scheduler.h"
 #include "kernels/scheduler/stream_k_scheduler.h"
@@ -76,10 +77,8 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // partial goes through distributed shared memory (PairStorePartial /
   // PairReducePartial); partials and flags are nullptr.
   int cluster_pairs;
-  // Experiments only (bench/schedule_sweep "clock"; nullptr otherwise): per
-  // CTA, kCtaClockWords words: %globaltimer (ns) at kernel entry, when the
-  // producer has issued its last load and when each consumer has finished,
-  // and the SM it ran on.
+  // Experiments only (Sm90LaunchChoice::cta_clock; nullptr otherwise):
+  // kCtaClockWords words per CTA.
   unsigned long long* cta_clock;
   // Grouped launches (kGrouped kernels) only.
   const GroupedProblemShape* group_shapes;
@@ -952,8 +951,6 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
 }
 
 // ---------------------------------------------------------------- kernel
-
-constexpr int kCtaClockWords = 5;  // start, producer end, consumer 0 / 1 end, SM id
 
 __device__ __forceinline__ unsigned long long GlobalTimer() {
   unsigned long long t;
