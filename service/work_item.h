@@ -49,7 +49,7 @@ struct WorkItem {
   absl::Time enqueued;
   uint64_t bytes = 0;  // operands + results, counted against in-flight limits
   // Resident matrices the problems read (MatrixRef::resident), kept alive
-  // until the item is destroyed, even if released meanwhile.
+  // until the item completes, even if released meanwhile.
   std::vector<std::shared_ptr<const ResidentMatrix>> residents;
   // Host copies of resident operands that live on another device than the
   // one the item runs on (MultiDeviceExecutor); problems point into them.
@@ -60,9 +60,16 @@ struct WorkItem {
   // Called exactly once, by whoever finishes the item (queue or executor).
   std::function<void(const absl::Status&, const ExecutionReport&)> done;
 
-  // Runs `done` the first time only; later calls are ignored.
+  // Runs `done` the first time only; later calls are ignored. Whoever
+  // completes an item has stopped reading its operands, so the item lets go
+  // of them first: the RPC layer may keep the item until the call is torn
+  // down, well after the client has its answer, and a matrix the client
+  // releases on that answer must then be freed (and leave the resident
+  // budget) at once, not when the call object goes.
   void Complete(const absl::Status& status) {
     if (completed_.exchange(true)) return;
+    residents.clear();
+    host_copies.clear();
     done(status, report);
   }
   bool completed() const { return completed_.load(); }

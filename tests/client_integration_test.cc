@@ -27,7 +27,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/gemm_client.h"
@@ -37,6 +36,7 @@
 #include "service/cpu_executor.h"
 #include "service/metrics.h"
 #include "service/server.h"
+#include "tests/test_executors.h"
 #include "tests/test_util.h"
 
 namespace gemm {
@@ -635,34 +635,6 @@ TEST_F(ClientIntegrationTest, ServerInfoThroughTheClient) {
 // ---------------------------------------------------------------------------
 // Retries against a full queue
 
-// The CPU executor behind a gate: batches wait on the batcher's thread until
-// the gate opens, so while it is shut one request runs (held) and one waits,
-// and every other request finds the queue full.
-class GatedCpuExecutor : public Executor {
- public:
-  explicit GatedCpuExecutor(std::unique_ptr<CpuExecutor> inner) : inner_(std::move(inner)) {}
-  const BackendInfo& info() const override { return inner_->info(); }
-  int max_concurrent_batches() const override { return 1; }
-  void Execute(Batch batch) override {
-    if (!entered_.HasBeenNotified()) entered_.Notify();  // only the batcher's thread calls
-    gate_.WaitForNotification();
-    inner_->Execute(std::move(batch));
-  }
-  void Open() {
-    absl::MutexLock lock(&mu_);
-    if (!gate_.HasBeenNotified()) gate_.Notify();
-  }
-  bool WaitEntered(absl::Duration timeout) {
-    return entered_.WaitForNotificationWithTimeout(timeout);
-  }
-
- private:
-  std::unique_ptr<CpuExecutor> inner_;
-  absl::Mutex mu_;
-  absl::Notification entered_;
-  absl::Notification gate_;
-};
-
 class FullQueueTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -672,7 +644,9 @@ class FullQueueTest : public ::testing::Test {
     o.cpu.calibrate = false;
     auto cpu = CpuExecutor::Create(o.cpu);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
-    auto gated = std::make_unique<GatedCpuExecutor>(std::move(*cpu));
+    // Batches wait at the gate, so while it is shut one request runs (held)
+    // and one waits, and every other request finds the queue full.
+    auto gated = std::make_unique<test::GatedExecutor>(std::move(*cpu));
     gated_ = gated.get();
     auto s = GemmServer::Start(o, std::move(gated));
     ASSERT_TRUE(s.ok()) << s.status();
@@ -688,7 +662,7 @@ class FullQueueTest : public ::testing::Test {
                        {"code=\"RESOURCE_EXHAUSTED\"", "method=\"Gemm\""});
   }
 
-  GatedCpuExecutor* gated_ = nullptr;
+  test::GatedExecutor* gated_ = nullptr;
   std::unique_ptr<GemmServer> server_;
   std::mt19937 rng_{99};
 };

@@ -24,6 +24,7 @@
 #include "service/cpu_executor.h"
 #include "service/server.h"
 #include "tests/test_certs.h"
+#include "tests/test_executors.h"
 #include "tests/test_util.h"
 
 namespace gemm {
@@ -41,32 +42,16 @@ constexpr char kSecondIdentity[] = "x509:CN=gemm-test-client-2";
 
 // The CPU executor, noting the fair-queueing identity (WorkItem::client) of
 // every request it runs.
-class IdentityRecordingExecutor final : public Executor {
+class IdentityRecordingExecutor final : public test::ForwardingExecutor {
  public:
-  explicit IdentityRecordingExecutor(std::unique_ptr<Executor> inner)
-      : inner_(std::move(inner)) {}
+  using ForwardingExecutor::ForwardingExecutor;
 
-  const BackendInfo& info() const override { return inner_->info(); }
-  int max_concurrent_batches() const override { return inner_->max_concurrent_batches(); }
-  bool supports_grouped() const override { return inner_->supports_grouped(); }
-  absl::Duration PredictRunTime(const WorkItem& item) const override {
-    return inner_->PredictRunTime(item);
-  }
-  int parallel_units() const override { return inner_->parallel_units(); }
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
-      const MatrixRef& source) const override {
-    return inner_->CreateResident(source);
-  }
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
-      const MatrixRef& shape) const override {
-    return inner_->AllocateResident(shape);
-  }
   void Execute(Batch batch) override {
     {
       absl::MutexLock lock(&mu_);
       for (const auto& item : batch.items) clients_.insert(item->client);
     }
-    inner_->Execute(std::move(batch));
+    ForwardingExecutor::Execute(std::move(batch));
   }
 
   std::set<std::string> clients() const {
@@ -75,7 +60,6 @@ class IdentityRecordingExecutor final : public Executor {
   }
 
  private:
-  const std::unique_ptr<Executor> inner_;
   mutable absl::Mutex mu_;
   std::set<std::string> clients_ ABSL_GUARDED_BY(mu_);
 };
