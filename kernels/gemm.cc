@@ -142,11 +142,7 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
   const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
   Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction,
                                         dev.max_pairs);
-  Sm90Tile tile = c.tile;
-  if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
-  if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
-  if (hint == TileHint::k128x128PingPong) tile = Sm90Tile::k128x128PingPong;
-  if (hint == TileHint::k128x64) tile = Sm90Tile::k128x64;
+  const Sm90Tile tile = Sm90TileOf(hint).value_or(c.tile);
   Sm90Schedule sched = c.schedule;
   // Without a workspace: data-parallel, or the heuristic's paired split-K as
   // it chose it (on another tile it would be a split-K that needs one).

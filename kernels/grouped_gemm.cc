@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -156,13 +157,12 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   if (!s.ok()) return s;
   int num_sms = 0;
   std::vector<NormalizedProblem> ps;
-  // The grouped kernel has the 128x256 and 128x128 cooperative tiles; a
-  // hint for another runs the loop of single launches on that tile.
-  if (workspace != nullptr && OnHopper(&num_sms) && hint != TileHint::k128x128PingPong &&
-      hint != TileHint::k128x64 && GroupedKernelFits(args, &ps)) {
-    Sm90Tile tile = ChooseGroupTile(ps, num_sms);
-    if (hint == TileHint::k128x256) tile = Sm90Tile::k128x256;
-    if (hint == TileHint::k128x128) tile = Sm90Tile::k128x128;
+  // A hint for a tile the grouped kernel lacks runs the loop of single
+  // launches on that tile.
+  const std::optional<Sm90Tile> forced = Sm90TileOf(hint);
+  if (workspace != nullptr && OnHopper(&num_sms) && (!forced || Sm90GroupedHasTile(*forced)) &&
+      GroupedKernelFits(args, &ps)) {
+    const Sm90Tile tile = forced ? *forced : ChooseGroupTile(ps, num_sms);
     std::string error;
     impl_->plan = host_image != nullptr
                       ? MakeSm90GroupedPlanDeferred(ps, tile, num_sms, workspace, host_image, &error)

@@ -5,8 +5,9 @@
 #include <cudaTypedefs.h>
 
 #include <memory>
-#include <mutex>
 #include <cstring>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,11 +96,20 @@ KernelInfo InfoForLayouts(bool a_k, bool b_k) {
   }
 }
 
-// Grouped kernels: 16-bit inputs, cooperative tiles.
+// Grouped kernels: 16-bit inputs, the 128x256 and 128x128 cooperative
+// tiles; none for the others.
 template <typename In>
-KernelInfo GroupedInfoFor(Sm90Tile tile, bool a_k, bool b_k) {
-  if (tile == Sm90Tile::k128x256) return InfoForLayouts<In, 256, false, true>(a_k, b_k);
-  return InfoForLayouts<In, 128, false, true>(a_k, b_k);
+std::optional<KernelInfo> GroupedInfoFor(Sm90Tile tile, bool a_k, bool b_k) {
+  switch (tile) {
+    case Sm90Tile::k128x256:
+      return InfoForLayouts<In, 256, false, true>(a_k, b_k);
+    case Sm90Tile::k128x128:
+      return InfoForLayouts<In, 128, false, true>(a_k, b_k);
+    case Sm90Tile::k128x128PingPong:
+    case Sm90Tile::k128x64:
+      break;
+  }
+  return std::nullopt;
 }
 
 template <typename In>
@@ -426,6 +436,26 @@ int Sm90MaxPairClusters() {
   return cache[device];
 }
 
+std::optional<Sm90Tile> Sm90TileOf(TileHint hint) {
+  switch (hint) {
+    case TileHint::kAuto:
+      break;
+    case TileHint::k128x256:
+      return Sm90Tile::k128x256;
+    case TileHint::k128x128:
+      return Sm90Tile::k128x128;
+    case TileHint::k128x128PingPong:
+      return Sm90Tile::k128x128PingPong;
+    case TileHint::k128x64:
+      return Sm90Tile::k128x64;
+  }
+  return std::nullopt;
+}
+
+bool Sm90GroupedHasTile(Sm90Tile tile) {
+  return GroupedInfoFor<__nv_bfloat16>(tile, true, true).has_value();
+}
+
 size_t Sm90GroupedWorkspaceSize(size_t num_problems) {
   return (num_problems * sizeof(sm90::GroupedProblem) + 255) / 256 * 256 +
          num_problems * sizeof(GroupedProblemShape);
@@ -453,15 +483,18 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     return nullptr;
   }
   const NormalizedProblem& first = problems[0];
-  if (first.in_dtype == DataType::kF32 || tile == Sm90Tile::k128x128PingPong ||
-      tile == Sm90Tile::k128x64) {
+  const std::optional<KernelInfo> info =
+      first.in_dtype == DataType::kBF16
+          ? GroupedInfoFor<__nv_bfloat16>(tile, first.a.k_major, first.b.k_major)
+      : first.in_dtype == DataType::kF16
+          ? GroupedInfoFor<__half>(tile, first.a.k_major, first.b.k_major)
+          : std::nullopt;
+  if (!info) {
     *error = "grouped kernel: 16-bit inputs and the 128x256 or 128x128 cooperative tile";
     return nullptr;
   }
   auto plan = std::make_unique<Sm90Plan>();
-  plan->info_ = first.in_dtype == DataType::kBF16
-                    ? GroupedInfoFor<__nv_bfloat16>(tile, first.a.k_major, first.b.k_major)
-                    : GroupedInfoFor<__half>(tile, first.a.k_major, first.b.k_major);
+  plan->info_ = *info;
   if (!PrepareKernel(plan->info_, error)) return nullptr;
   const Sm90TileShape shape = ShapeOf(tile);
   const int es = static_cast<int>(DataTypeSize(first.in_dtype));

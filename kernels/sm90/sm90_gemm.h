@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
 // the bound for paired split-K (Sm90LaunchChoice::cluster_pairs), whose
 // pairs wait on each other. Asked once per device.
 int Sm90MaxPairClusters();
+
+// The tile a hint forces; none for TileHint::kAuto (the heuristic chooses).
+std::optional<Sm90Tile> Sm90TileOf(TileHint hint);
+
+// Whether the grouped kernel below is built for `tile` (the 128x256 and
+// 128x128 cooperative tiles); MakeSm90GroupedPlan refuses the others.
+bool Sm90GroupedHasTile(Sm90Tile tile);
 
 // Grouped launch: every problem's tiles in one persistent kernel. All
 // problems share input and output dtype (16-bit inputs) and operand layouts,

@@ -1,5 +1,11 @@
 // CPU test of which normalized problems the Hopper kernel accepts (no GPU:
-// Sm90Supports only inspects shapes, layouts and alignment).
+// Sm90Supports only inspects shapes, layouts and alignment), and of which
+// tiles a hint forces and the grouped kernel is built for.
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "kernels/problem.h"
 #include "kernels/sm90/sm90_gemm.h"
@@ -80,6 +86,40 @@ TEST(Sm90Supports, Fp32NeedsTf32AndKMajorOperands) {
   a.b.layout = Layout::kRowMajor;  // N-major B
   EXPECT_FALSE(Supports(a, &why));
   EXPECT_NE(why.find("K-major"), std::string::npos) << why;
+}
+
+// Every forcing hint names its own tile; the grouped kernel has the two
+// cooperative tiles of 128 rows by 256 and 128 columns, so the other hints
+// send a grouped launch to its loop of single launches.
+TEST(Sm90Tiles, HintsForceTheirTileAndTheGroupedKernelHasTheCooperativeOnes) {
+  EXPECT_FALSE(Sm90TileOf(TileHint::kAuto).has_value());
+  const std::pair<TileHint, Sm90Tile> forced[] = {
+      {TileHint::k128x256, Sm90Tile::k128x256},
+      {TileHint::k128x128, Sm90Tile::k128x128},
+      {TileHint::k128x128PingPong, Sm90Tile::k128x128PingPong},
+      {TileHint::k128x64, Sm90Tile::k128x64}};
+  for (const auto& [hint, tile] : forced) {
+    ASSERT_TRUE(Sm90TileOf(hint).has_value());
+    EXPECT_EQ(*Sm90TileOf(hint), tile);
+  }
+  EXPECT_TRUE(Sm90GroupedHasTile(Sm90Tile::k128x256));
+  EXPECT_TRUE(Sm90GroupedHasTile(Sm90Tile::k128x128));
+  EXPECT_FALSE(Sm90GroupedHasTile(Sm90Tile::k128x128PingPong));
+  EXPECT_FALSE(Sm90GroupedHasTile(Sm90Tile::k128x64));
+}
+
+// A grouped plan for a tile without a grouped kernel is refused before any
+// device work, naming the tiles it has.
+TEST(Sm90Tiles, GroupedPlanRefusesATileWithoutAGroupedKernel) {
+  const std::vector<NormalizedProblem> problems = {Normalize(Bf16(64, 64, 64))};
+  std::vector<uint8_t> image(Sm90GroupedWorkspaceSize(problems.size()));
+  for (Sm90Tile tile : {Sm90Tile::k128x128PingPong, Sm90Tile::k128x64}) {
+    std::string error;
+    EXPECT_EQ(MakeSm90GroupedPlanDeferred(problems, tile, 132, reinterpret_cast<void*>(0x40000),
+                                          image.data(), &error),
+              nullptr);
+    EXPECT_NE(error.find("cooperative tile"), std::string::npos) << error;
+  }
 }
 
 }  // namespace
