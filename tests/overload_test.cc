@@ -208,7 +208,6 @@ TEST_F(OverloadBurstTest, BurstOfTenTimesCapacity) {
   std::vector<std::unique_ptr<InfoRecord>> infos;
   absl::Mutex mu;
   int outstanding = kHeavy + kLight + kLight / kInfoEvery;
-  std::atomic<int> heavy_answered{0};
   std::atomic<int> gemm_answered{0};
 
   // Every heavy request and the light burst go over connections of their
@@ -236,28 +235,32 @@ TEST_F(OverloadBurstTest, BurstOfTenTimesCapacity) {
     c->start = absl::Now();
     v1::GemmService::Stub* stub =
         request == heavy ? heavy_stubs[calls.size() - 1].get() : burst_stub.get();
-    std::atomic<int>* answered = request == heavy ? &heavy_answered : nullptr;
     stub->async()->Gemm(&c->ctx, request.get(), &c->response,
-                        [c, answered, &gemm_answered, &mu, &outstanding](grpc::Status st) {
+                        [c, &gemm_answered, &mu, &outstanding](grpc::Status st) {
                            c->latency = absl::Now() - c->start;
                            c->status = std::move(st);
                            c->answers.fetch_add(1);
-                           if (answered != nullptr) answered->fetch_add(1);
                            gemm_answered.fetch_add(1);
                            absl::MutexLock lock(&mu);
                            --outstanding;
                          });
   };
+  // Waits until the first `n` Gemm calls have arrived: each is answered
+  // (refused), waiting at the gate, or queued. Calls still on their way are
+  // none of these, so the sum reaches the count only when all are in.
+  auto wait_arrived = [&](int n) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    while (gemm_answered.load() + gate_->held_requests() +
+                   static_cast<int>(Gauge("gemm_queue_depth")) <
+               n &&
+           absl::Now() < give_up)
+      absl::SleepFor(absl::Microseconds(200));
+  };
   for (int i = 0; i < kHeavy; ++i) start_call(heavy);
   // The burst follows once the server has taken in every heavy request:
-  // each is either admitted (its bytes in flight, held at the gate or
-  // queued behind it) or answered (refused by the in-flight bound).
-  constexpr double kHeavyBytes = 3 * kHeavySize * kHeavySize * sizeof(float);  // A, B, D
-  const absl::Time wait_taken = absl::Now() + absl::Seconds(30);
-  while (heavy_answered.load() + static_cast<int>(Gauge("gemm_inflight_bytes") / kHeavyBytes) <
-             kHeavy &&
-         absl::Now() < wait_taken)
-    absl::SleepFor(absl::Microseconds(200));
+  // admitted (held at the gate or queued behind it) or refused by the
+  // in-flight bound.
+  wait_arrived(kHeavy);
   auto start_info = [&] {
     infos.push_back(std::make_unique<InfoRecord>());
     InfoRecord* r = infos.back().get();
@@ -275,18 +278,9 @@ TEST_F(OverloadBurstTest, BurstOfTenTimesCapacity) {
     start_call(light);
     if (i % kInfoEvery == kInfoEvery - 1) start_info();
   }
-  // The gate opens once every Gemm call has arrived: each is answered
-  // (refused), waiting at the gate, or queued. Calls still on their way are
-  // none of these, so the sum reaches the count only when all are in.
-  {
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (gemm_answered.load() + gate_->held_requests() +
-                   static_cast<int>(Gauge("gemm_queue_depth")) <
-               kHeavy + kLight &&
-           absl::Now() < give_up)
-      absl::SleepFor(absl::Microseconds(200));
-    gate_->Open();
-  }
+  // The gate opens once every Gemm call has arrived.
+  wait_arrived(kHeavy + kLight);
+  gate_->Open();
   {
     absl::MutexLock lock(&mu);
     ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(
