@@ -15,7 +15,9 @@
 //   "latency ..." 1024 x 1024 x K, K = 64 ... 4096: fixed cost against k-loop.
 //   "clock ..."   per-CTA %globaltimer stamps of one launch (the last of 10
 //                 back to back, and one alone): when CTAs start and end, on
-//                 which SMs the slow ones ran.
+//                 which SMs the slow ones ran, and how a CTA's first unit
+//                 splits into phases; "clock grouped ..." and "clock dense
+//                 ..." set the grouped launches beside a dense one.
 //   "batched ..." strided-batched bf16 shapes: each tile, ping-pong included.
 //   "floor ..."   strided-batched bf16 shapes: cuBLAS, ours, pure streaming.
 // Method as in schedule_bench: bf16 random inputs, rotating buffer sets
@@ -29,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -222,33 +225,29 @@ std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vec
   return out;
 }
 
-// Per-CTA stamps (Sm90LaunchChoice::cta_clock) of `c` on `s`: the last of
-// ten launches back to back, then one launch alone. Prints start and end
-// spreads, CTA durations and the slowest and fastest CTAs with their SMs.
-bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
+// Per-CTA stamps (Sm90LaunchChoice::cta_clock, kCtaClockWords words per CTA
+// in `stamps`) of `plans`, grid `grid`: the last of ten launches back to back
+// (rotating through the plans), then one launch alone. Prints start and end
+// spreads, CTA durations, the median CTA's first unit split into its phases,
+// and the slowest and fastest CTAs with their SMs.
+bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& plans, int grid,
+                unsigned long long* stamps) {
   constexpr int kWords = gemm_kernels::kCtaClockWords;
-  Buffers buf;
-  if (!MakeBuffers(s, &buf)) return false;
-  unsigned long long* stamps = nullptr;
-  void* ws = nullptr;
-  if (cudaMalloc(&stamps, size_t(c.grid) * kWords * 8) != cudaSuccess ||
-      cudaMalloc(&ws, std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))) != cudaSuccess)
-    return false;
-  c.cta_clock = stamps;
-  std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
-  if (!MakePlans(name, s, buf, c, ws, &plans)) return false;
-  std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
   std::printf("| run | start spread us | CTA time us min / median / max | end spread us | span us | "
-              "slowest CTAs (block@SM: us) | fastest CTAs |\n|---|---|---|---|---|---|---|\n");
+              "first unit, medians us: dependency wait / setup to first load / first stage "
+              "lands / rest of first k-loop / after it | slowest CTAs (block@SM: us) | fastest "
+              "CTAs |\n|---|---|---|---|---|---|---|---|\n");
   for (const bool alone : {false, true}) {
     cudaDeviceSynchronize();
-    for (int r = 0; r < (alone ? 1 : 10); ++r) plans[r % buf.sets]->Launch(nullptr);
+    cudaMemset(stamps, 0, size_t(grid) * kWords * 8);
+    for (int r = 0; r < (alone ? 1 : 10); ++r) plans[r % plans.size()]->Launch(nullptr);
     if (cudaDeviceSynchronize() != cudaSuccess) return false;
-    std::vector<unsigned long long> h(size_t(c.grid) * kWords);
+    std::vector<unsigned long long> h(size_t(grid) * kWords);
     cudaMemcpy(h.data(), stamps, h.size() * 8, cudaMemcpyDeviceToHost);
     unsigned long long t0 = ~0ull, s_max = 0, e_min = ~0ull, e_max = 0;
     std::vector<std::pair<double, int>> dur;  // (us, block)
-    for (int b = 0; b < c.grid; ++b) {
+    std::vector<double> phase[5];
+    for (int b = 0; b < grid; ++b) {
       const unsigned long long* w = &h[size_t(b) * kWords];
       const unsigned long long end = std::max(w[2], w[3]);
       t0 = std::min(t0, w[0]);
@@ -256,11 +255,20 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
       e_min = std::min(e_min, end);
       e_max = std::max(e_max, end);
       dur.push_back({(end - w[0]) * 1e-3, b});
+      // Entry, wait done, first load, first stage, first k-loop done, end;
+      // word 8 stays 0 where no cooperative consumer stamps it.
+      const unsigned long long marks[6] = {w[0], w[5], w[6], w[7], w[8] ? w[8] : end, end};
+      for (int i = 0; i < 5; ++i)
+        phase[i].push_back(marks[i + 1] >= marks[i] ? (marks[i + 1] - marks[i]) * 1e-3 : 0.0);
     }
     std::sort(dur.begin(), dur.end());
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
     auto list = [&](bool slow) {
       std::string out;
-      for (int i = 0; i < 4 && i < c.grid; ++i) {
+      for (int i = 0; i < 4 && i < grid; ++i) {
         const auto& d = slow ? dur[dur.size() - 1 - i] : dur[i];
         char cell[64];
         std::snprintf(cell, sizeof(cell), "%s%d@%llu: %.1f", i ? ", " : "", d.second,
@@ -269,15 +277,95 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
       }
       return out;
     };
-    std::printf("| %s | %.2f | %.1f / %.1f / %.1f | %.2f | %.1f | %s | %s |\n",
+    std::printf("| %s | %.2f | %.1f / %.1f / %.1f | %.2f | %.1f | %.2f / %.2f / %.2f / %.2f / %.2f "
+                "| %s | %s |\n",
                 alone ? "alone" : "10th back to back", (s_max - t0) * 1e-3, dur.front().first,
                 dur[dur.size() / 2].first, dur.back().first, (e_max - e_min) * 1e-3,
-                (e_max - t0) * 1e-3, list(true).c_str(), list(false).c_str());
+                (e_max - t0) * 1e-3, median(phase[0]), median(phase[1]), median(phase[2]),
+                median(phase[3]), median(phase[4]), list(true).c_str(), list(false).c_str());
   }
   std::fflush(stdout);
+  return cudaGetLastError() == cudaSuccess;
+}
+
+// PrintClock of launch choice `c` on `s`.
+bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
+  Buffers buf;
+  if (!MakeBuffers(s, &buf)) return false;
+  unsigned long long* stamps = nullptr;
+  void* ws = nullptr;
+  if (cudaMalloc(&stamps, size_t(c.grid) * gemm_kernels::kCtaClockWords * 8) != cudaSuccess ||
+      cudaMalloc(&ws, std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))) != cudaSuccess)
+    return false;
+  c.cta_clock = stamps;
+  std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
+  if (!MakePlans(name, s, buf, c, ws, &plans)) return false;
+  std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
+  const bool ok = PrintClock(plans, c.grid, stamps);
   cudaFree(stamps);
   cudaFree(ws);
-  return cudaGetLastError() == cudaSuccess;
+  return ok;
+}
+
+// PrintClock of a grouped launch on `tile`: `count` problems C_i = A_i B_i,
+// M_i ~ U[m_lo, m_hi] drawn as schedule_bench draws them from `seed`, N and
+// K fixed; bf16, A row-major, B column-major, D row-major; rotating sets.
+bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int k,
+                     uint64_t seed, Sm90Tile tile) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> ms(count);
+  size_t set_bytes = 0;
+  int64_t tiles = 0;
+  for (int& m : ms) {
+    m = std::uniform_int_distribution<int>(m_lo, m_hi)(rng);
+    set_bytes += (size_t(m) * k + size_t(k) * n + size_t(m) * n) * 2;
+    tiles += gemm_kernels::TileCount(tile, m, n, 1);
+  }
+  const int sets = gemm_bench::RotatingSets(set_bytes, g_l2);
+  const int grid = gemm_kernels::PersistentGridSize(tiles, g_sms);
+  std::vector<void*> buffers;
+  unsigned long long* stamps = nullptr;
+  if (cudaMalloc(&stamps, size_t(grid) * gemm_kernels::kCtaClockWords * 8) != cudaSuccess)
+    return false;
+  std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
+  bool ok = true;
+  for (int s = 0; s < sets && ok; ++s) {
+    std::vector<gemm_kernels::NormalizedProblem> problems;
+    for (int i = 0; i < count && ok; ++i) {
+      void* a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i);
+      void* b = gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1);
+      void* d = nullptr;
+      ok = a && b && cudaMalloc(&d, size_t(ms[i]) * n * 2) == cudaSuccess;
+      buffers.insert(buffers.end(), {a, b, d});
+      gemm_kernels::GemmArguments g;
+      g.m = ms[i];
+      g.n = n;
+      g.k = k;
+      g.a = {a, DataType::kBF16, Layout::kRowMajor, k, 0};
+      g.b = {b, DataType::kBF16, Layout::kColMajor, k, 0};
+      g.d = {d, DataType::kBF16, Layout::kRowMajor, n, 0};
+      problems.push_back(gemm_kernels::Normalize(g));
+    }
+    void* ws = nullptr;
+    ok = ok && cudaMalloc(&ws, gemm_kernels::Sm90GroupedWorkspaceSize(count)) == cudaSuccess;
+    buffers.push_back(ws);
+    std::string error;
+    if (ok) {
+      plans.push_back(
+          gemm_kernels::MakeSm90GroupedPlan(problems, tile, g_sms, ws, &error, stamps));
+      ok = plans.back() != nullptr;
+      if (!ok) std::fprintf(stderr, "%s: %s\n", name, error.c_str());
+    }
+  }
+  if (ok) {
+    std::printf("\n%s (seed %llu): %s, %lld tiles, grid %d\n", name,
+                static_cast<unsigned long long>(seed), plans[0]->name().c_str(),
+                static_cast<long long>(tiles), grid);
+    ok = PrintClock(plans, grid, stamps);
+  }
+  for (void* p : buffers) cudaFree(p);
+  cudaFree(stamps);
+  return ok;
 }
 
 // Floor of a strided-batched case: cuBLAS, our Gemm, and the streaming
@@ -451,6 +539,36 @@ int main(int argc, char** argv) {
           std::printf("%s FAILED\n", name);
           ++failures;
         }
+      }
+    }
+  }
+  // Grouped launches against a dense one of as many one-tile CTAs: where the
+  // grouped kernel's extra time per CTA goes (schedule_bench's seeds).
+  if (gemm_bench::CaseSelected("clock dense 1536x2048x256", argc, argv)) {
+    const Shape s{1, 1536, 2048, 256};  // 96 tiles of 128x256, 4 k-blocks each
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+      if (!RunClock("clock dense 1536x2048x256", s, DataParallel(t, s))) {
+        std::printf("clock dense FAILED\n");
+        ++failures;
+      }
+    }
+  }
+  struct GroupedClock {
+    const char* name;
+    int count, m_lo, m_hi, n, k;
+    uint64_t seed;
+  };
+  for (const GroupedClock& g :
+       {GroupedClock{"clock grouped 64 x M~U[32,256] N=K=256", 64, 32, 256, 256, 256, 20261132},
+        GroupedClock{"clock grouped 128 x M~U[16,512] N=K=1024", 128, 16, 512, 1024, 1024,
+                     20261131},
+        GroupedClock{"clock grouped 32 x M~U[16,2048] N=4096 K=2048", 32, 16, 2048, 4096, 2048,
+                     20261130}}) {
+    if (!gemm_bench::CaseSelected(g.name, argc, argv)) continue;
+    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+      if (!RunGroupedClock(g.name, g.count, g.m_lo, g.m_hi, g.n, g.k, g.seed, t)) {
+        std::printf("%s FAILED\n", g.name);
+        ++failures;
       }
     }
   }

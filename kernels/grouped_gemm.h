@@ -80,7 +80,9 @@ class GroupedGemm {
   // Initialize without the blocking copy: the workspace's contents are
   // written to `host_image` (WorkspaceSize(args) bytes of host memory; pinned
   // for an asynchronous copy), and the caller must copy host_image to
-  // `workspace` on the launch's stream before Run. Nothing is copied or
+  // `workspace` on the launch's stream before Run, with a copy (never a
+  // kernel: the grouped kernel reads them before it waits on the previous
+  // kernel in the stream; see MakeSm90GroupedPlanDeferred). Nothing is copied or
   // synchronized here. When the group falls back to a loop of Gemms the
   // workspace is unused and host_image is left as it was.
   absl::Status InitializeDeferred(const GroupedGemmArguments& args, void* workspace,

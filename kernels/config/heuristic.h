@@ -36,9 +36,12 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
 enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
 
 // Words per CTA of Sm90LaunchChoice::cta_clock: %globaltimer (ns) at kernel
-// entry, when the producer has issued its last load, when consumer 0 and
-// consumer 1 have finished; then the SM id.
-constexpr int kCtaClockWords = 5;
+// entry (0), when the producer has issued its last load (1), when consumer 0
+// and consumer 1 have finished (2, 3); the SM id (4); then, for the first
+// unit, %globaltimer when the grid dependency wait returned (5), when the
+// producer issued the first load (6), when the first stage landed (7) and
+// when consumer 0 finished the first unit's k-loop (8).
+constexpr int kCtaClockWords = 9;
 
 struct Sm90LaunchChoice {
   Sm90Tile tile = Sm90Tile::k128x256;

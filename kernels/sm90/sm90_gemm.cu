@@ -463,9 +463,10 @@ size_t Sm90GroupedWorkspaceSize(size_t num_problems) {
 
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
                                                 Sm90Tile tile, int num_sms, void* workspace,
-                                                std::string* error) {
+                                                std::string* error, unsigned long long* cta_clock) {
   std::vector<uint8_t> image(Sm90GroupedWorkspaceSize(problems.size()));
-  auto plan = MakeSm90GroupedPlanDeferred(problems, tile, num_sms, workspace, image.data(), error);
+  auto plan = MakeSm90GroupedPlanDeferred(problems, tile, num_sms, workspace, image.data(), error,
+                                          cta_clock);
   if (!plan) return nullptr;
   const cudaError_t e = cudaMemcpy(workspace, image.data(), image.size(), cudaMemcpyHostToDevice);
   if (e != cudaSuccess) {
@@ -477,7 +478,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProb
 
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     const std::vector<NormalizedProblem>& problems, Sm90Tile tile, int num_sms, void* workspace,
-    void* host_image, std::string* error) {
+    void* host_image, std::string* error, unsigned long long* cta_clock) {
   if (problems.empty() || workspace == nullptr || host_image == nullptr) {
     *error = "grouped launch needs problems and a workspace";
     return nullptr;
@@ -542,6 +543,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
   kp.group_shapes = reinterpret_cast<const GroupedProblemShape*>(ws + desc_bytes);
   kp.num_problems = static_cast<int>(problems.size());
   kp.group_tiles = tiles;
+  kp.cta_clock = cta_clock;
   plan->grid_ = PersistentGridSize(tiles, num_sms);
   plan->name_ = std::string("sm90_tma_wgmma_grouped_") + InName(first.in_dtype, false) + "_" +
                 TileName(shape, plan->info_) + "_" + (first.a.k_major ? "k" : "m") +

@@ -46,17 +46,23 @@ bool Sm90GroupedHasTile(Sm90Tile tile);
 // batch 1 each, and must pass Sm90Supports. Tensor maps and epilogue
 // descriptors are built here and copied (synchronously) into `workspace` of
 // Sm90GroupedWorkspaceSize(problems.size()) device bytes, which must stay
-// untouched while the plan is used.
+// untouched while the plan is used. `cta_clock`: experiments only
+// (Sm90LaunchChoice::cta_clock), device memory of grid x kCtaClockWords words.
 size_t Sm90GroupedWorkspaceSize(size_t num_problems);
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlan(const std::vector<NormalizedProblem>& problems,
                                                 Sm90Tile tile, int num_sms, void* workspace,
-                                                std::string* error);
+                                                std::string* error,
+                                                unsigned long long* cta_clock = nullptr);
 // The same without the copy: the workspace's contents are written to
 // `host_image` (Sm90GroupedWorkspaceSize bytes of host memory), and the
 // caller copies them to `workspace` in stream order before the launch (for a
-// server, one asynchronous copy from pinned memory; nothing blocks).
+// server, one asynchronous copy from pinned memory; nothing blocks). Only a
+// copy may write them, never a kernel: the grouped kernel reads them before
+// its programmatic grid-dependency wait, which orders it after the previous
+// kernel in the stream but not the other way round for what that kernel
+// writes; a copy always completes before the next launch starts.
 std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     const std::vector<NormalizedProblem>& problems, Sm90Tile tile, int num_sms, void* workspace,
-    void* host_image, std::string* error);
+    void* host_image, std::string* error, unsigned long long* cta_clock = nullptr);
 
 }  // namespace gemm_kernels
