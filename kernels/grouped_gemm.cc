@@ -77,27 +77,12 @@ bool GroupedKernelFits(const GroupedGemmArguments& args, std::vector<NormalizedP
   return true;
 }
 
-// One tile for the group: the smaller estimated time of (all tile-iterations
-// spread over the SMs, the longest single tile), per tile shape.
+// The grouped tile choice (kernels/config/heuristic.h) for these problems.
 Sm90Tile ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms) {
-  double best_cost = 0;
-  Sm90Tile best = Sm90Tile::k128x256;
-  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
-    const Sm90TileShape s = ShapeOf(tile);
-    const double scale = TileCostScale(tile);
-    double work = 0, longest = 0;
-    for (const NormalizedProblem& p : ps) {
-      const double kb = double((p.k + 63) / 64);
-      work += double((p.m + s.bm - 1) / s.bm) * double((p.n + s.bn - 1) / s.bn) * kb * scale;
-      longest = std::max(longest, kb * scale);
-    }
-    const double cost = std::max(work / num_sms, longest);
-    if (tile == Sm90Tile::k128x256 || cost < best_cost) {
-      best_cost = cost;
-      best = tile;
-    }
-  }
-  return best;
+  std::vector<GroupedMemberShape> shapes;
+  shapes.reserve(ps.size());
+  for (const NormalizedProblem& p : ps) shapes.push_back({p.m, p.n, p.k});
+  return ChooseSm90GroupedTile(shapes, num_sms);
 }
 
 }  // namespace

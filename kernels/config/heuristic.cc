@@ -80,6 +80,47 @@ double TileCostScale(Sm90Tile tile) {
   return s.bm * s.bn * ModelOf(tile).per_element_cost / (128.0 * 256.0);
 }
 
+namespace {
+
+// NOTES: per-tile fixed cost of a grouped launch, in iterations (one 128x256
+// k-block, ~0.75 us under load). Per-CTA stamps (round 8 calls 4-5, H200):
+// after its k-loop a 128x256 tile took 1.5-1.9 us (epilogue), a 128x128 one
+// 1.25; here 2.5 and 1.7 iterations. Without them the choice took 128x128
+// for 64 x M~U[32,256] N=K=256 (204 tiles: 72 CTAs run two, one after the
+// other), measured 2-5% slower than 128x256 (102 tiles, one each) in three
+// runs.
+double GroupedTileFixedIters(Sm90Tile tile) { return tile == Sm90Tile::k128x256 ? 2.5 : 1.7; }
+
+}  // namespace
+
+Sm90Tile ChooseSm90GroupedTile(const std::vector<GroupedMemberShape>& members, int num_sms) {
+  if (num_sms < 1) num_sms = 1;
+  double best_cost = 0;
+  Sm90Tile best = Sm90Tile::k128x256;
+  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+    const Sm90TileShape s = ShapeOf(tile);
+    const double scale = TileCostScale(tile), fixed = GroupedTileFixedIters(tile);
+    double work = 0, longest = 0, cheapest = 0;
+    int64_t tiles = 0;
+    for (const GroupedMemberShape& p : members) {
+      if (p.m < 1 || p.n < 1) continue;
+      const double one = double((std::max<int64_t>(p.k, 1) + 63) / 64) * scale + fixed;
+      const int64_t t = ((p.m + s.bm - 1) / s.bm) * ((p.n + s.bn - 1) / s.bn);
+      work += double(t) * one;
+      longest = std::max(longest, one);
+      cheapest = tiles == 0 ? one : std::min(cheapest, one);
+      tiles += t;
+    }
+    const double per_cta = double((tiles + num_sms - 1) / num_sms) * cheapest;
+    const double cost = std::max({work / num_sms, longest, per_cta});
+    if (tile == Sm90Tile::k128x256 || cost < best_cost) {
+      best_cost = cost;
+      best = tile;
+    }
+  }
+  return best;
+}
+
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms) {
   if (num_sms < 1) num_sms = 1;
   Sm90Tile best = Sm90Tile::k128x256;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace gemm_kernels {
 
@@ -31,6 +32,19 @@ double TileCostScale(Sm90Tile tile);
 // weighted by how efficiently each tile shape feeds the tensor cores. 128x64
 // only without a k-tail (K a multiple of 64; measured slower with one).
 Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms);
+
+// One member of a grouped launch, as the grouped tile choice sees it.
+struct GroupedMemberShape {
+  int64_t m, n, k;
+};
+
+// The tile for a grouped launch (the grouped kernel has 128x256 and 128x128):
+// the lower estimated time, in 128x256 k-block iterations, where each tile
+// costs its k-loop plus a fixed per-tile cost (epilogue, pipeline restart),
+// and the time is bound below by the tile-iterations spread over the SMs,
+// the longest tile, and the most tiles one CTA runs (ceil(tiles / SMs))
+// times the cheapest tile.
+Sm90Tile ChooseSm90GroupedTile(const std::vector<GroupedMemberShape>& members, int num_sms);
 
 // How the tiles of a launch are scheduled (see kernels/scheduler/).
 enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };

@@ -128,3 +128,41 @@ TEST(Heuristic, GroupAndGrid) {
 
 }  // namespace
 }  // namespace gemm_kernels
+
+namespace gemm_kernels {
+namespace {
+
+// The issue's three grouped cases (schedule_bench's seeds give M; fixed M
+// at the range's middle here): 128x256 wins on all three (round 8 calls 1,
+// 4, 5). The 64-problem case has 102 wide tiles, one per CTA, against 204
+// square ones, of which 72 CTAs would run two.
+TEST(GroupedTile, IssueCasesTakeTheWideTile) {
+  auto group = [](int count, int64_t m_lo, int64_t m_hi, int64_t n, int64_t k) {
+    std::vector<GroupedMemberShape> g;
+    for (int i = 0; i < count; ++i) g.push_back({m_lo + (m_hi - m_lo) * i / (count - 1), n, k});
+    return g;
+  };
+  EXPECT_EQ(ChooseSm90GroupedTile(group(32, 16, 2048, 4096, 2048), 132), Sm90Tile::k128x256);
+  EXPECT_EQ(ChooseSm90GroupedTile(group(128, 16, 512, 1024, 1024), 132), Sm90Tile::k128x256);
+  EXPECT_EQ(ChooseSm90GroupedTile(group(64, 32, 256, 256, 256), 132), Sm90Tile::k128x256);
+}
+
+// N of 128 or less leaves half of every wide tile empty: the square tile.
+TEST(GroupedTile, NarrowProblemsTakeTheSquareTile) {
+  std::vector<GroupedMemberShape> g;
+  for (int i = 0; i < 200; ++i) g.push_back({64 + 7 * i, 128, 1024});
+  EXPECT_EQ(ChooseSm90GroupedTile(g, 132), Sm90Tile::k128x128);
+  // A single square-ish problem of many tiles: the dense choice's reasoning
+  // (wide tiles feed the tensor cores better).
+  EXPECT_EQ(ChooseSm90GroupedTile({{8192, 8192, 4096}}, 132), Sm90Tile::k128x256);
+}
+
+TEST(GroupedTile, DegenerateInputsAreDefined) {
+  EXPECT_EQ(ChooseSm90GroupedTile({}, 132), Sm90Tile::k128x256);
+  EXPECT_EQ(ChooseSm90GroupedTile({{0, 0, 0}}, 0), Sm90Tile::k128x256);
+  // One one-element problem: one tile either way, the square one cheaper.
+  EXPECT_EQ(ChooseSm90GroupedTile({{1, 1, 1}}, 1), Sm90Tile::k128x128);
+}
+
+}  // namespace
+}  // namespace gemm_kernels
