@@ -76,19 +76,30 @@ struct Buffers {
   }
 };
 
+// One device allocation, freed on every return path.
+struct DeviceMemory {
+  void* p = nullptr;
+  DeviceMemory() = default;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  DeviceMemory(DeviceMemory&& o) noexcept : p(o.p) { o.p = nullptr; }
+  ~DeviceMemory() { cudaFree(p); }
+  bool Allocate(size_t bytes) { return cudaMalloc(&p, bytes) == cudaSuccess; }
+};
+
 bool MakeBuffers(const Shape& s, Buffers* buf) {
   const size_t set_bytes = size_t(s.batch * (s.m * s.k + s.k * s.n + s.m * s.n)) * 2;
   buf->sets = gemm_bench::RotatingSets(set_bytes, g_l2);
   for (int i = 0; i < buf->sets; ++i) {
     buf->a.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.m * s.k, 11 + i));
     buf->b.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.k * s.n, 101 + i));
-    void *d = nullptr, *dref = nullptr;
-    if (cudaMalloc(&d, s.batch * s.m * s.n * 2) != cudaSuccess ||
-        cudaMalloc(&dref, s.batch * s.m * s.n * 2) != cudaSuccess)
+    // Each pointer is handed to *buf as soon as it exists (freed there).
+    buf->d.push_back(nullptr);
+    buf->dref.push_back(nullptr);
+    if (cudaMalloc(&buf->d.back(), s.batch * s.m * s.n * 2) != cudaSuccess ||
+        cudaMalloc(&buf->dref.back(), s.batch * s.m * s.n * 2) != cudaSuccess)
       return false;
-    cudaMemset(d, 0xFF, s.batch * s.m * s.n * 2);
-    buf->d.push_back(d);
-    buf->dref.push_back(dref);
+    cudaMemset(buf->d.back(), 0xFF, s.batch * s.m * s.n * 2);
     if (!buf->a.back() || !buf->b.back()) return false;
   }
   return true;
@@ -162,11 +173,11 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   size_t ws_bytes = 256;
   for (const auto& c : variants)
     ws_bytes = std::max(ws_bytes, gemm_kernels::ScheduleWorkspaceBytes(c));
-  void* ws = nullptr;
-  if (cudaMalloc(&ws, ws_bytes) != cudaSuccess) return false;
+  DeviceMemory ws;
+  if (!ws.Allocate(ws_bytes)) return false;
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
   for (size_t v = 0; v < variants.size(); ++v) {
-    if (!MakePlans(name, s, buf, variants[v], ws, &plans[v])) return false;
+    if (!MakePlans(name, s, buf, variants[v], ws.p, &plans[v])) return false;
   }
   cudaDeviceSynchronize();
   std::vector<gemm_bench::Launcher> impls;
@@ -197,7 +208,6 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
                 rel);
   }
   std::fflush(stdout);
-  cudaFree(ws);
   return cudaGetLastError() == cudaSuccess;
 }
 
@@ -292,19 +302,15 @@ bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& pl
 bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
-  unsigned long long* stamps = nullptr;
-  void* ws = nullptr;
-  if (cudaMalloc(&stamps, size_t(c.grid) * gemm_kernels::kCtaClockWords * 8) != cudaSuccess ||
-      cudaMalloc(&ws, std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))) != cudaSuccess)
+  DeviceMemory stamps, ws;
+  if (!stamps.Allocate(size_t(c.grid) * gemm_kernels::kCtaClockWords * 8) ||
+      !ws.Allocate(std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))))
     return false;
-  c.cta_clock = stamps;
+  c.cta_clock = static_cast<unsigned long long*>(stamps.p);
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
-  if (!MakePlans(name, s, buf, c, ws, &plans)) return false;
+  if (!MakePlans(name, s, buf, c, ws.p, &plans)) return false;
   std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
-  const bool ok = PrintClock(plans, c.grid, stamps);
-  cudaFree(stamps);
-  cudaFree(ws);
-  return ok;
+  return PrintClock(plans, c.grid, c.cta_clock);
 }
 
 // PrintClock of a grouped launch on `tile`: `count` problems C_i = A_i B_i,
@@ -323,20 +329,24 @@ bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int
   }
   const int sets = gemm_bench::RotatingSets(set_bytes, g_l2);
   const int grid = gemm_kernels::PersistentGridSize(tiles, g_sms);
-  std::vector<void*> buffers;
-  unsigned long long* stamps = nullptr;
-  if (cudaMalloc(&stamps, size_t(grid) * gemm_kernels::kCtaClockWords * 8) != cudaSuccess)
-    return false;
+  std::vector<DeviceMemory> buffers;
+  DeviceMemory stamps;
+  if (!stamps.Allocate(size_t(grid) * gemm_kernels::kCtaClockWords * 8)) return false;
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
   bool ok = true;
+  auto own = [&](void* p) {
+    buffers.emplace_back();
+    buffers.back().p = p;
+    return p;
+  };
   for (int s = 0; s < sets && ok; ++s) {
     std::vector<gemm_kernels::NormalizedProblem> problems;
     for (int i = 0; i < count && ok; ++i) {
-      void* a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i);
-      void* b = gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1);
-      void* d = nullptr;
-      ok = a && b && cudaMalloc(&d, size_t(ms[i]) * n * 2) == cudaSuccess;
-      buffers.insert(buffers.end(), {a, b, d});
+      void* a = own(gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i));
+      void* b = own(gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1));
+      buffers.emplace_back();
+      ok = a && b && buffers.back().Allocate(size_t(ms[i]) * n * 2);
+      void* d = buffers.back().p;
       gemm_kernels::GemmArguments g;
       g.m = ms[i];
       g.n = n;
@@ -346,13 +356,13 @@ bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int
       g.d = {d, DataType::kBF16, Layout::kRowMajor, n, 0};
       problems.push_back(gemm_kernels::Normalize(g));
     }
-    void* ws = nullptr;
-    ok = ok && cudaMalloc(&ws, gemm_kernels::Sm90GroupedWorkspaceSize(count)) == cudaSuccess;
-    buffers.push_back(ws);
+    buffers.emplace_back();
+    ok = ok && buffers.back().Allocate(gemm_kernels::Sm90GroupedWorkspaceSize(count));
+    void* ws = buffers.back().p;
     std::string error;
     if (ok) {
-      plans.push_back(
-          gemm_kernels::MakeSm90GroupedPlan(problems, tile, g_sms, ws, &error, stamps));
+      plans.push_back(gemm_kernels::MakeSm90GroupedPlan(
+          problems, tile, g_sms, ws, &error, static_cast<unsigned long long*>(stamps.p)));
       ok = plans.back() != nullptr;
       if (!ok) std::fprintf(stderr, "%s: %s\n", name, error.c_str());
     }
@@ -361,10 +371,8 @@ bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int
     std::printf("\n%s (seed %llu): %s, %lld tiles, grid %d\n", name,
                 static_cast<unsigned long long>(seed), plans[0]->name().c_str(),
                 static_cast<long long>(tiles), grid);
-    ok = PrintClock(plans, grid, stamps);
+    ok = PrintClock(plans, grid, static_cast<unsigned long long*>(stamps.p));
   }
-  for (void* p : buffers) cudaFree(p);
-  cudaFree(stamps);
   return ok;
 }
 
@@ -381,11 +389,14 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   // The stream reads A's buffer then B's as one span: give it its own
   // contiguous copies of the same size (rotating too).
   const size_t copy_bytes = (read_bytes + write_bytes) / 32 * 16;  // half, each way
+  std::vector<DeviceMemory> in_mem(buf.sets), out_mem(buf.sets);
   std::vector<void*> in(buf.sets), out(buf.sets);
   for (int i = 0; i < buf.sets; ++i) {
-    if (cudaMalloc(&in[i], read_bytes) != cudaSuccess ||
-        cudaMalloc(&out[i], std::max(write_bytes, copy_bytes)) != cudaSuccess)
+    if (!in_mem[i].Allocate(read_bytes) ||
+        !out_mem[i].Allocate(std::max(write_bytes, copy_bytes)))
       return false;
+    in[i] = in_mem[i].p;
+    out[i] = out_mem[i].p;
     cudaMemcpy(in[i], buf.a[i], read_bytes / 2, cudaMemcpyDeviceToDevice);
   }
   const int grids[] = {g_sms, 2 * g_sms, 4 * g_sms, 8 * g_sms};
@@ -412,12 +423,7 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
     return cudaMemcpyAsync(out[i], in[i], copy_bytes, cudaMemcpyDeviceToDevice) == cudaSuccess;
   });
   std::vector<double> ms;
-  const bool ok = gemm_bench::TimeInterleaved(impls, buf.sets, kPlan, &ms);
-  for (int i = 0; i < buf.sets; ++i) {
-    cudaFree(in[i]);
-    cudaFree(out[i]);
-  }
-  if (!ok) return false;
+  if (!gemm_bench::TimeInterleaved(impls, buf.sets, kPlan, &ms)) return false;
   const double floor_ms = *std::min_element(ms.begin() + 2, ms.end());
   const double bytes = double(read_bytes + write_bytes);
   std::printf("| %s | %.1f MB | %.1f | %.1f | %.1f (%.2f TB/s) | %.1f | %.2f | %.2f |\n", name,
