@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -43,6 +44,7 @@
 #include "kernels/gemm.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/problem.h"
+#include "kernels/scheduler/stream_k_scheduler.h"
 #include "kernels/sm90/sm90_gemm.h"
 
 namespace {
@@ -240,8 +242,40 @@ std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vec
 // (rotating through the plans), then one launch alone. Prints start and end
 // spreads, CTA durations, the median CTA's first unit split into its phases,
 // and the slowest and fastest CTAs with their SMs.
+// Per unit (consumer 0's first kCtaClockUnits units of each CTA): medians
+// over the CTAs that ran it of the gap since the previous unit ended, its
+// k-loop, its fixup and its epilogue. `roles[u]`: what unit u is on each CTA
+// (e.g. "full 120, partial 12"), or empty.
+void PrintUnits(const std::vector<unsigned long long>& h, int grid,
+                const std::vector<std::string>& roles) {
+  constexpr int kWords = gemm_kernels::kCtaClockWords;
+  std::printf("| unit | CTAs | roles | medians us: gap before / k-loop / fixup / epilogue |\n"
+              "|---|---|---|---|\n");
+  for (int u = 0; u < gemm_kernels::kCtaClockUnits; ++u) {
+    std::vector<double> gap, loop, fixup, epi;
+    for (int b = 0; b < grid; ++b) {
+      const unsigned long long* w = &h[size_t(b) * kWords];
+      const unsigned long long* x = w + gemm_kernels::CtaClockUnitWord(u, 0);
+      if (x[0] == 0 || x[3] < x[0]) continue;
+      const unsigned long long prev = u == 0 ? w[5] : x[-1];
+      gap.push_back(x[0] >= prev ? (x[0] - prev) * 1e-3 : 0.0);
+      loop.push_back((x[1] - x[0]) * 1e-3);
+      fixup.push_back((x[2] - x[1]) * 1e-3);
+      epi.push_back((x[3] - x[2]) * 1e-3);
+    }
+    if (gap.empty()) break;
+    auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    std::printf("| %d | %zu | %s | %.2f / %.2f / %.2f / %.2f |\n", u, gap.size(),
+                u < int(roles.size()) ? roles[u].c_str() : "", median(gap), median(loop),
+                median(fixup), median(epi));
+  }
+}
+
 bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& plans, int grid,
-                unsigned long long* stamps) {
+                unsigned long long* stamps, const std::vector<std::string>& roles = {}) {
   constexpr int kWords = gemm_kernels::kCtaClockWords;
   std::printf("| run | start spread us | CTA time us min / median / max | end spread us | span us | "
               "first unit, medians us: dependency wait / setup to first load / first stage "
@@ -293,9 +327,40 @@ bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& pl
                 dur[dur.size() / 2].first, dur.back().first, (e_max - e_min) * 1e-3,
                 (e_max - t0) * 1e-3, median(phase[0]), median(phase[1]), median(phase[2]),
                 median(phase[3]), median(phase[4]), list(true).c_str(), list(false).c_str());
+    if (alone) PrintUnits(h, grid, roles);
   }
   std::fflush(stdout);
   return cudaGetLastError() == cudaSuccess;
+}
+
+// What each CTA's unit u is under launch choice `c` on `s` (the kernel's
+// dense schedule walked on the host), summarized per unit index.
+std::vector<std::string> UnitRoles(const Shape& s, const Sm90LaunchChoice& c) {
+  const gemm_kernels::Sm90TileShape t = gemm_kernels::ShapeOf(c.tile);
+  const int tm = int((s.m + t.bm - 1) / t.bm), tn = int((s.n + t.bn - 1) / t.bn);
+  const int kb = int((s.k + 63) / 64);
+  const bool reducing = c.schedule != Sm90Schedule::kDataParallel;
+  const bool partials_only = c.schedule == Sm90Schedule::kSplitK && c.separate_reduction;
+  std::vector<std::array<int, 3>> counts(gemm_kernels::kCtaClockUnits, {0, 0, 0});
+  std::vector<double> kblocks(gemm_kernels::kCtaClockUnits, 0);
+  for (int cta = 0; cta < c.grid; ++cta) {
+    gemm_kernels::StreamKScheduler sched(tm, tn, int(s.batch), 8, kb, reducing ? c.sk_tiles : 0,
+                                         c.grid, cta, partials_only);
+    gemm_kernels::WorkUnit w;
+    for (int u = 0; u < gemm_kernels::kCtaClockUnits && sched.Next(&w); ++u) {
+      ++counts[u][int(w.role)];
+      kblocks[u] += w.k_end - w.k_begin;
+    }
+  }
+  std::vector<std::string> out;
+  for (int u = 0; u < gemm_kernels::kCtaClockUnits; ++u) {
+    const int n = counts[u][0] + counts[u][1] + counts[u][2];
+    char cell[96];
+    std::snprintf(cell, sizeof(cell), "full %d, partial %d, finalize %d; %.1f k-blocks",
+                  counts[u][0], counts[u][1], counts[u][2], n ? kblocks[u] / n : 0.0);
+    out.push_back(cell);
+  }
+  return out;
 }
 
 // PrintClock of launch choice `c` on `s`.
@@ -310,7 +375,7 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
   if (!MakePlans(name, s, buf, c, ws.p, &plans)) return false;
   std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
-  return PrintClock(plans, c.grid, c.cta_clock);
+  return PrintClock(plans, c.grid, c.cta_clock, UnitRoles(s, c));
 }
 
 // PrintClock of a grouped launch on `tile`: `count` problems C_i = A_i B_i,

@@ -893,7 +893,10 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int stage = 0;
   uint32_t phase = 0;
   bool first_unit = true;  // cta_clock word 8
+  int unit = 0;            // cta_clock words of the first kCtaClockUnits units
   while (sched.Next(&w)) {
+    const bool stamp = unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
+    if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
@@ -923,18 +926,29 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
     if (first_unit && consumer == 0 && threadIdx.x % 128 == 0) StampCta(p, 8, GlobalTimer());
     first_unit = false;
+    if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
     if constexpr (!kGrouped) {
       if (w.role == UnitRole::kPartial) {
         StoreUnitPartial<Cfg>(p, ss, acc, w, consumer);
+        if (stamp) {
+          const unsigned long long t = GlobalTimer();
+          StampCta(p, CtaClockUnitWord(unit, 2), t);
+          StampCta(p, CtaClockUnitWord(unit, 3), t);
+        }
+        ++unit;
         continue;
       }
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
+      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
       Epilogue<Cfg, kBN, kBN <= 128>(p.epi, acc, w.tile, consumer);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
+      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
       Epilogue<Cfg, kBN>(p.group[w.tile.batch].epi, acc, t, consumer);
     }
+    if (stamp) StampCta(p, CtaClockUnitWord(unit, 3), GlobalTimer());
+    ++unit;
   }
 }
 
