@@ -300,8 +300,9 @@ bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& pl
       e_max = std::max(e_max, end);
       dur.push_back({(end - w[0]) * 1e-3, b});
       // Entry, wait done, first load, first stage, first k-loop done, end;
-      // word 8 stays 0 where no cooperative consumer stamps it.
-      const unsigned long long marks[6] = {w[0], w[5], w[6], w[7], w[8] ? w[8] : end, end};
+      // the unit words stay 0 where no cooperative consumer stamps them.
+      const unsigned long long loop_end = w[gemm_kernels::CtaClockUnitWord(0, 1)];
+      const unsigned long long marks[6] = {w[0], w[5], w[6], w[7], loop_end ? loop_end : end, end};
       for (int i = 0; i < 5; ++i)
         phase[i].push_back(marks[i + 1] >= marks[i] ? (marks[i + 1] - marks[i]) * 1e-3 : 0.0);
     }

@@ -53,15 +53,15 @@ enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
 // entry (0), when the producer has issued its last load (1), when consumer 0
 // and consumer 1 have finished (2, 3); the SM id (4); then, for the first
 // unit, %globaltimer when the grid dependency wait returned (5), when the
-// producer issued the first load (6), when the first stage landed (7) and
-// when consumer 0 finished the first unit's k-loop (8); then, for each of
-// consumer 0's first kCtaClockUnits units u, four words from
-// CtaClockUnitWord(u, 0): the unit's start, its k-loop's end, the end of
-// its fixup (a finalizer's partials added, a partial stored; the k-loop's
-// end otherwise) and its end (after the epilogue; for a partial, the store).
+// producer issued the first load (6) and when the first stage landed (7);
+// then, for each of consumer 0's first kCtaClockUnits units u (cooperative
+// kernels), four words from CtaClockUnitWord(u, 0): the unit's start, its
+// k-loop's end, the end of its fixup (a finalizer's partials added, a
+// partial stored; the k-loop's end otherwise) and its end (after the
+// epilogue; for a partial, the store).
 constexpr int kCtaClockUnits = 4;
-constexpr int kCtaClockWords = 9 + 4 * kCtaClockUnits;
-constexpr int CtaClockUnitWord(int unit, int which) { return 9 + 4 * unit + which; }
+constexpr int kCtaClockWords = 8 + 4 * kCtaClockUnits;
+constexpr int CtaClockUnitWord(int unit, int which) { return 8 + 4 * unit + which; }
 
 struct Sm90LaunchChoice {
   Sm90Tile tile = Sm90Tile::k128x256;

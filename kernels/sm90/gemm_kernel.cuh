@@ -224,6 +224,17 @@ __device__ __forceinline__ void LoadOperand(const CUtensorMap* tmap, uint8_t* ds
   }
 }
 
+// A grouped problem's tensor maps, before their first use in a launch.
+// NOTES: the maps were written to global memory by a copy from the host; the
+// acquire fence keeps the TMA unit from using a stale cached descriptor of
+// an earlier launch at the same address.
+__device__ __forceinline__ void AcquireProblemMaps(const GroupedProblem& g) {
+  ptx::FenceTensorMapAcquire(&g.tma_a);
+  ptx::FenceTensorMapAcquire(&g.tma_b);
+  ptx::PrefetchTensorMap(&g.tma_a);
+  ptx::PrefetchTensorMap(&g.tma_b);
+}
+
 // Grouped launches: the problem of this CTA's first tile (-1: none), whose
 // tensor maps the producer thread fences and prefetches before the grid
 // dependency wait (see the kernel). Shapes as ScheduleShapes gives them.
@@ -234,11 +245,7 @@ __device__ __forceinline__ int PrefetchFirstProblem(const KernelParams& p,
     KernelScheduler<true> sched(p, ScheduleShapes<Cfg, true>(p, ss));
     WorkUnit w;
     if (!sched.Next(&w)) return -1;
-    const GroupedProblem& g = p.group[w.tile.batch];
-    ptx::FenceTensorMapAcquire(&g.tma_a);
-    ptx::FenceTensorMapAcquire(&g.tma_b);
-    ptx::PrefetchTensorMap(&g.tma_a);
-    ptx::PrefetchTensorMap(&g.tma_b);
+    AcquireProblemMaps(p.group[w.tile.batch]);
     return w.tile.batch;
   }
   return -1;
@@ -264,13 +271,7 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       tma_b = &p.group[t.batch].tma_b;
       a_batch = b_batch = 0;
       if (t.batch != loaded_problem) {
-        // NOTES: the tensor maps were written to global memory by a copy from
-        // the host; the acquire fence keeps the TMA unit from using a stale
-        // cached descriptor of an earlier launch at the same address.
-        ptx::FenceTensorMapAcquire(tma_a);
-        ptx::FenceTensorMapAcquire(tma_b);
-        ptx::PrefetchTensorMap(tma_a);
-        ptx::PrefetchTensorMap(tma_b);
+        AcquireProblemMaps(p.group[t.batch]);
         loaded_problem = t.batch;
       }
     }
@@ -892,8 +893,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   const bool warp_leader = threadIdx.x % 32 == 0;
   int stage = 0;
   uint32_t phase = 0;
-  bool first_unit = true;  // cta_clock word 8
-  int unit = 0;            // cta_clock words of the first kCtaClockUnits units
+  int unit = 0;  // cta_clock words of the first kCtaClockUnits units
   while (sched.Next(&w)) {
     const bool stamp = unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
@@ -924,8 +924,6 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     }
     ptx::WgmmaWait<0>();
     if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
-    if (first_unit && consumer == 0 && threadIdx.x % 128 == 0) StampCta(p, 8, GlobalTimer());
-    first_unit = false;
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
     if constexpr (!kGrouped) {
       if (w.role == UnitRole::kPartial) {
