@@ -1080,9 +1080,13 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     } else if (threadIdx.x == 32 && p.cta_clock != nullptr) {
       // An idle producer warp watches the first stage land (word 7). It
       // starts polling long before the first load is issued, so phase 0 is
-      // the one it sees complete.
-      ptx::MbarWait(&ss.full[0], 0);
-      StampCta(p, 7, GlobalTimer());
+      // the one it sees complete; a CTA without units loads nothing.
+      KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
+      WorkUnit w;
+      if (sched.Next(&w)) {
+        ptx::MbarWait(&ss.full[0], 0);
+        StampCta(p, 7, GlobalTimer());
+      }
     }
   } else {
     ptx::SetMaxNRegInc<232>();
