@@ -86,4 +86,11 @@ bool CaseSelected(const char* name, int argc, char** argv) {
   return false;
 }
 
+std::vector<int> GroupedRows(int count, int m_lo, int m_hi, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> ms(count < 0 ? 0 : count);
+  for (int& m : ms) m = std::uniform_int_distribution<int>(m_lo, m_hi)(rng);
+  return ms;
+}
+
 }  // namespace gemm_bench

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace gemm_bench {
 
@@ -21,6 +22,11 @@ int RotatingSets(size_t set_bytes, size_t l2_bytes);
 // ||x - y|| / ||y|| over two bf16 device arrays of `elems` values; NaN when
 // x holds a non-finite value.
 double RelDiffBf16(const void* x, const void* y, int64_t elems);
+
+// The M of each of `count` grouped problems, uniform in [m_lo, m_hi], drawn
+// from `seed` (the grouped cases: schedule_bench times them,
+// schedule_sweep "clock grouped" stamps the same lists).
+std::vector<int> GroupedRows(int count, int m_lo, int m_hi, uint64_t seed);
 
 // True when no filter arguments were given (argc < 2) or `name` contains one.
 bool CaseSelected(const char* name, int argc, char** argv);

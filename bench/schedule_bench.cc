@@ -165,12 +165,10 @@ struct GroupedCase {
 };
 
 bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int> ms(gc.count);
+  const std::vector<int> ms = gemm_bench::GroupedRows(gc.count, gc.m_lo, gc.m_hi, seed);
   double flops = 0;
   size_t set_bytes = 0;
-  for (int& m : ms) {
-    m = std::uniform_int_distribution<int>(gc.m_lo, gc.m_hi)(rng);
+  for (const int m : ms) {
     flops += 2.0 * m * gc.n * gc.k;
     set_bytes += size_t(m) * gc.k * 2 + size_t(gc.k) * gc.n * 2 + size_t(m) * gc.n * 2;
   }

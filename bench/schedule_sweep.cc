@@ -32,7 +32,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -380,16 +379,14 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
 }
 
 // PrintClock of a grouped launch on `tile`: `count` problems C_i = A_i B_i,
-// M_i ~ U[m_lo, m_hi] drawn as schedule_bench draws them from `seed`, N and
+// M_i ~ U[m_lo, m_hi] drawn by GroupedRows from `seed` (schedule_bench's lists), N and
 // K fixed; bf16, A row-major, B column-major, D row-major; rotating sets.
 bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int k,
                      uint64_t seed, Sm90Tile tile) {
-  std::mt19937_64 rng(seed);
-  std::vector<int> ms(count);
+  const std::vector<int> ms = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
   size_t set_bytes = 0;
   int64_t tiles = 0;
-  for (int& m : ms) {
-    m = std::uniform_int_distribution<int>(m_lo, m_hi)(rng);
+  for (const int m : ms) {
     set_bytes += (size_t(m) * k + size_t(k) * n + size_t(m) * n) * 2;
     tiles += gemm_kernels::TileCount(tile, m, n, 1);
   }
