@@ -15,6 +15,8 @@ memcheck "split-K reduction kernel (skinny M = 7 included)" 150 memcheck.log \
   "$D/schedules_gpu_test" '*SplitKReductionKernel*' '^\[       OK'
 memcheck "paired split-K (2-CTA clusters)" 200 memcheck_pairs.log \
   "$D/schedules_gpu_test" '*PairedSplitK*' 'paired split-K in'
+memcheck "grouped lists (staged TMA-store epilogue)" 150 memcheck_grouped.log \
+  "$D/schedules_gpu_test" '*GroupedMatchesSingleLaunches*' 'mismatches vs single'
 if [ -n "${NCU:-}" ]; then
   # NCU="sweep filter": ncu on schedule_sweep's Sm90 GEMM launches
   # NCU_SKIP .. NCU_SKIP + NCU_COUNT (warm-up launches come first, 5 per variant).

@@ -44,6 +44,9 @@ struct EpilogueParams {
   DataType out_dtype;
   int vec2_ok;   // column pairs of C and D are 2-element aligned
   int vec16_ok;  // D (and C when read): rows and batch members 16-byte aligned
+  // D is 16-bit, there is no C, and tma_d (KernelParams' or GroupedProblem's)
+  // maps D: kernels with a staging buffer store through StoreStaged.
+  int tma_store;
 };
 
 // One member of a grouped launch, in device memory (an array built on the
@@ -51,6 +54,9 @@ struct EpilogueParams {
 struct GroupedProblem {  // 64-byte aligned through its CUtensorMap members
   CUtensorMap tma_a;
   CUtensorMap tma_b;
+  // 64 x 64 boxes of D when epi.tma_store; otherwise a copy of tma_a, never
+  // stored through, so the kernel may fence and prefetch it unconditionally.
+  CUtensorMap tma_d;
   EpilogueParams epi;
 };
 
@@ -59,6 +65,9 @@ struct GroupedProblem {  // 64-byte aligned through its CUtensorMap members
 struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   CUtensorMap tma_a;
   CUtensorMap tma_b;
+  // 64 x 64 boxes of D (batch the third dimension) when epi.tma_store, else
+  // a copy of tma_a that is never stored through.
+  CUtensorMap tma_d;
   int m, n, k;
   int tiles_m, tiles_n, batch, group_m;
   int k_blocks;
@@ -130,7 +139,10 @@ struct KernelScheduler<true> : GroupedTileScheduler {
 // (tiles 0, 2, 4, ... and 1, 3, 5, ... of this CTA), so one consumer's
 // epilogue overlaps the other's MMAs. Otherwise both consumers share each tile
 // (64 rows each: "cooperative").
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false>
+// kStagedStore: a staging buffer for the whole output tile follows the ring
+// (one stage fewer pays for it), for StoreStaged; see KernelConfigFor.
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false,
+          bool kStagedStore = false>
 struct KernelConfig {
   static constexpr int kBM = 128;
   static constexpr int kBN_ = kBN;
@@ -138,8 +150,12 @@ struct KernelConfig {
   static constexpr int kBK = 128 / kElemBytes;      // one 128-byte swizzle row
   static constexpr int kMmaK = 32 / kElemBytes;     // k per wgmma: 16 (16-bit), 8 (tf32)
   static constexpr int kKSteps = kBK / kMmaK;
-  // ~190 KB of ring each: 48, 32 and 24 KB stages.
-  static constexpr int kStages = kBN == 256 ? 4 : kBN == 128 ? 6 : 8;
+  // ~190 KB of ring each: 48, 32 and 24 KB stages; with a staging buffer
+  // (64 or 32 KB) one stage fewer.
+  static constexpr int kStages = (kBN == 256 ? 4 : kBN == 128 ? 6 : 8) - (kStagedStore ? 1 : 0);
+  static constexpr bool kStagedStore_ = kStagedStore;
+  // A 16-bit output tile, 64 x 64 boxes (8 KB, 128-byte rows) side by side.
+  static constexpr int kStagingBytes = kStagedStore ? kBM * kBN * 2 : 0;
   static constexpr int kABytes = kBM * kBK * kElemBytes;
   static constexpr int kBBytes = kBN * kBK * kElemBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -160,12 +176,33 @@ struct KernelConfig {
                 "tf32 wgmma reads only K-major operands");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0,
                 "stages must keep the 1024-byte alignment of the 128B swizzle");
+  static_assert(!kStagedStore || (!kPingPong && kBN % 64 == 0),
+                "staged stores: cooperative consumers, whole 64-column boxes");
 };
+
+// KernelConfig::kStagingBytes of shared memory, none when 0.
+template <int kBytes>
+struct StagingArea {
+  alignas(1024) uint8_t d[kBytes];
+};
+template <>
+struct StagingArea<0> {};
+
+// The configuration of each kernel instance. Staged stores exist in the
+// 128-wide cooperative kernels with 16-bit inputs, where a 32 KB buffer
+// costs one of six stages. NOTES: the 128x256 kernels would give up one of
+// four stages for 64 KB: grouped 128 problems (memory-bound) lost 3-4%
+// with it, grouped 32 (K = 2048) gained 3% (round 9 calls 1-2), so they keep
+// the register path.
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped>
+using KernelConfigFor = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong,
+                                     kBN == 128 && !kPingPong && sizeof(In) == 2>;
 
 template <class Cfg>
 struct SharedStorage {
   alignas(1024) uint8_t a[Cfg::kStages][Cfg::kABytes];
   alignas(1024) uint8_t b[Cfg::kStages][Cfg::kBBytes];
+  StagingArea<Cfg::kStagingBytes> staging;
   alignas(8) uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
   uint64_t mainloop_done[2];  // ping-pong: consumer c finished a tile's k-loop
@@ -712,6 +749,90 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   }
 }
 
+// ---------------------------------------------------------------- staged epilogue
+//
+// Grouped members with 16-bit D and no C. Each consumer converts its 64 x kBN
+// half of the tile into its own part of the staging buffer, as kBN / 64
+// boxes of 64 x 64 with the TMA's 128-byte swizzle, and one thread hands
+// the boxes to TMA stores, which skip whatever lies outside D (ragged tiles
+// take this path too). The consumer then starts its next k-loop while the
+// stores drain; before it writes the buffer again it waits until they have
+// read it.
+// NOTES: the register-path epilogue kept both consumers, and so the tensor
+// cores, busy for ~1.7-1.9 us per 128 x 256 tile (round 8 stamps). Here a
+// consumer spends the shared-memory writes (kBN / 4 per thread,
+// conflict-free: a warp's 8 rows have 8 distinct row % 8 and so 8 distinct
+// swizzled 16-byte units) and two barriers.
+
+// What the staged epilogue reads of a grouped member, loaded into registers
+// when its unit starts: read after the k-loop, from global memory that the
+// producer's loads keep busy, the fields cost a round trip of up to ~1 us
+// with the tensor cores idle.
+struct StagedStoreArgs {
+  int on;  // EpilogueParams::tma_store
+  int bf16;
+  float alpha;
+};
+
+__device__ __forceinline__ StagedStoreArgs LoadStagedStoreArgs(const EpilogueParams& e) {
+  return {e.tma_store, e.out_dtype == DataType::kBF16, e.alpha};
+}
+
+template <class Cfg>
+__device__ __forceinline__ uint8_t* ConsumerStaging(SharedStorage<Cfg>& ss, int consumer) {
+  return ss.staging.d + consumer * (64 * Cfg::kBN_ * 2);
+}
+
+// Waits until this consumer's previous stores have read its staging buffer.
+__device__ __forceinline__ void AcquireStaging(int consumer) {
+  if (threadIdx.x % 128 == 0) ptx::BulkWaitGroupRead<0>();
+  ptx::NamedBarrierSync(1 + consumer, 128);
+}
+
+// After AcquireStaging. `t`: the tile; t.batch is D's third coordinate.
+template <typename Out, class Cfg>
+__device__ __forceinline__ void StoreStagedAs(const CUtensorMap* tma_d, float alpha,
+                                              const float (&acc)[Cfg::kAccRegs], const TileCoord& t,
+                                              int consumer, uint8_t* buf) {
+  constexpr int kBN = Cfg::kBN_;
+  constexpr int kBoxBytes = 64 * 128;
+  const int tid = threadIdx.x % 128;
+  // Fragment rows r and r + 8 (see the accumulator layout above); both have
+  // the same row % 8, which selects the swizzle.
+  const int row = (tid / 32) * 16 + (tid % 32) / 4;
+  uint8_t* const row_base = buf + row * 128 + (tid % 4) * 4;
+  const int swizzle = (row & 7) * 16;
+#pragma unroll
+  for (int j = 0; j < kBN / 8; ++j) {
+    uint8_t* unit = row_base + (j / 8) * kBoxBytes + (((j % 8) * 16) ^ swizzle);
+    *reinterpret_cast<uint32_t*>(unit) = PackBits<Out>(alpha * acc[4 * j], alpha * acc[4 * j + 1]);
+    *reinterpret_cast<uint32_t*>(unit + 8 * 128) =
+        PackBits<Out>(alpha * acc[4 * j + 2], alpha * acc[4 * j + 3]);
+  }
+  ptx::FenceProxyAsyncShared();
+  ptx::NamedBarrierSync(1 + consumer, 128);
+  if (tid == 0) {
+#pragma unroll
+    for (int box = 0; box < kBN / 64; ++box) {
+      ptx::TmaStore3d(tma_d, buf + box * kBoxBytes, t.n_block * kBN + 64 * box,
+                      t.m_block * Cfg::kBM + 64 * consumer, t.batch);
+    }
+    ptx::BulkCommitGroup();
+  }
+}
+
+template <class Cfg>
+__device__ __forceinline__ void StoreStaged(const StagedStoreArgs& args, const CUtensorMap* tma_d,
+                                            const float (&acc)[Cfg::kAccRegs], const TileCoord& t,
+                                            int consumer, SharedStorage<Cfg>& ss) {
+  uint8_t* buf = ConsumerStaging(ss, consumer);
+  if (args.bf16) {
+    StoreStagedAs<__nv_bfloat16, Cfg>(tma_d, args.alpha, acc, t, consumer, buf);
+  } else {
+    StoreStagedAs<__half, Cfg>(tma_d, args.alpha, acc, t, consumer, buf);
+  }
+}
+
 // ---------------------------------------------------------------- stream-K fixup
 //
 // A partial tile is stored in the accumulator fragment's own order: thread
@@ -894,9 +1015,24 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int stage = 0;
   uint32_t phase = 0;
   int unit = 0;  // cta_clock words of the first kCtaClockUnits units
+  int store_problem = -1;  // staged stores: the problem whose tma_d is fenced
   while (sched.Next(&w)) {
     const bool stamp = unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
+    StagedStoreArgs staged{};
+    if constexpr (Cfg::kStagedStore_ && !kGrouped) staged = LoadStagedStoreArgs(p.epi);
+    if constexpr (Cfg::kStagedStore_ && kGrouped) {
+      const GroupedProblem& g = p.group[w.tile.batch];
+      staged = LoadStagedStoreArgs(g.epi);
+      // The storing thread fences and prefetches D's tensor map (always a
+      // valid map) before the k-loop, so its first store does not wait for
+      // the descriptor (see AcquireProblemMaps).
+      if (threadIdx.x % 128 == 0 && w.tile.batch != store_problem) {
+        ptx::FenceTensorMapAcquire(&g.tma_d);
+        ptx::PrefetchTensorMap(&g.tma_d);
+        store_problem = w.tile.batch;
+      }
+    }
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
@@ -937,16 +1073,34 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         continue;
       }
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
-      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      Epilogue<Cfg, kBN, kBN <= 128>(p.epi, acc, w.tile, consumer);
+      if (staged.on) {
+        AcquireStaging(consumer);
+        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+        if constexpr (Cfg::kStagedStore_) StoreStaged<Cfg>(staged, &p.tma_d, acc, w.tile, consumer, ss);
+      } else {
+        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+        Epilogue<Cfg, kBN, kBN <= 128>(p.epi, acc, w.tile, consumer);
+      }
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
-      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      Epilogue<Cfg, kBN>(p.group[w.tile.batch].epi, acc, t, consumer);
+      const GroupedProblem& g = p.group[w.tile.batch];
+      if (staged.on) {
+        // Word 2: the staging buffer is free (the "fixup" of a grouped unit).
+        AcquireStaging(consumer);
+        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+        if constexpr (Cfg::kStagedStore_) StoreStaged<Cfg>(staged, &g.tma_d, acc, t, consumer, ss);
+      } else {
+        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+        Epilogue<Cfg, kBN>(g.epi, acc, t, consumer);
+      }
     }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 3), GlobalTimer());
     ++unit;
+  }
+  // The staging buffer stays ours until the last stores have read it.
+  if constexpr (Cfg::kStagedStore_) {
+    if (threadIdx.x % 128 == 0) ptx::BulkWaitGroupRead<0>();
   }
 }
 
@@ -1018,7 +1172,7 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped = false>
 __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong>;
+  using Cfg = KernelConfigFor<In, kBN, kAKMajor, kBKMajor, kPingPong, kGrouped>;
   static_assert(Cfg::kThreads == 384, "launch bounds assume 3 warpgroups");
   extern __shared__ uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg>*>(
@@ -1041,6 +1195,7 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
     if constexpr (!kGrouped) {
       ptx::PrefetchTensorMap(&p.tma_a);
       ptx::PrefetchTensorMap(&p.tma_b);
+      if (Cfg::kStagedStore_ && p.epi.tma_store) ptx::PrefetchTensorMap(&p.tma_d);
     }
   }
   __syncthreads();

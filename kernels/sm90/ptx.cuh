@@ -72,6 +72,35 @@ __device__ __forceinline__ void TmaLoad3d(void* dst, const void* tmap, uint64_t*
       : "memory");
 }
 
+// 3-D tiled TMA store of a shared-memory box to global memory, tracked by
+// this thread's bulk async-groups. Box elements outside the tensor are not
+// written, so ragged tiles need no predicates.
+__device__ __forceinline__ void TmaStore3d(const void* tmap, const void* src, int c0, int c1,
+                                           int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(tmap)),
+      "r"(SmemAddr(src)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+
+__device__ __forceinline__ void BulkCommitGroup() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Waits until at most N of this thread's committed bulk groups still read
+// their shared-memory source (their global writes may still be in flight).
+template <int N>
+__device__ __forceinline__ void BulkWaitGroupRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// Orders this thread's ordinary shared-memory writes before later async-proxy
+// (TMA) reads of them.
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }

@@ -77,7 +77,7 @@ struct KernelInfo {
 
 template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
 KernelInfo Info() {
-  using Cfg = sm90::KernelConfig<In, kBN, kAK, kBK, kPP>;
+  using Cfg = sm90::KernelConfigFor<In, kBN, kAK, kBK, kPP, kGrouped>;
   constexpr size_t kSmem = sm90::KernelSmemBytes<Cfg, kGrouped>();
   static_assert(kSmem <= 227 * 1024, "shared storage exceeds Hopper shared memory");
   return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
@@ -215,6 +215,7 @@ sm90::EpilogueParams MakeEpilogue(const NormalizedProblem& p) {
   };
   e.vec16_ok = aligned16(p.d, p.ldd, p.batch_stride_d) &&
                (p.c == nullptr || aligned16(p.c, p.ldc, p.batch_stride_c));
+  e.tma_store = 0;  // set by MapOutput
   return e;
 }
 
@@ -222,6 +223,30 @@ CUtensorMapDataType TmaDataType(DataType t) {
   return t == DataType::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
          : t == DataType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+}
+
+// D's tensor map for the staged epilogue (64 x 64 boxes) and epi.tma_store,
+// wherever TMA can address D and there is no C to read; otherwise `tma_d`
+// becomes a copy of `tma_a` (a valid map, never stored through) and the
+// kernel keeps the register path.
+// NOTES: TMA stores clip a box at the tensor's last column only to 16-byte
+// granularity: with N = 1 and padded rows, the 7 elements after each row's
+// first were written (gemm_gpu_test's stray-write check, round 9 call 5).
+// Hence N a multiple of 8 (16 bytes of 16-bit elements).
+bool MapOutput(const NormalizedProblem& p, const CUtensorMap& tma_a, CUtensorMap* tma_d,
+               sm90::EpilogueParams* epi, std::string* error) {
+  TmaOperandParams td;
+  const bool distinct_members = p.batch == 1 || p.batch_stride_d != 0;
+  if (p.c == nullptr && p.out_dtype != DataType::kF32 && distinct_members && p.n % 8 == 0 &&
+      MakeTmaOperandParams(p.n, p.m, p.ldd, p.batch, p.batch_stride_d, 2, p.d, 64, 64, &td,
+                           nullptr)) {
+    if (!Encode(td, p.d, TmaDataType(p.out_dtype), tma_d, error)) return false;
+    epi->tma_store = 1;
+  } else {
+    *tma_d = tma_a;
+    epi->tma_store = 0;
+  }
+  return true;
 }
 
 bool PrepareKernel(const KernelInfo& info, std::string* error) {
@@ -328,6 +353,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   kp.a_batch_step = ta.broadcast_batch ? 0 : 1;
   kp.b_batch_step = tb.broadcast_batch ? 0 : 1;
   kp.epi = MakeEpilogue(p);
+  if (!MapOutput(p, kp.tma_a, &kp.tma_d, &kp.epi, error)) return nullptr;
 
   const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
   const int64_t all_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
@@ -523,6 +549,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
       return nullptr;
     }
     descs[i].epi = MakeEpilogue(p);
+    if (!MapOutput(p, descs[i].tma_a, &descs[i].tma_d, &descs[i].epi, error)) return nullptr;
     GroupedProblemShape& gs = shapes[i];
     gs.tiles_m = static_cast<int>((p.m + shape.bm - 1) / shape.bm);
     gs.tiles_n = static_cast<int>((p.n + shape.bn - 1) / shape.bn);
