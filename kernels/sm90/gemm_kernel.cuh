@@ -49,6 +49,8 @@ struct EpilogueParams {
   int tma_store;
 };
 
+static_assert(sizeof(EpilogueParams) % 16 == 0, "copied to shared memory in 16-byte pieces");
+
 // One member of a grouped launch, in device memory (an array built on the
 // host and copied there before the launch).
 struct GroupedProblem {  // 64-byte aligned through its CUtensorMap members
@@ -57,7 +59,7 @@ struct GroupedProblem {  // 64-byte aligned through its CUtensorMap members
   // 64 x 64 boxes of D when epi.tma_store; otherwise a copy of tma_a, never
   // stored through, so the kernel may fence and prefetch it unconditionally.
   CUtensorMap tma_d;
-  EpilogueParams epi;
+  EpilogueParams epi;  // 16-byte aligned: behind three 128-byte maps
 };
 
 // Everything the kernel reads, passed as one __grid_constant__ parameter so
@@ -211,6 +213,9 @@ struct SharedStorage {
   // peer) when the finalizer has read it, so the peer may exit.
   uint64_t pair_ready[2];
   uint64_t pair_done[2];
+  // Grouped kernels: each consumer's copy of its unit's EpilogueParams,
+  // double-buffered by unit (see ConsumerLoop).
+  alignas(16) EpilogueParams unit_epi[2][2];
 };
 
 // Grouped kernels copy the problem shapes of groups up to this size into
@@ -758,16 +763,18 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
 // take this path too). The consumer then starts its next k-loop while the
 // stores drain; before it writes the buffer again it waits until they have
 // read it.
-// NOTES: the register-path epilogue kept both consumers, and so the tensor
-// cores, busy for ~1.7-1.9 us per 128 x 256 tile (round 8 stamps). Here a
-// consumer spends the shared-memory writes (kBN / 4 per thread,
-// conflict-free: a warp's 8 rows have 8 distinct row % 8 and so 8 distinct
-// swizzled 16-byte units) and two barriers.
+// NOTES: a consumer spends the conversions and shared-memory writes (kBN / 4
+// per thread, conflict-free: a warp's 8 rows have 8 distinct row % 8 and so
+// 8 distinct swizzled 16-byte units), two barriers and, on one thread, the
+// store issue. Measured (round 9): a 128x128 tile's epilogue 0.45-0.8 us
+// against 1.0-1.4 us on the register path; a 128x256 one (tried with three
+// stages) 1.25-1.6 us, of which 0.86 us conversions and writes, 0.29 us
+// the four store issues, 0.10 us fence and barrier.
 
-// What the staged epilogue reads of a grouped member, loaded into registers
-// when its unit starts: read after the k-loop, from global memory that the
-// producer's loads keep busy, the fields cost a round trip of up to ~1 us
-// with the tensor cores idle.
+// 16-byte pieces of an EpilogueParams (grouped kernels copy it per unit).
+constexpr int kEpiChunks = sizeof(EpilogueParams) / 16;
+
+// What StoreStaged needs of a problem's EpilogueParams.
 struct StagedStoreArgs {
   int on;  // EpilogueParams::tma_store
   int bf16;
@@ -1021,9 +1028,20 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
     StagedStoreArgs staged{};
     if constexpr (Cfg::kStagedStore_ && !kGrouped) staged = LoadStagedStoreArgs(p.epi);
+    if constexpr (kGrouped) {
+      // The member's EpilogueParams go to shared memory by cp.async while
+      // the k-loop runs. NOTES: read from global memory after the k-loop,
+      // they cost the epilogue a round trip with the tensor cores idle
+      // (~0.3 us in a one-tile CTA, round 9 call 3), and the compiler sinks
+      // loads hoisted into registers back to their use.
+      const int tid = threadIdx.x % 128;
+      if (tid < kEpiChunks) {
+        ptx::CpAsync16(reinterpret_cast<uint8_t*>(&ss.unit_epi[consumer][unit & 1]) + 16 * tid,
+                       reinterpret_cast<const uint8_t*>(&p.group[w.tile.batch].epi) + 16 * tid);
+      }
+    }
     if constexpr (Cfg::kStagedStore_ && kGrouped) {
       const GroupedProblem& g = p.group[w.tile.batch];
-      staged = LoadStagedStoreArgs(g.epi);
       // The storing thread fences and prefetches D's tensor map (always a
       // valid map) before the k-loop, so its first store does not wait for
       // the descriptor (see AcquireProblemMaps).
@@ -1084,16 +1102,26 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
-      const GroupedProblem& g = p.group[w.tile.batch];
-      if (staged.on) {
-        // Word 2: the staging buffer is free (the "fixup" of a grouped unit).
-        AcquireStaging(consumer);
-        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-        if constexpr (Cfg::kStagedStore_) StoreStaged<Cfg>(staged, &g.tma_d, acc, t, consumer, ss);
-      } else {
-        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-        Epilogue<Cfg, kBN>(g.epi, acc, t, consumer);
+      // The unit's EpilogueParams have landed in shared memory and, with
+      // staged stores, the staging buffer is free: word 2 (a grouped unit's
+      // "fixup").
+      const int tid = threadIdx.x % 128;
+      if (tid < kEpiChunks) ptx::CpAsyncWaitAll();
+      if constexpr (Cfg::kStagedStore_) {
+        if (tid == 0) ptx::BulkWaitGroupRead<0>();
       }
+      ptx::NamedBarrierSync(1 + consumer, 128);
+      const EpilogueParams& e = ss.unit_epi[consumer][unit & 1];
+      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+      bool stored = false;
+      if constexpr (Cfg::kStagedStore_) {
+        if (e.tma_store) {
+          StoreStaged<Cfg>(LoadStagedStoreArgs(e), &p.group[w.tile.batch].tma_d, acc, t, consumer,
+                           ss);
+          stored = true;
+        }
+      }
+      if (!stored) Epilogue<Cfg, kBN>(e, acc, t, consumer);
     }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 3), GlobalTimer());
     ++unit;

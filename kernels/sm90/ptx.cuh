@@ -84,6 +84,17 @@ __device__ __forceinline__ void TmaStore3d(const void* tmap, const void* src, in
       : "memory");
 }
 
+// 16-byte asynchronous copy from global to shared memory, tracked by this
+// thread's cp.async groups; CpAsyncWaitAll waits for all of them.
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(SmemAddr(smem)),
+               "l"(reinterpret_cast<uint64_t>(gmem))
+               : "memory");
+}
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 __device__ __forceinline__ void BulkCommitGroup() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
