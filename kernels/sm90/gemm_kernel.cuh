@@ -45,7 +45,7 @@ struct EpilogueParams {
   int vec2_ok;   // column pairs of C and D are 2-element aligned
   int vec16_ok;  // D (and C when read): rows and batch members 16-byte aligned
   // D is 16-bit, there is no C, and tma_d (KernelParams' or GroupedProblem's)
-  // maps D: kernels with a staging buffer store through StoreStaged.
+  // maps D: kernels with a staging buffer take the staged TileEpilogue.
   int tma_store;
 };
 
@@ -142,7 +142,7 @@ struct KernelScheduler<true> : GroupedTileScheduler {
 // epilogue overlaps the other's MMAs. Otherwise both consumers share each tile
 // (64 rows each: "cooperative").
 // kStagedStore: a staging buffer for the whole output tile follows the ring
-// (one stage fewer pays for it), for StoreStaged; see KernelConfigFor.
+// (one stage fewer pays for it), for the staged TileEpilogue; see KernelConfigFor.
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false,
           bool kStagedStore = false>
 struct KernelConfig {
@@ -190,13 +190,13 @@ struct StagingArea {
 template <>
 struct StagingArea<0> {};
 
-// The configuration of each kernel instance. Staged stores exist in the
-// 128-wide cooperative kernels with 16-bit inputs, where a 32 KB buffer
-// costs one of six stages. NOTES: the 128x256 kernels would give up one of
-// four stages for 64 KB: grouped 128 problems (memory-bound) lost 3-4%
-// with it, grouped 32 (K = 2048) gained 3% (round 9 calls 1-2), so they keep
-// the register path.
-template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped>
+// The configuration of each kernel instance (dense and grouped alike).
+// Staged stores exist in the 128-wide cooperative kernels with 16-bit
+// inputs, where a 32 KB buffer costs one of six stages. NOTES: the 128x256
+// kernels would give up one of four stages for 64 KB: grouped 128 problems
+// (memory-bound) lost 3-4% with it, grouped 32 (K = 2048) gained 3% (round 9
+// calls 1-2), so they keep the register path.
+template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
 using KernelConfigFor = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong,
                                      kBN == 128 && !kPingPong && sizeof(In) == 2>;
 
@@ -756,7 +756,8 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
 
 // ---------------------------------------------------------------- staged epilogue
 //
-// Grouped members with 16-bit D and no C. Each consumer converts its 64 x kBN
+// Tiles with 16-bit D and no C (EpilogueParams::tma_store) in kernels with a
+// staging buffer (KernelConfigFor). Each consumer converts its 64 x kBN
 // half of the tile into its own part of the staging buffer, as kBN / 64
 // boxes of 64 x 64 with the TMA's 128-byte swizzle, and one thread hands
 // the boxes to TMA stores, which skip whatever lies outside D (ragged tiles
@@ -773,17 +774,6 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
 
 // 16-byte pieces of an EpilogueParams (grouped kernels copy it per unit).
 constexpr int kEpiChunks = sizeof(EpilogueParams) / 16;
-
-// What StoreStaged needs of a problem's EpilogueParams.
-struct StagedStoreArgs {
-  int on;  // EpilogueParams::tma_store
-  int bf16;
-  float alpha;
-};
-
-__device__ __forceinline__ StagedStoreArgs LoadStagedStoreArgs(const EpilogueParams& e) {
-  return {e.tma_store, e.out_dtype == DataType::kBF16, e.alpha};
-}
 
 template <class Cfg>
 __device__ __forceinline__ uint8_t* ConsumerStaging(SharedStorage<Cfg>& ss, int consumer) {
@@ -828,16 +818,24 @@ __device__ __forceinline__ void StoreStagedAs(const CUtensorMap* tma_d, float al
   }
 }
 
-template <class Cfg>
-__device__ __forceinline__ void StoreStaged(const StagedStoreArgs& args, const CUtensorMap* tma_d,
-                                            const float (&acc)[Cfg::kAccRegs], const TileCoord& t,
-                                            int consumer, SharedStorage<Cfg>& ss) {
-  uint8_t* buf = ConsumerStaging(ss, consumer);
-  if (args.bf16) {
-    StoreStagedAs<__nv_bfloat16, Cfg>(tma_d, args.alpha, acc, t, consumer, buf);
-  } else {
-    StoreStagedAs<__half, Cfg>(tma_d, args.alpha, acc, t, consumer, buf);
+// One tile's epilogue: staged where the kernel has a staging buffer and `e`
+// allows it (after AcquireStaging), else the register path.
+template <class Cfg, bool kRowPredicates = true>
+__device__ __forceinline__ void TileEpilogue(const EpilogueParams& e, const CUtensorMap* tma_d,
+                                             const float (&acc)[Cfg::kAccRegs], const TileCoord& t,
+                                             int consumer, SharedStorage<Cfg>& ss) {
+  if constexpr (Cfg::kStagedStore_) {
+    if (e.tma_store) {
+      uint8_t* buf = ConsumerStaging(ss, consumer);
+      if (e.out_dtype == DataType::kBF16) {
+        StoreStagedAs<__nv_bfloat16, Cfg>(tma_d, e.alpha, acc, t, consumer, buf);
+      } else {
+        StoreStagedAs<__half, Cfg>(tma_d, e.alpha, acc, t, consumer, buf);
+      }
+      return;
+    }
   }
+  Epilogue<Cfg, Cfg::kBN_, kRowPredicates>(e, acc, t, consumer);
 }
 
 // ---------------------------------------------------------------- stream-K fixup
@@ -1026,8 +1024,6 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   while (sched.Next(&w)) {
     const bool stamp = unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
-    StagedStoreArgs staged{};
-    if constexpr (Cfg::kStagedStore_ && !kGrouped) staged = LoadStagedStoreArgs(p.epi);
     if constexpr (kGrouped) {
       // The member's EpilogueParams go to shared memory by cp.async while
       // the k-loop runs. NOTES: read from global memory after the k-loop,
@@ -1091,14 +1087,9 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         continue;
       }
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
-      if (staged.on) {
-        AcquireStaging(consumer);
-        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-        if constexpr (Cfg::kStagedStore_) StoreStaged<Cfg>(staged, &p.tma_d, acc, w.tile, consumer, ss);
-      } else {
-        if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-        Epilogue<Cfg, kBN, kBN <= 128>(p.epi, acc, w.tile, consumer);
-      }
+      if (Cfg::kStagedStore_ && p.epi.tma_store) AcquireStaging(consumer);
+      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+      TileEpilogue<Cfg, kBN <= 128>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
@@ -1111,17 +1102,9 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         if (tid == 0) ptx::BulkWaitGroupRead<0>();
       }
       ptx::NamedBarrierSync(1 + consumer, 128);
-      const EpilogueParams& e = ss.unit_epi[consumer][unit & 1];
       if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      bool stored = false;
-      if constexpr (Cfg::kStagedStore_) {
-        if (e.tma_store) {
-          StoreStaged<Cfg>(LoadStagedStoreArgs(e), &p.group[w.tile.batch].tma_d, acc, t, consumer,
-                           ss);
-          stored = true;
-        }
-      }
-      if (!stored) Epilogue<Cfg, kBN>(e, acc, t, consumer);
+      TileEpilogue<Cfg>(ss.unit_epi[consumer][unit & 1], &p.group[w.tile.batch].tma_d, acc, t,
+                        consumer, ss);
     }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 3), GlobalTimer());
     ++unit;
@@ -1200,7 +1183,7 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped = false>
 __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = KernelConfigFor<In, kBN, kAKMajor, kBKMajor, kPingPong, kGrouped>;
+  using Cfg = KernelConfigFor<In, kBN, kAKMajor, kBKMajor, kPingPong>;
   static_assert(Cfg::kThreads == 384, "launch bounds assume 3 warpgroups");
   extern __shared__ uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg>*>(

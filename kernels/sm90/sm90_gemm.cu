@@ -77,7 +77,7 @@ struct KernelInfo {
 
 template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
 KernelInfo Info() {
-  using Cfg = sm90::KernelConfigFor<In, kBN, kAK, kBK, kPP, kGrouped>;
+  using Cfg = sm90::KernelConfigFor<In, kBN, kAK, kBK, kPP>;
   constexpr size_t kSmem = sm90::KernelSmemBytes<Cfg, kGrouped>();
   static_assert(kSmem <= 227 * 1024, "shared storage exceeds Hopper shared memory");
   return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
