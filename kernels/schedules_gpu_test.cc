@@ -594,9 +594,9 @@ TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
 
 // Grouped lists of 1 to 700 problems (M = 1 members included): the grouped
 // kernel, whose epilogue stores through TMA where D allows it, must match
-// one data-parallel Gemm per problem with the same tile bit for bit; a few problems also against float64. Up to 512 problems the
-// kernel schedules from a shared-memory copy of the shapes, beyond from
-// global memory (700).
+// one data-parallel Gemm per problem with the same tile bit for bit; a few
+// problems also against float64. Up to 512 problems the kernel schedules
+// from a shared-memory copy of the shapes, beyond from global memory (700).
 TEST_F(SchedulesGpuTest, GroupedMatchesSingleLaunches) {
   int case_no = 0;
   for (int count : {1, 2, 3, 17, 64, 128, 300, 512, 700}) {

@@ -73,6 +73,7 @@ struct KernelInfo {
   size_t smem_bytes;
   int stages;
   int bk;
+  bool staged_store;  // has a staging buffer: D gets a tensor map (MapOutput)
 };
 
 template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
@@ -81,7 +82,7 @@ KernelInfo Info() {
   constexpr size_t kSmem = sm90::KernelSmemBytes<Cfg, kGrouped>();
   static_assert(kSmem <= 227 * 1024, "shared storage exceeds Hopper shared memory");
   return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
-          kSmem, Cfg::kStages, Cfg::kBK};
+          kSmem, Cfg::kStages, Cfg::kBK, Cfg::kStagedStore_};
 }
 
 template <typename In, int kBN, bool kPP, bool kGrouped = false>
@@ -226,18 +227,21 @@ CUtensorMapDataType TmaDataType(DataType t) {
 }
 
 // D's tensor map for the staged epilogue (64 x 64 boxes) and epi.tma_store,
-// wherever TMA can address D and there is no C to read; otherwise `tma_d`
-// becomes a copy of `tma_a` (a valid map, never stored through) and the
-// kernel keeps the register path.
+// for kernels with a staging buffer, wherever TMA can address D and there is
+// no C to read; otherwise `tma_d` becomes a copy of `tma_a` (a valid map,
+// never stored through) and the kernel keeps the register path. A grouped
+// plan encodes its maps per member on the host, so the others skip the
+// third encode.
 // NOTES: TMA stores clip a box at the tensor's last column only to 16-byte
 // granularity: with N = 1 and padded rows, the 7 elements after each row's
 // first were written (gemm_gpu_test's stray-write check, round 9 call 5).
 // Hence N a multiple of 8 (16 bytes of 16-bit elements).
-bool MapOutput(const NormalizedProblem& p, const CUtensorMap& tma_a, CUtensorMap* tma_d,
-               sm90::EpilogueParams* epi, std::string* error) {
+bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtensorMap& tma_a,
+               CUtensorMap* tma_d, sm90::EpilogueParams* epi, std::string* error) {
   TmaOperandParams td;
   const bool distinct_members = p.batch == 1 || p.batch_stride_d != 0;
-  if (p.c == nullptr && p.out_dtype != DataType::kF32 && distinct_members && p.n % 8 == 0 &&
+  if (info.staged_store && p.c == nullptr && p.out_dtype != DataType::kF32 && distinct_members &&
+      p.n % 8 == 0 &&
       MakeTmaOperandParams(p.n, p.m, p.ldd, p.batch, p.batch_stride_d, 2, p.d, 64, 64, &td,
                            nullptr)) {
     if (!Encode(td, p.d, TmaDataType(p.out_dtype), tma_d, error)) return false;
@@ -353,7 +357,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   kp.a_batch_step = ta.broadcast_batch ? 0 : 1;
   kp.b_batch_step = tb.broadcast_batch ? 0 : 1;
   kp.epi = MakeEpilogue(p);
-  if (!MapOutput(p, kp.tma_a, &kp.tma_d, &kp.epi, error)) return nullptr;
+  if (!MapOutput(p, plan->info_, kp.tma_a, &kp.tma_d, &kp.epi, error)) return nullptr;
 
   const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
   const int64_t all_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
@@ -549,7 +553,9 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
       return nullptr;
     }
     descs[i].epi = MakeEpilogue(p);
-    if (!MapOutput(p, descs[i].tma_a, &descs[i].tma_d, &descs[i].epi, error)) return nullptr;
+    if (!MapOutput(p, plan->info_, descs[i].tma_a, &descs[i].tma_d, &descs[i].epi, error)) {
+      return nullptr;
+    }
     GroupedProblemShape& gs = shapes[i];
     gs.tiles_m = static_cast<int>((p.m + shape.bm - 1) / shape.bm);
     gs.tiles_n = static_cast<int>((p.n + shape.bn - 1) / shape.bn);
