@@ -338,14 +338,15 @@ bool PrintClock(const std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>& pl
 std::vector<std::string> UnitRoles(const Shape& s, const Sm90LaunchChoice& c) {
   const gemm_kernels::Sm90TileShape t = gemm_kernels::ShapeOf(c.tile);
   const int tm = int((s.m + t.bm - 1) / t.bm), tn = int((s.n + t.bn - 1) / t.bn);
-  const int kb = int((s.k + 63) / 64);
+  const int kb = int((s.k + 63) / 64);  // bf16: 64-element k-blocks
   const bool reducing = c.schedule != Sm90Schedule::kDataParallel;
   const bool partials_only = c.schedule == Sm90Schedule::kSplitK && c.separate_reduction;
   std::vector<std::array<int, 3>> counts(gemm_kernels::kCtaClockUnits, {0, 0, 0});
   std::vector<double> kblocks(gemm_kernels::kCtaClockUnits, 0);
   for (int cta = 0; cta < c.grid; ++cta) {
-    gemm_kernels::StreamKScheduler sched(tm, tn, int(s.batch), 8, kb, reducing ? c.sk_tiles : 0,
-                                         c.grid, cta, partials_only);
+    gemm_kernels::StreamKScheduler sched(tm, tn, int(s.batch), gemm_kernels::ChooseGroupM(tm, tn),
+                                         kb, reducing ? c.sk_tiles : 0, c.grid, cta,
+                                         partials_only);
     gemm_kernels::WorkUnit w;
     for (int u = 0; u < gemm_kernels::kCtaClockUnits && sched.Next(&w); ++u) {
       ++counts[u][int(w.role)];

@@ -57,8 +57,9 @@ enum class Sm90Schedule { kDataParallel, kStreamK, kSplitK };
 // then, for each of consumer 0's first kCtaClockUnits units u (cooperative
 // kernels), four words from CtaClockUnitWord(u, 0): the unit's start, its
 // k-loop's end, the end of its fixup (a finalizer's partials added, a
-// partial stored; the k-loop's end otherwise) and its end (after the
-// epilogue; for a partial, the store).
+// partial stored; where the epilogue is staged, or the unit is grouped, its
+// staging buffer free and parameters in shared memory; the k-loop's end
+// otherwise) and its end (after the epilogue; for a partial, the store).
 constexpr int kCtaClockUnits = 4;
 constexpr int kCtaClockWords = 8 + 4 * kCtaClockUnits;
 constexpr int CtaClockUnitWord(int unit, int which) { return 8 + 4 * unit + which; }

@@ -153,7 +153,7 @@ struct KernelConfig {
   static constexpr int kMmaK = 32 / kElemBytes;     // k per wgmma: 16 (16-bit), 8 (tf32)
   static constexpr int kKSteps = kBK / kMmaK;
   // ~190 KB of ring each: 48, 32 and 24 KB stages; with a staging buffer
-  // (64 or 32 KB) one stage fewer.
+  // (KernelConfigFor: 32 KB in the 128-wide kernels) one stage fewer.
   static constexpr int kStages = (kBN == 256 ? 4 : kBN == 128 ? 6 : 8) - (kStagedStore ? 1 : 0);
   static constexpr bool kStagedStore_ = kStagedStore;
   // A 16-bit output tile, 64 x 64 boxes (8 KB, 128-byte rows) side by side.
@@ -1096,12 +1096,12 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       // The unit's EpilogueParams have landed in shared memory and, with
       // staged stores, the staging buffer is free: word 2 (a grouped unit's
       // "fixup").
-      const int tid = threadIdx.x % 128;
-      if (tid < kEpiChunks) ptx::CpAsyncWaitAll();
+      if (threadIdx.x % 128 < kEpiChunks) ptx::CpAsyncWaitAll();
       if constexpr (Cfg::kStagedStore_) {
-        if (tid == 0) ptx::BulkWaitGroupRead<0>();
+        AcquireStaging(consumer);  // its barrier publishes the copy too
+      } else {
+        ptx::NamedBarrierSync(1 + consumer, 128);
       }
-      ptx::NamedBarrierSync(1 + consumer, 128);
       if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
       TileEpilogue<Cfg>(ss.unit_epi[consumer][unit & 1], &p.group[w.tile.batch].tma_d, acc, t,
                         consumer, ss);
