@@ -1011,6 +1011,21 @@ __device__ __forceinline__ void AddUnitPartials(const KernelParams& p, SharedSto
   ReducePartials<Cfg>(p, acc, w, consumer);
 }
 
+// True when all 64 rows of this consumer's half of tile t lie past M
+// (skinny and small-M problems): it then issues no MMAs, so its peer has the
+// SM's tensor cores alone, and runs no epilogue. Dense launches only.
+// NOTES: skinny 7 x 8192 x 8192 (split-K 4, 128x256) went from 3.05-3.07 to
+// 3.14-3.16 TB/s. In grouped launches (the last tile-row of members with
+// M % 128 in [1, 64]) the same skip cost 2-3% and raised DRAM reads by 9%
+// (round 10 call 1); a likely cause is that CTAs drawing such tiles run
+// ahead of the round-robin walk, so the tiles in flight span more problems
+// than the L2 keeps.
+template <class Cfg, bool kGrouped>
+__device__ __forceinline__ bool HalfOutside(const KernelParams& p, const TileCoord& t,
+                                            int consumer) {
+  return !kGrouped && t.m_block * Cfg::kBM + 64 * consumer >= p.epi.m;
+}
+
 template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
   constexpr int kBN = Cfg::kBN_;
@@ -1050,8 +1065,13 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
+    // An idle half issues no MMAs: it hands each stage back once it has
+    // landed (the empty barriers count its warps too) and keeps its zeros.
+    const bool idle = HalfOutside<Cfg, kGrouped>(p, w.tile, consumer);
+    const int mma_end = idle ? w.k_begin : w.k_end;
     int prev_stage = -1;
-    for (int kb = w.k_begin; kb < w.k_end; ++kb) {
+    int kb = w.k_begin;
+    for (; kb < mma_end; ++kb) {
       ptx::MbarWait(&ss.full[stage], phase);
       ptx::WgmmaFence();
 #pragma unroll
@@ -1073,7 +1093,15 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       }
     }
     ptx::WgmmaWait<0>();
-    if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+    if (warp_leader && prev_stage >= 0) ptx::MbarArrive(&ss.empty[prev_stage]);
+    for (; kb < w.k_end; ++kb) {
+      ptx::MbarWait(&ss.full[stage], phase);
+      if (warp_leader) ptx::MbarArrive(&ss.empty[stage]);
+      if (++stage == Cfg::kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
     if constexpr (!kGrouped) {
       if (w.role == UnitRole::kPartial) {
@@ -1089,7 +1117,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
       if (Cfg::kStagedStore_ && p.epi.tma_store) AcquireStaging(consumer);
       if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      TileEpilogue<Cfg, kBN <= 128>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
+      if (!idle) TileEpilogue<Cfg, kBN <= 128>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
