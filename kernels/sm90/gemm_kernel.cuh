@@ -883,6 +883,20 @@ __device__ __forceinline__ void StorePartial(const KernelParams& p, const float 
   if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
 }
 
+// acc += a partial in the fragment order StorePartial writes: load(j) gives
+// this thread's float4 j (accumulators 4j .. 4j + 3).
+template <int kRegs, class Load>
+__device__ __forceinline__ void AddPartial(float (&acc)[kRegs], Load load) {
+#pragma unroll
+  for (int j = 0; j < kRegs / 4; ++j) {
+    const float4 v = load(j);
+    acc[4 * j] += v.x;
+    acc[4 * j + 1] += v.y;
+    acc[4 * j + 2] += v.z;
+    acc[4 * j + 3] += v.w;
+  }
+}
+
 // Adds the partials of slots first_peer, first_peer + 1, ... in that order
 // (fixed: results do not depend on arrival order), resetting each flag for
 // the next launch.
@@ -904,14 +918,7 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
     ptx::NamedBarrierSync(1 + consumer, 128);
     if (outside) continue;
     const float4* src = PartialHalf<Cfg>(p, slot, consumer);
-#pragma unroll
-    for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
-      const float4 v = __ldcg(src + j * 128 + tid);
-      acc[4 * j] += v.x;
-      acc[4 * j + 1] += v.y;
-      acc[4 * j + 2] += v.z;
-      acc[4 * j + 3] += v.w;
-    }
+    AddPartial(acc, [&](int j) { return __ldcg(src + j * 128 + tid); });
   }
 }
 
@@ -966,14 +973,7 @@ __device__ __forceinline__ void PairReducePartial(const KernelParams& p, SharedS
   ptx::MbarWait<true>(&ss.pair_ready[consumer], 0);
   if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
     const uint32_t src = ptx::MapToRank(PairBuffer(ss, consumer), 0) + tid * 16;
-#pragma unroll
-    for (int j = 0; j < Cfg::kAccRegs / 4; ++j) {
-      const float4 v = ptx::LdSharedCluster(src + j * 128 * 16);
-      acc[4 * j] += v.x;
-      acc[4 * j + 1] += v.y;
-      acc[4 * j + 2] += v.z;
-      acc[4 * j + 3] += v.w;
-    }
+    AddPartial(acc, [&](int j) { return ptx::LdSharedCluster(src + j * 128 * 16); });
   }
   ptx::NamedBarrierSync(1 + consumer, 128);
   if (tid == 0) ptx::MbarArriveRemote(ptx::MapToRank(&ss.pair_done[consumer], 0));
