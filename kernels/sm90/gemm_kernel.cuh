@@ -253,6 +253,18 @@ __device__ __forceinline__ const GroupedProblemShape* ScheduleShapes(const Kerne
 
 // ---------------------------------------------------------------- producer
 
+// The ring position n stages on: the parity of the barrier phases to wait
+// for flips at each wrap.
+template <class Cfg>
+__device__ __forceinline__ void AdvanceStage(int& stage, uint32_t& phase, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (++stage == Cfg::kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
 template <class Cfg, bool kKMajor>
 __device__ __forceinline__ void LoadOperand(const CUtensorMap* tmap, uint8_t* dst, uint64_t* bar,
                                             int mn0, int k0, int batch, int rows) {
@@ -328,10 +340,7 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
                                  kb * Cfg::kBK, a_batch, Cfg::kBM);
       LoadOperand<Cfg, kBKMajor>(tma_b, ss.b[stage], &ss.full[stage], t.n_block * Cfg::kBN_,
                                  kb * Cfg::kBK, b_batch, Cfg::kBN_);
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      AdvanceStage<Cfg>(stage, phase, 1);
     }
   }
 }
@@ -1087,20 +1096,14 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
       }
       prev_stage = stage;
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      AdvanceStage<Cfg>(stage, phase, 1);
     }
     ptx::WgmmaWait<0>();
     if (warp_leader && prev_stage >= 0) ptx::MbarArrive(&ss.empty[prev_stage]);
     for (; kb < w.k_end; ++kb) {
       ptx::MbarWait(&ss.full[stage], phase);
       if (warp_leader) ptx::MbarArrive(&ss.empty[stage]);
-      if (++stage == Cfg::kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
+      AdvanceStage<Cfg>(stage, phase, 1);
     }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
     if constexpr (!kGrouped) {
@@ -1140,16 +1143,6 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   // The staging buffer stays ours until the last stores have read it.
   if constexpr (Cfg::kStagedStore_) {
     if (threadIdx.x % 128 == 0) ptx::BulkWaitGroupRead<0>();
-  }
-}
-
-template <class Cfg>
-__device__ __forceinline__ void AdvanceStage(int& stage, uint32_t& phase, int n) {
-  for (int i = 0; i < n; ++i) {
-    if (++stage == Cfg::kStages) {
-      stage = 0;
-      phase ^= 1;
-    }
   }
 }
 
