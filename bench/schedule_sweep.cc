@@ -123,6 +123,7 @@ std::string Describe(const Sm90LaunchChoice& c) {
   std::string t = c.tile == Sm90Tile::k128x256   ? "128x256"
                   : c.tile == Sm90Tile::k128x128 ? "128x128"
                   : c.tile == Sm90Tile::k128x64  ? "128x64"
+                  : c.tile == Sm90Tile::k192x192 ? "192x192"
                                                  : "128x128 ping-pong";
   switch (c.schedule) {
     case Sm90Schedule::kDataParallel:
@@ -546,9 +547,23 @@ int main(int argc, char** argv) {
                                 {"tiles 3072^3", Shape{1, 3072, 3072, 3072}},
                                 {"tiles 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
                                 {"tiles 1000^3", Shape{1, 1000, 1000, 1000}},
-                                {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}}}) {
+                                {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}},
+                                // Choices the round 11 refit of the stream-K cost moved.
+                                {"tiles 2304x2304x4096", Shape{1, 2304, 2304, 4096}},
+                                {"tiles 2560^3", Shape{1, 2560, 2560, 2560}},
+                                {"tiles 2816x2816x8192", Shape{1, 2816, 2816, 8192}},
+                                {"tiles 768x768x16384", Shape{1, 768, 768, 16384}},
+                                {"tiles 3000^3", Shape{1, 3000, 3000, 3000}},
+                                {"tiles 12288x1536x4096", Shape{1, 12288, 1536, 4096}},
+                                // Long K: operands past the L2 (stream-K's resident-bytes term).
+                                {"tiles 2304x2304x8192", Shape{1, 2304, 2304, 8192}},
+                                {"tiles 2560x2560x8192", Shape{1, 2560, 2560, 8192}},
+                                {"tiles 2048x2048x16384", Shape{1, 2048, 2048, 16384}},
+                                {"tiles 3584x3584x8192", Shape{1, 3584, 3584, 8192}},
+                                {"tiles 1536x1536x16384", Shape{1, 1536, 1536, 16384}}}) {
     std::vector<Sm90LaunchChoice> v;
-    for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64}) {
+    for (Sm90Tile t :
+         {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
       v.push_back(DataParallel(t, s));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));

@@ -65,7 +65,7 @@ struct GemmArguments {
 
 // Tile configuration of the Hopper kernel. kAuto lets the shape heuristic
 // choose (production); the others force a tile, for benchmarks and tuning.
-enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong, k128x64 };
+enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong, k128x64, k192x192 };
 
 // How the Hopper kernel schedules its tiles. kAuto lets the heuristic choose
 // (data-parallel unless stream-K or split-K is estimated clearly faster, and

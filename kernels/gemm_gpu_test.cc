@@ -453,7 +453,7 @@ TEST_F(GemmGpuTest, StridedBatched) {
 // Every Hopper tile configuration, forced past the heuristic.
 TEST_F(GemmGpuTest, ForcedTileConfigurations) {
   for (TileHint hint : {TileHint::k128x256, TileHint::k128x128, TileHint::k128x128PingPong,
-                        TileHint::k128x64}) {
+                        TileHint::k128x64, TileHint::k192x192}) {
     for (DataType in : {DataType::kBF16, DataType::kF16}) {
       for (Layout la : kLayouts) {
         for (Layout lb : kLayouts) {
@@ -523,7 +523,7 @@ TEST_F(GemmGpuTest, RandomShapes) {
     c.pad = 8 * pad(rng_);
     c.alpha = std::uniform_real_distribution<float>(-2, 2)(rng_);
     c.beta = pick(rng_) ? std::uniform_real_distribution<float>(-2, 2)(rng_) : 0.0f;
-    c.hint = static_cast<TileHint>(std::uniform_int_distribution<int>(0, 4)(rng_));
+    c.hint = static_cast<TileHint>(std::uniform_int_distribution<int>(0, 5)(rng_));
     RunCase(c, rng_);
   }
 }

@@ -356,8 +356,9 @@ TEST_F(SchedulesGpuTest, RandomShapesAgainstDataParallel) {
     s.la = kLayouts[pick(0, 1)];
     s.lb = kLayouts[pick(0, 1)];
     s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
-    const TileHint tiles[] = {TileHint::k128x256, TileHint::k128x128, TileHint::k128x64};
-    s.tile = tiles[pick(0, 2)];
+    const TileHint tiles[] = {TileHint::k128x256, TileHint::k128x128, TileHint::k128x64,
+                              TileHint::k192x192};
+    s.tile = tiles[pick(0, 3)];
     s.schedule = pick(0, 2) == 0 ? ScheduleHint::kSplitK
                  : pick(0, 4) == 0 ? ScheduleHint::kAuto
                                    : ScheduleHint::kStreamK;

@@ -15,6 +15,8 @@ Sm90TileShape ShapeOf(Sm90Tile tile) {
       return {128, 128};
     case Sm90Tile::k128x64:
       return {128, 64};
+    case Sm90Tile::k192x192:
+      return {192, 192};
   }
   return {128, 256};
 }
@@ -36,7 +38,10 @@ namespace {
 // k-block, so 1.8 per element. It then wins only where all its tiles fit one
 // wave, i.e. where 128x128 tiles would leave over half the SMs idle (1024^3:
 // 8.8 against 9.6 us), and loses to split-K 2 where K is long (1024 x 1024 x
-// 4096: split-K 18.8 us, 128x64 22.2, 128x128 24.3).
+// 4096: split-K 18.8 us, 128x64 22.2, 128x128 24.3). The 192x192 tile
+// (three consumers) has 1.125x the area of 128x256 at 1.01 per element:
+// 3072^3 data-parallel ran 86.6 us in two waves of it against 114.3 in
+// three of 128x256 (round 11 call 1, H200; 0.79 us per iteration).
 //
 // latency_iters_per_kblock: the least a k-block costs when operands stream
 // from DRAM, the ring's loaded latency over its stages (see the streaming
@@ -54,6 +59,8 @@ TileModel ModelOf(Sm90Tile tile) {
       return {1.0, 0.59};
     case Sm90Tile::k128x64:
       return {1.8, 0.29};
+    case Sm90Tile::k192x192:
+      return {1.01, 0.59};
     case Sm90Tile::k128x128:
     case Sm90Tile::k128x128PingPong:
       break;
@@ -125,7 +132,7 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
   if (num_sms < 1) num_sms = 1;
   Sm90Tile best = Sm90Tile::k128x256;
   double best_cost = EstimatedCost(best, m, n, batch, num_sms);
-  for (Sm90Tile t : {Sm90Tile::k128x128, Sm90Tile::k128x64}) {
+  for (Sm90Tile t : {Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
     // NOTES: the tiles share BK, so K scales every estimate alike, except
     // that 128x64 measured faster only with whole k-blocks (round 7 call 6,
     // H200): 1024^3 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against
@@ -148,15 +155,32 @@ namespace {
 //
 // NOTES: stream-K fixup. Storing a partial tile is about one iteration of the
 // tile at hand; reducing one means a flag wait plus reading it back from L2,
-// counted as two. The stream-K part of a hybrid schedule ran longer than its
-// iteration count on the H200 (KERNEL_NOTES v5: 4224^3, 3072^3 and 1920 x
-// 1920 x 8192 with both tiles); weighting it by kStreamKInefficiency picks
-// the faster schedule on all six, with any number of data-parallel waves
-// before it.
+// counted as two. Besides those, a stream-K CTA spends a fixed
+// kStreamKFixedIters (~8 us; the same on every tile): fitted to five hybrid
+// launches of round 11 call 1 (H200; 4224^3 on 128x256, 128x128 and
+// 192x192, 3072^3 on 128x256 and 192x192), which it puts within 1.5% each,
+// where the earlier factor of 1.15 on the stream-K part (KERNEL_NOTES v5)
+// was off by ~10 iterations on the long 192x192 ranges. The per-CTA stamps
+// of round 8 counted ~8.6 us of fixup per stream-K CTA.
 constexpr double kStoreIters = 1.0;
 constexpr double kReduceIters = 2.0;
-constexpr double kStreamKInefficiency = 1.15;
-constexpr double kReductionMargin = 0.95;
+constexpr double kStreamKFixedIters = 10.0;
+// NOTES: stream-K CTAs work at scattered k positions of their tiles, where
+// data-parallel waves move through k in near lockstep, so they reuse operands
+// through L2 only while the operands stay resident. Measured (round 11 calls
+// 2-3, H200): as modelled up to 75 MB of A and B (4224^3, 2304 x 2304 x
+// 8192), but 2816 x 2816 x 8192 (92 MB, every tile stream-K) ran 1.13-1.26x
+// the modelled stream-K ranges on the three tiles (128x256: 227.6 us
+// against 192.6 data-parallel). Past kStreamKResidentBytes the ranges cost
+// kStreamKOutOfL2Factor times their iterations.
+constexpr double kStreamKResidentBytes = 80e6;
+constexpr double kStreamKOutOfL2Factor = 1.25;
+// NOTES: a reducing schedule must be estimated 3% faster than data-parallel.
+// With the refit above, the stream-K estimates of round 11 call 1 came
+// within 1.5% of the measured times; 5% (before it) kept 4224^3 and 1920 x
+// 1920 x 8192 data-parallel, where stream-K on 192x192 measured 3.6% and 2%
+// faster.
+constexpr double kReductionMargin = 0.97;
 // NOTES: streaming. When a k-loop's operands come from DRAM rather than from
 // L2 reuse, each CTA is bound by its ring: `stages` k-blocks in flight, each
 // waiting a loaded latency of ~1.65 us, so a k-block costs at least
@@ -268,11 +292,13 @@ Candidate StreamK(const Problem& p, Sm90Tile tile) {
   c.choice.grid = sms;
   c.choice.workspace_slots = sms;
   const double fixup = kStoreIters + double(peers - 1) * kReduceIters;
-  c.cost = (double(dp_waves * kb) + kStreamKInefficiency * (double(per_cta) + fixup)) *
-           TileCostScale(tile);
+  const double range =
+      double(per_cta) * (p.unique_bytes() > kStreamKResidentBytes ? kStreamKOutOfL2Factor : 1.0);
+  c.cost = (double(dp_waves * kb) + range + fixup) * TileCostScale(tile) + kStreamKFixedIters;
   // Streaming operands from DRAM, stream-K is bound like any k-loop.
   const double streaming =
-      LoopIters(p, tile, dp_waves * kb + per_cta) + fixup * TileCostScale(tile);
+      LoopIters(p, tile, dp_waves * kb + per_cta) + fixup * TileCostScale(tile) +
+      kStreamKFixedIters;
   c.cost = std::max(c.cost, streaming);
   return c;
 }
@@ -368,7 +394,7 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
     consider(PairedSplitK(p, max_pairs));
     return best.choice;
   }
-  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128}) {
+  for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k192x192}) {
     consider(StreamK(p, tile));
     consider(SplitK(p, tile, true, true));
   }
@@ -406,7 +432,7 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
 }
 
 size_t ScheduleFlagBytes(int64_t slots) {
-  return static_cast<size_t>((slots * 2 * 4 + 255) / 256 * 256);
+  return static_cast<size_t>((slots * kFlagWordsPerSlot * 4 + 255) / 256 * 256);
 }
 
 size_t ScheduleFlagBytes(const Sm90LaunchChoice& c) {

@@ -11,7 +11,9 @@ namespace gemm_kernels {
 // ("cooperative"). k128x128PingPong: the consumers take alternate tiles.
 // k128x64 doubles the CTAs of problems whose 128x128 tiles leave SMs idle
 // (1000^3: 64 tiles on 132 SMs; cuBLAS runs it on 128 CTAs of 128x64).
-enum class Sm90Tile { k128x256, k128x128, k128x128PingPong, k128x64 };
+// k192x192: three cooperative consumer warpgroups of 64 rows (cuBLAS's tile
+// on 3072^3 and 4224^3); dense launches only.
+enum class Sm90Tile { k128x256, k128x128, k128x128PingPong, k128x64, k192x192 };
 
 struct Sm90TileShape {
   int bm;
@@ -102,12 +104,13 @@ struct Sm90LaunchChoice {
 // larger of its MMA time and its streaming time (where operands come from
 // DRAM: per-CTA ring latency plus all operand bytes at DRAM rate);
 // data-parallel = that over its waves; stream-K = its data-parallel waves +
-// the longest stream-K range + a cost per partial stored and per partial
-// reduced; split-K = one wave of ceil(k_blocks / splits) + either the
+// the longest stream-K range (1.25x where A and B exceed what the L2 keeps)
+// + a cost per partial stored and per partial reduced + a fixed cost per
+// stream-K CTA; split-K = one wave of ceil(k_blocks / splits) + either the
 // in-kernel reduction of splits - 1 partials by one CTA per tile, or a
 // reduction kernel's launch + all partials written and read back
 // (SplitKCostIters). A reducing schedule must beat the best data-parallel
-// estimate by kReductionMargin (5%), so shapes that tile well stay
+// estimate by kReductionMargin (3%), so shapes that tile well stay
 // data-parallel, and K must span at least kMinReductionKBlocks k-blocks.
 // allow_reduction false (no workspace) rules out the schedules that need
 // one; then paired split-K (cluster_pairs), which needs none, is considered
@@ -143,10 +146,11 @@ Sm90LaunchChoice PairedSplitKLaunch(int64_t tiles);
 double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                        int splits, bool separate_reduction);
 
-// Workspace layout of a reducing schedule: the flag words (2 per slot, one
-// per consumer warpgroup, padded to 256 bytes; none for split-K with a
-// separate reduction, whose CTAs never wait on each other), then `slots` fp32
-// tiles of bm x bn.
+// Workspace layout of a reducing schedule: the flag words (kFlagWordsPerSlot
+// per slot, one per consumer warpgroup, padded to 256 bytes; none for
+// split-K with a separate reduction, whose CTAs never wait on each other),
+// then `slots` fp32 tiles of bm x bn.
+constexpr int kFlagWordsPerSlot = 3;  // one per consumer warpgroup of the 192-row tile
 size_t ScheduleFlagBytes(int64_t slots);
 size_t ScheduleFlagBytes(const Sm90LaunchChoice& c);
 size_t ScheduleWorkspaceBytes(const Sm90LaunchChoice& c);

@@ -40,12 +40,17 @@ TEST(Heuristic, SingleWavesOnFewSmsUseTheNarrowTile) {
 }
 
 TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
-  // 3072^2: 24 x 12 = 288 wide tiles (3 waves of 128x256 on 132 SMs) vs 576
-  // square ones (5 waves of 128x128): 3 * 2 > 5 * 1.04, the square tile wins.
-  EXPECT_EQ(ChooseSm90Tile(3072, 3072, 4096, 1, kH200Sms), Sm90Tile::k128x128);
-  // 4224^2: 561 wide tiles (5 waves, the last a quarter full) vs 1089 square
-  // (9 waves): 5 * 2 > 9 * 1.04; measured 588 vs 529 TFLOP/s on the H200.
-  EXPECT_EQ(ChooseSm90Tile(4224, 4224, 4224, 1, kH200Sms), Sm90Tile::k128x128);
+  // 3072^2: 24 x 12 = 288 wide tiles (3 waves of 128x256 on 132 SMs), 576
+  // square ones (5 waves of 128x128) or 256 of 192x192 (2 waves): 3 * 2 >
+  // 5 * 1.04 > 2 * 2.27; measured 114.3, 101.3 and 86.6 us (round 11 call 1).
+  EXPECT_EQ(ChooseSm90Tile(3072, 3072, 4096, 1, kH200Sms), Sm90Tile::k192x192);
+  // 4224^2: 561 wide tiles (5 waves, the last a quarter full), 1089 square
+  // (9 waves) or 484 of 192x192 (4 waves): 5 * 2 > 9 * 1.04 > 4 * 2.27;
+  // measured 268.2, 248.5 and 239.1 us.
+  EXPECT_EQ(ChooseSm90Tile(4224, 4224, 4224, 1, kH200Sms), Sm90Tile::k192x192);
+  // 1536 x 1536: 36 tiles of 192x192 or 72 of 128x256, one wave either way:
+  // the smaller tile does less work.
+  EXPECT_EQ(ChooseSm90Tile(1536, 1536, 4096, 1, kH200Sms), Sm90Tile::k128x256);
   // 2560^2: 200 wide tiles (2 waves) vs 400 square (4 waves): 2 * 2 < 4 * 1.04.
   EXPECT_EQ(ChooseSm90Tile(2560, 2560, 4096, 1, kH200Sms), Sm90Tile::k128x256);
   // 1536 x 1280: 12 x 5 = 60 wide tiles (1 wave) vs 120 square ones (1 wave,
@@ -72,6 +77,23 @@ TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x64).bn, 64);
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x128).bn, 128);
   EXPECT_EQ(ShapeOf(Sm90Tile::k128x256).bn, 256);
+}
+
+// The 192x192 tile: 192 rows on three consumer warpgroups, each with its own
+// flag word per workspace slot, and 192 x 192 fp32 partials.
+TEST(Heuristic, SquareTileWorkspaceHoldsThreeFlagsAndItsPartials) {
+  EXPECT_EQ(ShapeOf(Sm90Tile::k192x192).bm, 192);
+  EXPECT_EQ(ShapeOf(Sm90Tile::k192x192).bn, 192);
+  EXPECT_EQ(TileCount(Sm90Tile::k192x192, 3072, 3072, 1), 256);
+  EXPECT_EQ(TileCount(Sm90Tile::k192x192, 193, 1, 2), 4);
+  EXPECT_EQ(ScheduleFlagBytes(int64_t{1}), 256u);
+  EXPECT_EQ(ScheduleFlagBytes(int64_t{132}), 1792u);  // 132 x 3 words, in 256-byte units
+  const Sm90LaunchChoice c =
+      MakeSm90Launch(Sm90Tile::k192x192, Sm90Schedule::kStreamK, 3072, 3072, 3072, 1, 64, 132);
+  ASSERT_EQ(c.schedule, Sm90Schedule::kStreamK);
+  ASSERT_EQ(c.tile, Sm90Tile::k192x192);
+  EXPECT_EQ(ScheduleWorkspaceBytes(c),
+            ScheduleFlagBytes(c.workspace_slots) + size_t(c.workspace_slots) * 192 * 192 * 4);
 }
 
 // The split-K cost model against split-count sweeps on the H200 (0.7 us per

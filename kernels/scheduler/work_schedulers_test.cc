@@ -497,13 +497,13 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
         if (c.separate_reduction) {
           ++separate;
           // No flags: the slots alone.
-          ASSERT_EQ(ScheduleWorkspaceBytes(c), size_t(c.grid) * 128 * shape.bn * 4);
+          ASSERT_EQ(ScheduleWorkspaceBytes(c), size_t(c.grid) * shape.bm * shape.bn * 4);
           CheckSeparateSplitK(tm, tn, int(batch), kb, c.splits);
           if (HasFatalFailure()) return;
           continue;
         }
         ASSERT_EQ(ScheduleWorkspaceBytes(c),
-                  ScheduleFlagBytes(c.grid) + size_t(c.grid) * 128 * shape.bn * 4);
+                  ScheduleFlagBytes(c.grid) + size_t(c.grid) * shape.bm * shape.bn * 4);
         s = Walk(c.grid, [&](int cta) {
           return StreamKScheduler(tm, tn, int(batch), 8, kb, c.sk_tiles, c.grid, cta);
         });
@@ -553,18 +553,20 @@ TEST(Heuristic, IssueShapes) {
             Sm90Schedule::kDataParallel);
   EXPECT_EQ(ChooseSm90Launch(4096, 4096, 4096, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  // Wave quantization (bench/KERNEL_NOTES.md v5): stream-K where it measured
-  // faster (3072^3 on 128x256 tiles, 4224^3 on 128x128 tiles: 9 waves, the
-  // last a quarter full), data-parallel where it did not (1920 x 1920 x
-  // 8192: 120 wide tiles, one wave).
+  // Wave quantization (round 11 call 1, H200, us): 3072^3 in two waves of
+  // 192x192 tiles, data-parallel (86.6; its stream-K 95.7, 128x256 stream-K
+  // 93.4); 4224^3 and 1920 x 1920 x 8192 stream-K on 192x192 (230.4 and
+  // 93.7; data-parallel 239.1 and 106.4 there, 128x256 data-parallel 268.2
+  // and 95.6).
   const Sm90LaunchChoice sq3072 = ChooseSm90Launch(3072, 3072, 3072, 1, 64, sms, true);
-  EXPECT_EQ(sq3072.schedule, Sm90Schedule::kStreamK);
-  EXPECT_EQ(sq3072.tile, Sm90Tile::k128x256);
+  EXPECT_EQ(sq3072.schedule, Sm90Schedule::kDataParallel);
+  EXPECT_EQ(sq3072.tile, Sm90Tile::k192x192);
   const Sm90LaunchChoice sq4224 = ChooseSm90Launch(4224, 4224, 4224, 1, 64, sms, true);
   EXPECT_EQ(sq4224.schedule, Sm90Schedule::kStreamK);
-  EXPECT_EQ(sq4224.tile, Sm90Tile::k128x128);
-  EXPECT_EQ(ChooseSm90Launch(1920, 1920, 8192, 1, 64, sms, true).schedule,
-            Sm90Schedule::kDataParallel);
+  EXPECT_EQ(sq4224.tile, Sm90Tile::k192x192);
+  const Sm90LaunchChoice wide1920 = ChooseSm90Launch(1920, 1920, 8192, 1, 64, sms, true);
+  EXPECT_EQ(wide1920.schedule, Sm90Schedule::kStreamK);
+  EXPECT_EQ(wide1920.tile, Sm90Tile::k192x192);
   // K-heavy: split-K.
   EXPECT_EQ(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).schedule,
             Sm90Schedule::kSplitK);

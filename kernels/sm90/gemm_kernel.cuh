@@ -7,10 +7,11 @@
 // is the producer: one thread issues TMA loads of A and B k-blocks into a ring
 // of kStages shared-memory stages, each guarded by a "full" mbarrier (TMA
 // transaction bytes) and an "empty" mbarrier (one arrival per consumer warp).
-// Warpgroups 1 and 2 are consumers: each owns 64 rows of the BM=128 tile and
-// issues m64nBNk(16|8) wgmma with fp32 accumulators in registers, then runs
-// the epilogue (alpha, beta * C, conversion, predicated stores) while the
-// producer already streams the next tile's k-blocks.
+// The other warpgroups are consumers (two for BM = 128, three for the square
+// 192x192 tile): each owns 64 rows of the tile and issues m64nBNk(16|8)
+// wgmma with fp32 accumulators in registers, then runs the epilogue (alpha,
+// beta * C, conversion, predicated stores) while the producer already
+// streams the next tile's k-blocks.
 //
 // Operand smem layouts (128-byte swizzle, matching the TMA box):
 //   K-major:  [rows][BK] with 128-byte rows (BK * sizeof(In) == 128).
@@ -78,8 +79,8 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // Stream-K (and split-K, which is stream-K over tiles x splits CTAs): the
   // last sk_tiles tiles are shared out by k-ranges; 0 = data-parallel.
   int64_t sk_tiles;
-  float* partials;  // workspace: one 128 x BN fp32 tile per slot
-  int* flags;       // workspace: 2 words per slot (one per consumer); 0 between launches
+  float* partials;  // workspace: one BM x BN fp32 tile per slot
+  int* flags;       // workspace: kFlagWordsPerSlot per slot (one per consumer); 0 between launches
   // Split-K with a separate reduction kernel: every stream-K unit stores its
   // partial (StreamKScheduler::partials_only); flags is nullptr.
   int partials_only;
@@ -143,18 +144,24 @@ struct KernelScheduler<true> : GroupedTileScheduler {
 // (64 rows each: "cooperative").
 // kStagedStore: a staging buffer for the whole output tile follows the ring
 // (one stage fewer pays for it), for the staged TileEpilogue; see KernelConfigFor.
+// kBN == 192 is the square 192x192 tile on three consumer warpgroups.
+// NOTES: cuBLAS runs 192x192 on 3072^3 and 4224^3 (round 7 call 1): 96 MMA
+// columns per operand byte against 85 for 128x256, and 3072^3 falls into
+// two nearly full waves (256 tiles on 132 SMs) where 128x256 needs stream-K.
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false,
           bool kStagedStore = false>
 struct KernelConfig {
-  static constexpr int kBM = 128;
+  static constexpr int kBM = kBN == 192 ? 192 : 128;
   static constexpr int kBN_ = kBN;
   static constexpr int kElemBytes = sizeof(In);
   static constexpr int kBK = 128 / kElemBytes;      // one 128-byte swizzle row
   static constexpr int kMmaK = 32 / kElemBytes;     // k per wgmma: 16 (16-bit), 8 (tf32)
   static constexpr int kKSteps = kBK / kMmaK;
-  // ~190 KB of ring each: 48, 32 and 24 KB stages; with a staging buffer
-  // (KernelConfigFor: 32 KB in the 128-wide kernels) one stage fewer.
-  static constexpr int kStages = (kBN == 256 ? 4 : kBN == 128 ? 6 : 8) - (kStagedStore ? 1 : 0);
+  // ~190 KB of ring each: 48 (128x256, 192x192), 32 and 24 KB stages; with
+  // a staging buffer (KernelConfigFor: 32 KB in the 128-wide kernels) one
+  // stage fewer.
+  static constexpr int kStages =
+      (kBN >= 192 ? 4 : kBN == 128 ? 6 : 8) - (kStagedStore ? 1 : 0);
   static constexpr bool kStagedStore_ = kStagedStore;
   // A 16-bit output tile, 64 x 64 boxes (8 KB, 128-byte rows) side by side.
   static constexpr int kStagingBytes = kStagedStore ? kBM * kBN * 2 : 0;
@@ -162,8 +169,16 @@ struct KernelConfig {
   static constexpr int kBBytes = kBN * kBK * kElemBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kChunkBytes = 64 * kBK * kElemBytes;  // one MN-major chunk
-  static constexpr int kConsumers = 2;
+  static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  // setmaxnreg budgets (multiples of 8; 128 x producer + 128 x kConsumers x
+  // consumer <= 64K registers): the producer needs few, so the consumers can
+  // hold their accumulators (128 per thread in the 128x256 kernels, 96 in
+  // the 192x192 ones) without spilling.
+  static constexpr int kProducerRegs = 40;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 152;
+  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536,
+                "register budgets exceed the register file");
   static constexpr int kAccRegs = kBN / 2;  // m64nBN fp32 accumulators per thread
   static constexpr bool kPingPong_ = kPingPong;
   // Arrivals that free a stage: every warp of the consumer(s) that read it.
@@ -172,8 +187,8 @@ struct KernelConfig {
   static_assert(kBM == 64 * kConsumers, "each consumer warpgroup owns 64 rows");
   static_assert(!kPingPong || kBN == 128,
                 "a ping-pong consumer holds a whole tile: 2 x m64n128 accumulators");
-  static_assert(kBN == 64 || kBN == 128 || kBN == 256,
-                "wgmma wrappers exist for N = 64, 128 and 256");
+  static_assert(kBN == 64 || kBN == 128 || kBN == 192 || kBN == 256,
+                "wgmma wrappers exist for N = 64, 128, 192 and 256");
   static_assert(kElemBytes == 4 ? (kAKMajor && kBKMajor) : true,
                 "tf32 wgmma reads only K-major operands");
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0,
@@ -215,7 +230,7 @@ struct SharedStorage {
   uint64_t pair_done[2];
   // Grouped kernels: each consumer's copy of its unit's EpilogueParams,
   // double-buffered by unit (see ConsumerLoop).
-  alignas(16) EpilogueParams unit_epi[2][2];
+  alignas(16) EpilogueParams unit_epi[Cfg::kConsumers][2];
 };
 
 // Grouped kernels copy the problem shapes of groups up to this size into
@@ -353,14 +368,17 @@ __device__ __forceinline__ void Mma(float (&acc)[kN / 2], uint64_t da, uint64_t 
   constexpr int tB = kBKMajor ? 0 : 1;
   if constexpr (std::is_same_v<In, __nv_bfloat16>) {
     if constexpr (kN == 256) WgmmaBf16_m64n256k16<tA, tB>(acc, da, db, 1);
+    else if constexpr (kN == 192) WgmmaBf16_m64n192k16<tA, tB>(acc, da, db, 1);
     else if constexpr (kN == 128) WgmmaBf16_m64n128k16<tA, tB>(acc, da, db, 1);
     else WgmmaBf16_m64n64k16<tA, tB>(acc, da, db, 1);
   } else if constexpr (std::is_same_v<In, __half>) {
     if constexpr (kN == 256) WgmmaF16_m64n256k16<tA, tB>(acc, da, db, 1);
+    else if constexpr (kN == 192) WgmmaF16_m64n192k16<tA, tB>(acc, da, db, 1);
     else if constexpr (kN == 128) WgmmaF16_m64n128k16<tA, tB>(acc, da, db, 1);
     else WgmmaF16_m64n64k16<tA, tB>(acc, da, db, 1);
   } else {
     if constexpr (kN == 256) WgmmaTf32_m64n256k8(acc, da, db, 1);
+    else if constexpr (kN == 192) WgmmaTf32_m64n192k8(acc, da, db, 1);
     else if constexpr (kN == 128) WgmmaTf32_m64n128k8(acc, da, db, 1);
     else WgmmaTf32_m64n64k8(acc, da, db, 1);
   }
@@ -708,7 +726,8 @@ __device__ __forceinline__ void StoreWide(const EpilogueParams& p, const float (
 }
 
 // kRowPredicates: M-ragged tiles with full columns take the vector paths
-// with per-row predicates. NOTES: off for the dense 128 x 256 kernels, where
+// with per-row predicates. NOTES: off for the dense 128 x 256 kernels (on in
+// the 192 x 192 ones: no spill with 152 registers), where
 // the predicates plus the stream-K fixup code made ptxas spill 232 bytes.
 template <class Cfg, int kBN, bool kRowPredicates = true>
 __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&acc)[kBN / 2],
@@ -852,12 +871,13 @@ __device__ __forceinline__ void TileEpilogue(const EpilogueParams& e, const CUte
 // A partial tile is stored in the accumulator fragment's own order: thread
 // t of a consumer writes float4 i at [i][t], so both the store and the
 // finalizer's read are fully coalesced and need no index arithmetic. Each
-// consumer warpgroup owns its 64-row half of a slot and its own flag, so the
-// two consumers never wait on each other.
+// consumer warpgroup owns its 64-row part of a slot and its own flag word
+// (kFlagWordsPerSlot per slot), so the consumers never wait on each other.
 
 template <class Cfg>
-__device__ __forceinline__ float4* PartialHalf(const KernelParams& p, int slot, int consumer) {
-  return reinterpret_cast<float4*>(p.partials + (int64_t(slot) * 2 + consumer) * (64 * Cfg::kBN_));
+__device__ __forceinline__ float4* ConsumerPartial(const KernelParams& p, int slot, int consumer) {
+  return reinterpret_cast<float4*>(p.partials +
+                                   (int64_t(slot) * Cfg::kConsumers + consumer) * (64 * Cfg::kBN_));
 }
 
 // True when every row of this warp's fragments (16 rows of its consumer's
@@ -878,7 +898,7 @@ template <class Cfg>
 __device__ __forceinline__ void StorePartial(const KernelParams& p, const float (&acc)[Cfg::kAccRegs],
                                              const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
-  float4* dst = PartialHalf<Cfg>(p, w.slot, consumer);
+  float4* dst = ConsumerPartial<Cfg>(p, w.slot, consumer);
   if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs / 4; ++i) {
@@ -889,7 +909,7 @@ __device__ __forceinline__ void StorePartial(const KernelParams& p, const float 
   if (p.flags == nullptr) return;
   const int slot = w.slot;
   ptx::NamedBarrierSync(1 + consumer, 128);
-  if (tid == 0) ptx::SignalFlag(&p.flags[slot * 2 + consumer]);
+  if (tid == 0) ptx::SignalFlag(&p.flags[slot * kFlagWordsPerSlot + consumer]);
 }
 
 // acc += a partial in the fragment order StorePartial writes: load(j) gives
@@ -913,20 +933,20 @@ template <class Cfg>
 __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&acc)[Cfg::kAccRegs],
                                                const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
-  // NOTES: only the 128- and 64-wide kernels skip rows past M here: the same
-  // test in the 128x256 kernels made ptxas spill (300 bytes), so their
-  // finalizers read whole partials (the unread rows are never stored to D).
-  const bool outside = Cfg::kBN_ <= 128 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
+  // NOTES: all but the 128x256 kernels skip rows past M here: the same test
+  // in those made ptxas spill (300 bytes), so their finalizers read whole
+  // partials (the unread rows are never stored to D).
+  const bool outside = Cfg::kBN_ != 256 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
 #pragma unroll 1
   for (int i = 0; i < w.num_peers; ++i) {
     const int slot = w.first_peer + i;
     if (tid == 0) {
-      ptx::WaitFlag(&p.flags[slot * 2 + consumer]);
-      p.flags[slot * 2 + consumer] = 0;
+      ptx::WaitFlag(&p.flags[slot * kFlagWordsPerSlot + consumer]);
+      p.flags[slot * kFlagWordsPerSlot + consumer] = 0;
     }
     ptx::NamedBarrierSync(1 + consumer, 128);
     if (outside) continue;
-    const float4* src = PartialHalf<Cfg>(p, slot, consumer);
+    const float4* src = ConsumerPartial<Cfg>(p, slot, consumer);
     AddPartial(acc, [&](int j) { return __ldcg(src + j * 128 + tid); });
   }
 }
@@ -956,6 +976,7 @@ template <class Cfg>
 __device__ __forceinline__ void PairStorePartial(const KernelParams& p, SharedStorage<Cfg>& ss,
                                                  const float (&acc)[Cfg::kAccRegs],
                                                  const WorkUnit& w, int consumer) {
+  static_assert(Cfg::kConsumers == 2, "barrier 3 is the third consumer's in 192-row kernels");
   const int tid = threadIdx.x % 128;
   ptx::NamedBarrierSync(3, 256);
   if (!WarpRowsOutside<Cfg>(p, w.tile, consumer)) {
@@ -1120,7 +1141,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
       if (Cfg::kStagedStore_ && p.epi.tma_store) AcquireStaging(consumer);
       if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      if (!idle) TileEpilogue<Cfg, kBN <= 128>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
+      if (!idle) TileEpilogue<Cfg, kBN != 256>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
@@ -1202,10 +1223,11 @@ __device__ void ConsumerLoopPingPong(const KernelParams& p, SharedStorage<Cfg>& 
 // when p.sk_tiles > 0 (cooperative only; ping-pong kernels are launched
 // data-parallel).
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong, bool kGrouped = false>
-__global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__ KernelParams p) {
+__global__ void __launch_bounds__(
+    KernelConfigFor<In, kBN, kAKMajor, kBKMajor, kPingPong>::kThreads, 1)
+    Sm90GemmKernel(const __grid_constant__ KernelParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = KernelConfigFor<In, kBN, kAKMajor, kBKMajor, kPingPong>;
-  static_assert(Cfg::kThreads == 384, "launch bounds assume 3 warpgroups");
   extern __shared__ uint8_t smem_raw[];
   auto& ss = *reinterpret_cast<SharedStorage<Cfg>*>(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -1257,10 +1279,9 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
   ptx::GridDependencyWait();
   ptx::LaunchDependents();
   if (threadIdx.x == 0) StampCta(p, 5, GlobalTimer());
-  // NOTES: the producer needs few registers; giving them to the consumers
-  // lets each hold a 64 x 256 fp32 accumulator tile without spilling.
+  // The producer gives registers to the consumers (KernelConfig::kConsumerRegs).
   if (warpgroup == 0) {
-    ptx::SetMaxNRegDec<40>();
+    ptx::SetMaxNRegDec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) {
       ProducerLoop<Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, first_problem);
       StampCta(p, 1, GlobalTimer());
@@ -1276,7 +1297,7 @@ __global__ void __launch_bounds__(384, 1) Sm90GemmKernel(const __grid_constant__
       }
     }
   } else {
-    ptx::SetMaxNRegInc<232>();
+    ptx::SetMaxNRegInc<Cfg::kConsumerRegs>();
     if constexpr (kPingPong) {
       static_assert(!kGrouped, "grouped launches use cooperative consumers");
       ConsumerLoopPingPong<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);

@@ -6,7 +6,7 @@ wgmma with N columns has N/2 fp32 registers per thread, too many to write by
 hand. Run: python3 kernels/sm90/gen_wgmma_ops.py > kernels/sm90/wgmma_ops.cuh
 """
 
-SHAPES = [64, 128, 256]
+SHAPES = [64, 128, 192, 256]
 TYPES = [("Bf16", "bf16", 16, True), ("F16", "f16", 16, True), ("Tf32", "tf32", 8, False)]
 
 

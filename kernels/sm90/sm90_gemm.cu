@@ -74,6 +74,7 @@ struct KernelInfo {
   int stages;
   int bk;
   bool staged_store;  // has a staging buffer: D gets a tensor map (MapOutput)
+  int threads;
 };
 
 template <typename In, int kBN, bool kAK, bool kBK, bool kPP, bool kGrouped>
@@ -82,7 +83,7 @@ KernelInfo Info() {
   constexpr size_t kSmem = sm90::KernelSmemBytes<Cfg, kGrouped>();
   static_assert(kSmem <= 227 * 1024, "shared storage exceeds Hopper shared memory");
   return {reinterpret_cast<const void*>(&sm90::Sm90GemmKernel<In, kBN, kAK, kBK, kPP, kGrouped>),
-          kSmem, Cfg::kStages, Cfg::kBK, Cfg::kStagedStore_};
+          kSmem, Cfg::kStages, Cfg::kBK, Cfg::kStagedStore_, Cfg::kThreads};
 }
 
 template <typename In, int kBN, bool kPP, bool kGrouped = false>
@@ -108,6 +109,7 @@ std::optional<KernelInfo> GroupedInfoFor(Sm90Tile tile, bool a_k, bool b_k) {
       return InfoForLayouts<In, 128, false, true>(a_k, b_k);
     case Sm90Tile::k128x128PingPong:
     case Sm90Tile::k128x64:
+    case Sm90Tile::k192x192:
       break;
   }
   return std::nullopt;
@@ -122,6 +124,8 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
       return InfoForLayouts<In, 128, false>(a_k, b_k);
     case Sm90Tile::k128x64:
       return InfoForLayouts<In, 64, false>(a_k, b_k);
+    case Sm90Tile::k192x192:
+      return InfoForLayouts<In, 192, false>(a_k, b_k);
     case Sm90Tile::k128x128PingPong:
       break;
   }
@@ -163,8 +167,9 @@ class Sm90Plan final : public KernelPlan {
     // Grouped launches read their descriptors from device memory: Initialize
     // copied them there (or its caller did, in stream order), so nothing is
     // enqueued here.
-    cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_, 384,
-                                  info_.smem_bytes, stream, params_.cluster_pairs ? 2 : 1, pdl_);
+    cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_,
+                                  info_.threads, info_.smem_bytes, stream,
+                                  params_.cluster_pairs ? 2 : 1, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
       e = LaunchKernel(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
                         reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
@@ -413,10 +418,12 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     r.quads_per_block = rp.quads_per_block;
     r.quads = rp.quads;
     plan->reduce_blocks_ = static_cast<int>(rp.blocks);
+    using sm90::SplitKReduceKernel;
     plan->reduce_func_ =
-        shape.bn == 256   ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<256>)
-        : shape.bn == 128 ? reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<128>)
-                          : reinterpret_cast<const void*>(&sm90::SplitKReduceKernel<64>);
+        shape.bn == 192   ? reinterpret_cast<const void*>(&SplitKReduceKernel<192, 192>)
+        : shape.bn == 256 ? reinterpret_cast<const void*>(&SplitKReduceKernel<128, 256>)
+        : shape.bn == 128 ? reinterpret_cast<const void*>(&SplitKReduceKernel<128, 128>)
+                          : reinterpret_cast<const void*>(&SplitKReduceKernel<128, 64>);
   } else if (uses_workspace) {
     // Flags start at zero; every launch leaves them at zero.
     const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice));
@@ -455,7 +462,7 @@ int Sm90MaxPairClusters() {
     std::string error;
     int clusters = 0;
     if (PrepareKernel(info, &error)) {
-      LaunchConfig lc(2, 384, info.smem_bytes, nullptr, 2);
+      LaunchConfig lc(2, info.threads, info.smem_bytes, nullptr, 2);
       if (cudaOccupancyMaxActiveClusters(&clusters, info.func, &lc.config) != cudaSuccess) {
         cudaGetLastError();  // not sticky; leave no error for the next call
         clusters = 0;
@@ -478,6 +485,8 @@ std::optional<Sm90Tile> Sm90TileOf(TileHint hint) {
       return Sm90Tile::k128x128PingPong;
     case TileHint::k128x64:
       return Sm90Tile::k128x64;
+    case TileHint::k192x192:
+      return Sm90Tile::k192x192;
   }
   return std::nullopt;
 }

@@ -97,7 +97,8 @@ TEST(Sm90Tiles, HintsForceTheirTileAndTheGroupedKernelHasTheCooperativeOnes) {
       {TileHint::k128x256, Sm90Tile::k128x256},
       {TileHint::k128x128, Sm90Tile::k128x128},
       {TileHint::k128x128PingPong, Sm90Tile::k128x128PingPong},
-      {TileHint::k128x64, Sm90Tile::k128x64}};
+      {TileHint::k128x64, Sm90Tile::k128x64},
+      {TileHint::k192x192, Sm90Tile::k192x192}};
   for (const auto& [hint, tile] : forced) {
     ASSERT_TRUE(Sm90TileOf(hint).has_value());
     EXPECT_EQ(*Sm90TileOf(hint), tile);
@@ -106,6 +107,7 @@ TEST(Sm90Tiles, HintsForceTheirTileAndTheGroupedKernelHasTheCooperativeOnes) {
   EXPECT_TRUE(Sm90GroupedHasTile(Sm90Tile::k128x128));
   EXPECT_FALSE(Sm90GroupedHasTile(Sm90Tile::k128x128PingPong));
   EXPECT_FALSE(Sm90GroupedHasTile(Sm90Tile::k128x64));
+  EXPECT_FALSE(Sm90GroupedHasTile(Sm90Tile::k192x192));
 }
 
 // A grouped plan for a tile without a grouped kernel is refused before any
@@ -113,7 +115,7 @@ TEST(Sm90Tiles, HintsForceTheirTileAndTheGroupedKernelHasTheCooperativeOnes) {
 TEST(Sm90Tiles, GroupedPlanRefusesATileWithoutAGroupedKernel) {
   const std::vector<NormalizedProblem> problems = {Normalize(Bf16(64, 64, 64))};
   std::vector<uint8_t> image(Sm90GroupedWorkspaceSize(problems.size()));
-  for (Sm90Tile tile : {Sm90Tile::k128x128PingPong, Sm90Tile::k128x64}) {
+  for (Sm90Tile tile : {Sm90Tile::k128x128PingPong, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
     std::string error;
     EXPECT_EQ(MakeSm90GroupedPlanDeferred(problems, tile, 132, reinterpret_cast<void*>(0x40000),
                                           image.data(), &error),

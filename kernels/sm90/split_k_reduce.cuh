@@ -17,7 +17,7 @@ namespace gemm_kernels::sm90 {
 
 struct SplitKReduceParams {
   EpilogueParams epi;
-  const float* partials;  // tiles x splits slots of 128 x BN floats
+  const float* partials;  // tiles x splits slots of BM x BN floats
   int tiles_m, tiles_n, batch, group_m;  // the GEMM's tile order
   int splits;
   int groups;           // SplitKReducePlan
@@ -77,11 +77,11 @@ __device__ __forceinline__ void AddTo(float4& a, const float4& b) {
 // Thread (g, x) of a block sums splits of group g for output quad
 // blockIdx.x * quads_per_block + x; group 0 then adds the other groups' sums
 // in ascending order and stores.
-template <int kBN>
+template <int kBM, int kBN>
 __global__ void __launch_bounds__(kSplitKReduceThreads)
     SplitKReduceKernel(const __grid_constant__ SplitKReduceParams p) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int kQuadsPerTile = 128 * kBN / 4;
+  constexpr int kQuadsPerTile = kBM * kBN / 4;
   __shared__ float4 group_sums[kSplitKReduceThreads];
   // NOTES: the GEMM grid lets this grid launch early (it triggers right after
   // its own setup); nothing here may read the partials before the GEMM has
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kSplitKReduceThreads)
   const PersistentTileScheduler order(p.tiles_m, p.tiles_n, p.batch, p.group_m, 0, 1);
   const TileCoord t = order.TileAt(tile);
   const FragmentQuad fq = FragmentQuadAt(f, kBN);
-  const int row = t.m_block * 128 + fq.row;
+  const int row = t.m_block * kBM + fq.row;
   const int col = t.n_block * kBN + fq.col;
   const bool inside = q < p.quads && row < p.epi.m && col < p.epi.n;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
