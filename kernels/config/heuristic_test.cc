@@ -67,6 +67,7 @@ TEST(Heuristic, TileCostScaleIsAreaTimesPerElementCost) {
   EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x256), 1.0);
   EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x128), 0.52);
   EXPECT_DOUBLE_EQ(TileCostScale(Sm90Tile::k128x64), 0.45);
+  EXPECT_NEAR(TileCostScale(Sm90Tile::k192x192), 1.136, 1e-3);
 }
 
 TEST(Heuristic, ChoiceIsDefinedForDegenerateInputs) {
