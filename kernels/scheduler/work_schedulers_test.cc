@@ -456,8 +456,8 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
     Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, batch, 64, sms, rng() % 2 != 0, max_pairs);
     if (rng() % 3 == 0) {
       const Sm90Schedule forced = rng() % 2 ? Sm90Schedule::kStreamK : Sm90Schedule::kSplitK;
-      c = MakeSm90Launch(rng() % 2 ? Sm90Tile::k128x256 : Sm90Tile::k128x128, forced, m, n, k,
-                         batch, 64, sms);
+      const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k192x192};
+      c = MakeSm90Launch(tiles[rng() % 3], forced, m, n, k, batch, 64, sms);
     }
     SCOPED_TRACE(testing::Message() << m << "x" << n << "x" << k << " b" << batch << " sms " << sms
                                     << " schedule " << int(c.schedule));
