@@ -157,28 +157,31 @@ struct KernelConfig {
   static constexpr int kBK = 128 / kElemBytes;      // one 128-byte swizzle row
   static constexpr int kMmaK = 32 / kElemBytes;     // k per wgmma: 16 (16-bit), 8 (tf32)
   static constexpr int kKSteps = kBK / kMmaK;
-  // ~190 KB of ring each: 48 (128x256, 192x192), 32 and 24 KB stages; with
-  // a staging buffer (KernelConfigFor: 32 KB in the 128-wide kernels) one
-  // stage fewer.
-  static constexpr int kStages =
-      (kBN >= 192 ? 4 : kBN == 128 ? 6 : 8) - (kStagedStore ? 1 : 0);
-  static constexpr bool kStagedStore_ = kStagedStore;
-  // A 16-bit output tile, 64 x 64 boxes (8 KB, 128-byte rows) side by side.
-  static constexpr int kStagingBytes = kStagedStore ? kBM * kBN * 2 : 0;
   static constexpr int kABytes = kBM * kBK * kElemBytes;
   static constexpr int kBBytes = kBN * kBK * kElemBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;
+  // A 192 KB ring of stages (4 of 48 KB for 128x256 and 192x192, 6 of 32 KB,
+  // 8 of 24 KB); with a staging buffer (KernelConfigFor: 32 KB in the
+  // 128-wide kernels) one stage fewer.
+  static constexpr int kStages = 192 * 1024 / kStageBytes - (kStagedStore ? 1 : 0);
+  static constexpr bool kStagedStore_ = kStagedStore;
+  // A 16-bit output tile, 64 x 64 boxes (8 KB, 128-byte rows) side by side.
+  static constexpr int kStagingBytes = kStagedStore ? kBM * kBN * 2 : 0;
   static constexpr int kChunkBytes = 64 * kBK * kElemBytes;  // one MN-major chunk
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // setmaxnreg budgets (multiples of 8; 128 x producer + 128 x kConsumers x
-  // consumer <= 64K registers): the producer needs few, so the consumers can
-  // hold their accumulators (128 per thread in the 128x256 kernels, 96 in
-  // the 192x192 ones) without spilling.
+  // setmaxnreg budgets: the producer needs few registers, so the consumers
+  // share the rest of the 64K register file (multiples of 8: 232 each for
+  // two, 152 for three) and hold their accumulators (128 per thread in the
+  // 128x256 kernels, 96 in the 192x192 ones) without spilling.
   static constexpr int kProducerRegs = 40;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 232 : 152;
-  static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536,
-                "register budgets exceed the register file");
+  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static_assert(kConsumerRegs <= 256, "setmaxnreg allows at most 256 registers");
+  // Rows past M are checked per row in the epilogue's vector paths and
+  // skipped in the finalizer's partial reads; not in the 128x256 kernels,
+  // where either check made ptxas spill (232 and 300 bytes; the 192x192
+  // ones have room with 152 registers).
+  static constexpr bool kRowChecks = kBN != 256;
   static constexpr int kAccRegs = kBN / 2;  // m64nBN fp32 accumulators per thread
   static constexpr bool kPingPong_ = kPingPong;
   // Arrivals that free a stage: every warp of the consumer(s) that read it.
@@ -726,9 +729,9 @@ __device__ __forceinline__ void StoreWide(const EpilogueParams& p, const float (
 }
 
 // kRowPredicates: M-ragged tiles with full columns take the vector paths
-// with per-row predicates. NOTES: off for the dense 128 x 256 kernels (on in
-// the 192 x 192 ones: no spill with 152 registers), where
-// the predicates plus the stream-K fixup code made ptxas spill 232 bytes.
+// with per-row predicates. Dense launches pass KernelConfig::kRowChecks
+// (off for 128x256, where the predicates plus the stream-K fixup code made
+// ptxas spill 232 bytes).
 template <class Cfg, int kBN, bool kRowPredicates = true>
 __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&acc)[kBN / 2],
                                          const TileCoord& t, int consumer) {
@@ -875,14 +878,15 @@ __device__ __forceinline__ void TileEpilogue(const EpilogueParams& e, const CUte
 // (kFlagWordsPerSlot per slot), so the consumers never wait on each other.
 
 template <class Cfg>
-__device__ __forceinline__ float4* ConsumerPartial(const KernelParams& p, int slot, int consumer) {
-  return reinterpret_cast<float4*>(p.partials +
-                                   (int64_t(slot) * Cfg::kConsumers + consumer) * (64 * Cfg::kBN_));
+__device__ __forceinline__ float4* ConsumerPartial(const KernelParams& p, int slot,
+                                                   int consumer) {
+  const int64_t part = int64_t(slot) * Cfg::kConsumers + consumer;
+  return reinterpret_cast<float4*>(p.partials + part * (64 * Cfg::kBN_));
 }
 
-// True when every row of this warp's fragments (16 rows of its consumer's
-// half) lies below the problem's last row: the warp stores no partials (and
-// in the 128-wide kernels reads none), since nothing of them reaches D.
+// True when every row of this warp's fragments (16 of its consumer's 64
+// rows) lies below the problem's last row: the warp stores no partials (and
+// with KernelConfig::kRowChecks reads none), since nothing of them reaches D.
 // Warp-uniform, so the branch costs no divergence. NOTES: for skinny
 // problems (M = 7) this drops 7 of 8 warps' partial traffic.
 template <class Cfg>
@@ -933,10 +937,9 @@ template <class Cfg>
 __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&acc)[Cfg::kAccRegs],
                                                const WorkUnit& w, int consumer) {
   const int tid = threadIdx.x % 128;
-  // NOTES: all but the 128x256 kernels skip rows past M here: the same test
-  // in those made ptxas spill (300 bytes), so their finalizers read whole
-  // partials (the unread rows are never stored to D).
-  const bool outside = Cfg::kBN_ != 256 && WarpRowsOutside<Cfg>(p, w.tile, consumer);
+  // Without KernelConfig::kRowChecks the finalizer reads whole partials
+  // (the unread rows are never stored to D).
+  const bool outside = Cfg::kRowChecks && WarpRowsOutside<Cfg>(p, w.tile, consumer);
 #pragma unroll 1
   for (int i = 0; i < w.num_peers; ++i) {
     const int slot = w.first_peer + i;
@@ -1041,9 +1044,9 @@ __device__ __forceinline__ void AddUnitPartials(const KernelParams& p, SharedSto
   ReducePartials<Cfg>(p, acc, w, consumer);
 }
 
-// True when all 64 rows of this consumer's half of tile t lie past M
-// (skinny and small-M problems): it then issues no MMAs, so its peer has the
-// SM's tensor cores alone, and runs no epilogue. Dense launches only.
+// True when all 64 rows of this consumer's part of tile t lie past M
+// (skinny and small-M problems): it then issues no MMAs, so its peers have
+// the SM's tensor cores alone, and runs no epilogue. Dense launches only.
 // NOTES: skinny 7 x 8192 x 8192 (split-K 4, 128x256) went from 3.05-3.07 to
 // 3.14-3.16 TB/s. In grouped launches (the last tile-row of members with
 // M % 128 in [1, 64]) the same skip cost 2-3% and raised DRAM reads by 9%
@@ -1051,8 +1054,8 @@ __device__ __forceinline__ void AddUnitPartials(const KernelParams& p, SharedSto
 // ahead of the round-robin walk, so the tiles in flight span more problems
 // than the L2 keeps.
 template <class Cfg, bool kGrouped>
-__device__ __forceinline__ bool HalfOutside(const KernelParams& p, const TileCoord& t,
-                                            int consumer) {
+__device__ __forceinline__ bool ConsumerRowsOutside(const KernelParams& p, const TileCoord& t,
+                                                    int consumer) {
   return !kGrouped && t.m_block * Cfg::kBM + 64 * consumer >= p.epi.m;
 }
 
@@ -1095,9 +1098,9 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
     float acc[Cfg::kAccRegs];
 #pragma unroll
     for (int i = 0; i < Cfg::kAccRegs; ++i) acc[i] = 0.0f;
-    // An idle half issues no MMAs: it hands each stage back once it has
+    // An idle consumer issues no MMAs: it hands each stage back once it has
     // landed (the empty barriers count its warps too) and keeps its zeros.
-    const bool idle = HalfOutside<Cfg, kGrouped>(p, w.tile, consumer);
+    const bool idle = ConsumerRowsOutside<Cfg, kGrouped>(p, w.tile, consumer);
     const int mma_end = idle ? w.k_begin : w.k_end;
     int prev_stage = -1;
     int kb = w.k_begin;
@@ -1141,7 +1144,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
       if (Cfg::kStagedStore_ && p.epi.tma_store) AcquireStaging(consumer);
       if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
-      if (!idle) TileEpilogue<Cfg, kBN != 256>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
+      if (!idle) TileEpilogue<Cfg, Cfg::kRowChecks>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
     } else {
       TileCoord t = w.tile;
       t.batch = 0;
