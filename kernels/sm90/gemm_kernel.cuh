@@ -170,21 +170,25 @@ struct KernelConfig {
   static constexpr int kChunkBytes = 64 * kBK * kElemBytes;  // one MN-major chunk
   static constexpr int kConsumers = kBM / 64;
   static constexpr int kThreads = 128 * (1 + kConsumers);
-  // setmaxnreg budgets: the producer needs few registers, so the consumers
-  // share the rest (multiples of 8: 232 each for two, 152 for three) and
-  // hold their accumulators (128 per thread in the 128x256 kernels, 96 in
-  // the 192x192 ones) without spilling. NOTES: the warpgroups together stay
-  // within 504 of the 512 registers per thread slot that the 64K register
-  // file holds, as CUTLASS's 40 + 2 x 232 does. At exactly 512 (a producer
-  // at 48 on branch exp/dense-multicast-a) every launch hung, and in each
-  // CTA only one consumer warpgroup was seen waiting (round 12 call 2): the
-  // other, we infer, sat in setmaxnreg.inc for registers never freed.
-  static constexpr int kRegisterBudget = 504;
+  // setmaxnreg budgets. setmaxnreg moves registers between the warpgroups
+  // of a CTA only within what the CTA got at launch: kThreads x
+  // kLaunchRegs, the most the launch bounds allow (168 for 384 threads,
+  // 128 for 512), which is 504 per thread slot beside two consumers and
+  // 512 beside three. The producer needs few, so the consumers share the
+  // rest (multiples of 8: 232 each for two, 152 for three) and hold their
+  // accumulators (128 per thread in the 128x256 kernels, 96 in the 192x192
+  // ones) without spilling. NOTES: a producer at 48 beside two consumers at
+  // 232 (512 of 504; branch exp/dense-multicast-a) hung every launch, and
+  // in each CTA only one consumer warpgroup was seen waiting (round 12 call
+  // 2): the other, we infer, sat in setmaxnreg.inc for registers the CTA
+  // did not have.
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static constexpr int kRegisterBudget = kLaunchRegs * kThreads / 128;
   static constexpr int kProducerRegs = 40;
   static constexpr int kConsumerRegs = (kRegisterBudget - kProducerRegs) / kConsumers / 8 * 8;
   static_assert(kConsumerRegs <= 256, "setmaxnreg allows at most 256 registers");
   static_assert(kProducerRegs + kConsumers * kConsumerRegs <= kRegisterBudget,
-                "setmaxnreg budgets past the register file: a consumer would wait forever");
+                "setmaxnreg budgets past the CTA's registers: a consumer would wait forever");
   // Rows past M are checked per row in the epilogue's vector paths and
   // skipped in the finalizer's partial reads; not in the 128x256 kernels,
   // where either check made ptxas spill (232 and 300 bytes; the 192x192
