@@ -127,7 +127,9 @@ std::string Describe(const Sm90LaunchChoice& c) {
                                                  : "128x128 ping-pong";
   switch (c.schedule) {
     case Sm90Schedule::kDataParallel:
-      return t + " data-parallel";
+      return t + " data-parallel" + (c.multicast_a ? ", A multicast (grid " +
+                                                         std::to_string(c.grid) + ")"
+                                                   : "");
     case Sm90Schedule::kStreamK:
       return t + " stream-K (" + std::to_string(c.sk_tiles) + " tiles, grid " +
              std::to_string(c.grid) + ")";
@@ -168,9 +170,13 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
                  const gemm_bench::TimingPlan& plan = kPlan) {
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
+  // Packed bf16 rows of K elements (A row-major, B column-major): both
+  // operands' rows start off the 32-byte sector grid when K % 16 == 8.
+  gemm_kernels::Sm90RowAlignment rows;
+  rows.a_off_sector = rows.b_off_sector = s.k % 16 != 0;
   const Sm90LaunchChoice heuristic =
       gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true,
-                                     gemm_kernels::Sm90MaxPairClusters());
+                                     gemm_kernels::Sm90MaxPairClusters(), rows);
   variants.insert(variants.begin(), heuristic);
   size_t ws_bytes = 256;
   for (const auto& c : variants)
@@ -543,6 +549,13 @@ int main(int argc, char** argv) {
     v.push_back(DataParallel(Sm90Tile::k128x64, wide));
     run("splits 256x4096x16384", wide, v);
   }
+  {
+    // The same with K % 16 == 8 (rows off the 32-byte sectors).
+    const Shape off{1, 256, 4096, 16376};
+    auto v = SplitSweep(off, Sm90Tile::k128x256, {2, 4});
+    for (auto& c : SplitSweep(off, Sm90Tile::k128x128, {2})) v.push_back(c);
+    run("splits 256x4096x16376", off, v);
+  }
   for (const auto& [name, s] : {std::pair{"tiles 4224^3", Shape{1, 4224, 4224, 4224}},
                                 {"tiles 3072^3", Shape{1, 3072, 3072, 3072}},
                                 {"tiles 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
@@ -554,6 +567,16 @@ int main(int argc, char** argv) {
                                 {"tiles 2816x2816x8192", Shape{1, 2816, 2816, 8192}},
                                 {"tiles 768x768x16384", Shape{1, 768, 768, 16384}},
                                 {"tiles 3000^3", Shape{1, 3000, 3000, 3000}},
+                                // Rows off the 128-byte lines (K % 64 != 0); of
+                                // the 32-byte sectors too where K % 16 == 8
+                                {"tiles 4096x4096x4000", Shape{1, 4096, 4096, 4000}},
+                                {"tiles 2000x2000x6000", Shape{1, 2000, 2000, 6000}},
+                                {"tiles 5000^3", Shape{1, 5000, 5000, 5000}},
+                                {"tiles 8192x8192x1000", Shape{1, 8192, 8192, 1000}},
+                                {"tiles 2048x2048x2040", Shape{1, 2048, 2048, 2040}},
+                                {"tiles 1920x1920x8184", Shape{1, 1920, 1920, 8184}},
+                                {"tiles 1000x1000x2008", Shape{1, 1000, 1000, 2008}},
+                                {"tiles 4000x4000x1000", Shape{1, 4000, 4000, 1000}},
                                 {"tiles 12288x1536x4096", Shape{1, 12288, 1536, 4096}},
                                 // Long K: operands past the L2 (stream-K's resident-bytes term).
                                 {"tiles 2304x2304x8192", Shape{1, 2304, 2304, 8192}},
@@ -565,6 +588,7 @@ int main(int argc, char** argv) {
     for (Sm90Tile t :
          {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
       v.push_back(DataParallel(t, s));
+      v.push_back(gemm_kernels::MulticastDataParallelLaunch(t, s.m, s.n, 1, g_sms));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
       // Short K with fewer tiles than SMs: two splits fill the SMs.

@@ -134,6 +134,25 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
 
 namespace {
 
+// Whether an operand's TMA box rows (128 bytes of one row, K-major, or of
+// one k, MN-major) start off the 32-byte sector grid: a leading dimension,
+// a batch stride or a base address off that grid (Sm90RowAlignment).
+bool RowsOffSector(const NormalizedOperand& op, int64_t batch, size_t elem_bytes) {
+  const auto off = [](int64_t bytes) { return bytes % 32 != 0; };
+  return off(op.ld * int64_t(elem_bytes)) ||
+         (batch > 1 && off(op.batch_stride * int64_t(elem_bytes))) ||
+         reinterpret_cast<uintptr_t>(op.ptr) % 32 != 0;
+}
+
+Sm90RowAlignment RowAlignmentOf(const NormalizedProblem& p) {
+  const size_t es = DataTypeSize(p.in_dtype);
+  Sm90RowAlignment rows;
+  rows.a_off_sector = RowsOffSector(p.a, p.batch, es);
+  rows.b_off_sector = RowsOffSector(p.b, p.batch, es);
+  rows.a_k_major = p.a.k_major;
+  return rows;
+}
+
 // The Hopper launch (tile, schedule, grid) for these hints; `allow_reduction`
 // false (no workspace) leaves data-parallel and paired split-K, which needs
 // no workspace.
@@ -141,7 +160,7 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
                               ScheduleHint schedule, bool allow_reduction) {
   const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
   Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction,
-                                        dev.max_pairs);
+                                        dev.max_pairs, RowAlignmentOf(p));
   const Sm90Tile tile = Sm90TileOf(hint).value_or(c.tile);
   Sm90Schedule sched = c.schedule;
   // Without a workspace: data-parallel, or the heuristic's paired split-K as
@@ -153,8 +172,12 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
   if (schedule == ScheduleHint::kStreamK) sched = Sm90Schedule::kStreamK;
   if (schedule == ScheduleHint::kSplitK) sched = Sm90Schedule::kSplitK;
   // Forced split-K always takes the reduction kernel (MakeSm90Launch), even
-  // where the heuristic's own split-K reduces in the kernel.
-  if (tile == c.tile && sched == c.schedule && schedule != ScheduleHint::kSplitK) return c;
+  // where the heuristic's own split-K reduces in the kernel; forced
+  // data-parallel is the plain launch, without the heuristic's multicast.
+  if (tile == c.tile && sched == c.schedule && schedule != ScheduleHint::kSplitK &&
+      !(c.multicast_a && schedule == ScheduleHint::kDataParallel)) {
+    return c;
+  }
   return MakeSm90Launch(tile, sched, p.m, p.n, p.k, p.batch, bk, dev.num_sms);
 }
 

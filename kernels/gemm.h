@@ -69,9 +69,12 @@ enum class TileHint { kAuto, k128x256, k128x128, k128x128PingPong, k128x64, k192
 
 // How the Hopper kernel schedules its tiles. kAuto lets the heuristic choose
 // (data-parallel unless stream-K or split-K is estimated clearly faster, and
-// only when a workspace is given); the others force a schedule, for tests and
-// benchmarks. Stream-K and split-K need cooperative tiles (not ping-pong) and
-// at least two k-blocks; where they do not apply the launch is data-parallel.
+// only when a workspace is given; data-parallel with A multicast over 2-CTA
+// clusters where A's rows start off the 32-byte sector grid and that is
+// estimated clearly faster); the others force a schedule, for tests and
+// benchmarks, kDataParallel the plain one (no multicast). Stream-K and
+// split-K need cooperative tiles (not ping-pong) and at least two k-blocks;
+// where they do not apply the launch is data-parallel.
 // Forced split-K reduces through a second kernel on the same stream (Run
 // enqueues both); kAuto uses that only where many splits pay for it.
 enum class ScheduleHint { kAuto, kDataParallel, kStreamK, kSplitK };

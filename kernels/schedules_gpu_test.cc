@@ -27,6 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -36,6 +38,9 @@
 #include "gtest/gtest.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/kernel_plan.h"
+#include "kernels/problem.h"
+#include "kernels/sm90/sm90_gemm.h"
 #include "kernels/testing/host_types.h"
 
 namespace gemm_kernels {
@@ -264,12 +269,18 @@ double ReferenceError(const Shape& s, const Operands& o, const std::vector<uint8
   return r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
 }
 
+// A launch choice the public hints cannot ask for (A multicast), for the
+// first run of RunAgainstDataParallel.
+using ChoiceFor = std::function<Sm90LaunchChoice(const NormalizedProblem&)>;
+
 // Runs `s` with its forced schedule and with data-parallel on the same
 // inputs; returns the scheduled output in *out. `name` gets the kernel name.
 // `with_workspace` false: the scheduled run gets none (what the heuristic
-// may still pick: paired split-K).
+// may still pick: paired split-K). `choice`: the first run is that launch,
+// planned directly (MakeSm90Plan, no workspace), instead of `s`'s hints.
 void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_reference,
-                            std::string* name, bool with_workspace = true) {
+                            std::string* name, bool with_workspace = true,
+                            const ChoiceFor& choice = nullptr) {
   SCOPED_TRACE(s.Describe());
   Operands o;
   o.a = PickView(rng, s.la, s.m, s.k);
@@ -299,14 +310,29 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
   std::vector<uint8_t> got(bytes), want(bytes);
   for (int pass = 0; pass < 2; ++pass) {
     Gemm g;
-    const absl::Status st = pass == 0 ? g.Initialize(args, with_workspace ? Workspace() : nullptr,
-                                                     s.tile, s.schedule)
-                                      : g.Initialize(args, nullptr, s.tile, ScheduleHint::kDataParallel);
-    ASSERT_TRUE(st.ok()) << st;
-    if (pass == 0) *name = g.kernel_name();
+    std::unique_ptr<KernelPlan> plan;
+    std::string kernel;
+    if (pass == 0 && choice) {
+      const NormalizedProblem p = Normalize(args);
+      std::string error;
+      plan = MakeSm90Plan(p, choice(p), nullptr, &error);
+      ASSERT_NE(plan, nullptr) << error;
+      kernel = plan->name();
+    } else {
+      const absl::Status st =
+          pass == 0 ? g.Initialize(args, with_workspace ? Workspace() : nullptr, s.tile, s.schedule)
+                    : g.Initialize(args, nullptr, s.tile, ScheduleHint::kDataParallel);
+      ASSERT_TRUE(st.ok()) << st;
+      kernel = g.kernel_name();
+    }
+    if (pass == 0) *name = kernel;
     CUDA_OK(cudaMemset(o.d, 0xFF, bytes));
-    ASSERT_TRUE(g.Run(nullptr).ok());
-    SyncWithWatchdog(s.Describe() + " " + g.kernel_name());
+    if (plan) {
+      ASSERT_EQ(plan->Launch(nullptr), "");
+    } else {
+      ASSERT_TRUE(g.Run(nullptr).ok());
+    }
+    SyncWithWatchdog(s.Describe() + " " + kernel);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaMemcpy(pass == 0 ? got.data() : want.data(), o.d, bytes, cudaMemcpyDeviceToHost));
   }
@@ -542,6 +568,56 @@ TEST_F(SchedulesGpuTest, PairedSplitKAgainstDataParallel) {
   }
   std::printf("paired split-K in %d of %d cases\n", paired, kCases);
   EXPECT_GT(paired, kCases / 2);
+}
+
+// A multicast (2-CTA clusters over pairs of n-tiles sharing each A
+// k-block): random shapes with odd and even tile columns (phantom tiles),
+// M < 64, K tails, every layout and dtype, alpha / beta with C, on the
+// four cooperative tiles (192x192 with K-major A), against data-parallel
+// and, for a share, float64.
+TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
+  const uint64_t seed = rng_();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int device = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const TileHint hints[] = {TileHint::k128x256, TileHint::k128x128, TileHint::k128x64,
+                            TileHint::k192x192};
+  const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
+                            Sm90Tile::k192x192};
+  const int kCases = 300;
+  for (int t = 0; t < kCases; ++t) {
+    Shape s{};
+    s.m = pick(0, 3) == 0 ? pick(1, 63) : pick(1, 1500);
+    s.n = pick(0, 3) == 0 ? pick(1, 300) : pick(1, 3000);
+    s.k = pick(0, 3) == 0 ? pick(1, 200) : pick(65, 3000);
+    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
+    s.out = pick(0, 2) == 0 ? s.in : DataType::kF32;
+    s.la = kLayouts[pick(0, 1)];
+    s.lb = kLayouts[pick(0, 1)];
+    s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
+    const int which = static_cast<int>(pick(0, 3));
+    s.tile = hints[which];
+    s.schedule = ScheduleHint::kDataParallel;
+    if (pick(0, 2) == 0) {
+      s.alpha = std::uniform_real_distribution<float>(-2, 2)(rng);
+      s.beta = pick(0, 1) ? std::uniform_real_distribution<float>(-2, 2)(rng) : 0.0f;
+    }
+    // 192x192 splits A into 96-row halves, K-major only: with MN-major A
+    // (after normalization) the 128x128 tile stands in.
+    const ChoiceFor multicast = [&](const NormalizedProblem& p) {
+      const Sm90Tile tile =
+          tiles[which] == Sm90Tile::k192x192 && !p.a.k_major ? Sm90Tile::k128x128 : tiles[which];
+      return MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, sms);
+    };
+    std::string name;
+    RunAgainstDataParallel(s, rng, t % 10 == 0, &name, false, multicast);
+    if (HasFatalFailure()) return;
+    ASSERT_NE(name.find("_mcA"), std::string::npos) << name;
+    if (t % 30 == 0) std::printf("  case %4d %-80s %s\n", t, s.Describe().c_str(), name.c_str());
+  }
 }
 
 // Stream-K and split-K reduce partials in a fixed order: repeated runs give

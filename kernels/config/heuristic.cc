@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/scheduler/column_pairs.h"
 #include "kernels/scheduler/stream_k_scheduler.h"
 
 namespace gemm_kernels {
@@ -75,7 +76,34 @@ double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num
   return static_cast<double>(waves) * s.bm * s.bn * ModelOf(tile).per_element_cost;
 }
 
+// NOTES: L2 requests. Where the operands' rows start off the 32-byte
+// sector grid (packed 16-bit rows with K = 1000, 3000, 5000, 2040: pitches
+// of 16 mod 32 bytes), the k-loop runs at the pace of its L2 requests, two
+// per 128-byte box row. Fitted to 3000^3 (round 13 call 1, H200, every SM
+// busy in the waves that count): per k-block, 128x128 data-parallel 0.704
+// us for 512 requests per CTA, 128x256 1.034 us for 768, 128x128 with A
+// multicast 0.543 us for 384, 128x256 with A multicast 0.919 us for 640:
+// 1.35-1.44 ns per request, 0.0018 iterations of ~0.77 us (3072^3 on
+// 128x256: 111.0 us over 144 k-blocks). Rows on the sector grid but off the
+// 128-byte lines (K = 4000, 6000) ran at the aligned rate, multicast or not
+// (round 13 call 3: 4096 x 4096 x 4000 and 2000 x 2000 x 6000), so they
+// count one request per box row like aligned ones. At one request per box
+// row every tile's requests stay under its MMA time (128x256: 384 x 0.0018
+// = 0.69 iterations against 1.0), so the term changes no such estimate.
+// 192x192 ran ~12% above its estimate (3000^3: 112.1 us against 100), 128x64
+// with multicast 13%; the choices they lose are not close.
+constexpr double kRequestIters = 0.0018;
+
 }  // namespace
+
+double RequestItersPerKBlock(Sm90Tile tile, int64_t m, int64_t n, const Sm90RowAlignment& rows,
+                             bool multicast_a) {
+  const Sm90TileShape s = ShapeOf(tile);
+  const int64_t a_rows = std::min<int64_t>(m, multicast_a ? s.bm / 2 : s.bm);
+  const int64_t b_rows = std::min<int64_t>(n, s.bn);
+  return kRequestIters *
+         double(a_rows * (rows.a_off_sector ? 2 : 1) + b_rows * (rows.b_off_sector ? 2 : 1));
+}
 
 int64_t TileCount(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
   const Sm90TileShape s = ShapeOf(tile);
@@ -226,6 +254,7 @@ constexpr int64_t kMinReductionKBlocks = 32;
 // measured difference (~0.9 us).
 constexpr double kPairExtraIters = 1.5;
 
+
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Candidate {
@@ -238,6 +267,7 @@ struct Problem {
   int64_t m, n, k, batch;
   int bk;
   int sms;
+  Sm90RowAlignment rows = {};
   int64_t k_blocks() const { return CeilDiv(k, bk); }
   // Bytes per element: 16-bit inputs when bk == 64, fp32 when bk == 32.
   double elem() const { return 128.0 / (bk < 1 ? 64 : bk); }
@@ -256,10 +286,15 @@ struct Problem {
   }
 };
 
+double RequestIters(const Problem& p, Sm90Tile tile, bool multicast_a) {
+  return RequestItersPerKBlock(tile, p.m, p.n, p.rows, multicast_a);
+}
+
 // One CTA's k-loop over `kb` k-blocks of `tile` (all its waves): the tensor
-// cores' time, or the streaming time where operands come from DRAM.
-double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb) {
-  const double mma = double(kb) * TileCostScale(tile);
+// cores' time, its line requests' time, or the streaming time where
+// operands come from DRAM.
+double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb, bool multicast_a = false) {
+  const double mma = double(kb) * std::max(TileCostScale(tile), RequestIters(p, tile, multicast_a));
   const double stream = p.dram_fraction(tile) * double(kb) * ModelOf(tile).latency_iters_per_kblock +
                         p.unique_bytes() / kDramBytesPerIter;
   return std::max(mma, stream);
@@ -339,6 +374,18 @@ Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate)
   return best;
 }
 
+// Data-parallel with A multicast (MulticastDataParallelLaunch): the clusters
+// walk pairs of n-tiles, each CTA requesting half of A's rows.
+Candidate MulticastDataParallel(const Problem& p, Sm90Tile tile) {
+  Candidate c;
+  c.choice = MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, p.sms);
+  const Sm90TileShape s = ShapeOf(tile);
+  const int64_t pairs = p.batch * CeilDiv(p.m, s.bm) * PairColumns(int(CeilDiv(p.n, s.bn)));
+  const int64_t waves = CeilDiv(pairs, c.choice.grid / 2);
+  c.cost = LoopIters(p, tile, waves * p.k_blocks(), true);
+  return c;
+}
+
 // Paired split-K (PairedSplitKLaunch), when every tile's pair fits at once.
 Candidate PairedSplitK(const Problem& p, int max_pairs) {
   constexpr Sm90Tile kTile = Sm90Tile::k128x128;
@@ -369,6 +416,18 @@ Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool sep
   return c;
 }
 
+Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
+                                             int num_sms) {
+  const Sm90TileShape s = ShapeOf(tile);
+  const int64_t pairs =
+      batch * CeilDiv(m, s.bm) * PairColumns(static_cast<int>(CeilDiv(n, s.bn)));
+  Sm90LaunchChoice c;
+  c.tile = tile;
+  c.multicast_a = true;
+  c.grid = 2 * PersistentGridSize(pairs, std::max(1, num_sms / 2));
+  return c;
+}
+
 Sm90LaunchChoice PairedSplitKLaunch(int64_t tiles) {
   Sm90LaunchChoice c = SplitKLaunch(Sm90Tile::k128x128, tiles, 2, false);
   c.cluster_pairs = true;
@@ -377,18 +436,36 @@ Sm90LaunchChoice PairedSplitKLaunch(int64_t tiles) {
 }
 
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
-                                  int num_sms, bool allow_reduction, int max_pairs) {
+                                  int num_sms, bool allow_reduction, int max_pairs,
+                                  const Sm90RowAlignment& rows) {
   if (num_sms < 1) num_sms = 1;
-  const Problem p{m, n, k, batch, bk, num_sms};
+  const Problem p{m, n, k, batch, bk, num_sms, rows};
   const Sm90Tile dp_tile = ChooseSm90Tile(m, n, k, batch, num_sms);
   Candidate best = DataParallel(p, dp_tile);
   const double dp_cost = best.cost;
+  // Reducing and multicast launches must beat plain data-parallel by the
+  // margin.
   auto consider = [&](const Candidate& c) {
-    if (c.choice.schedule != Sm90Schedule::kDataParallel && c.cost < kReductionMargin * dp_cost &&
-        c.cost < best.cost) {
-      best = c;
-    }
+    const bool plain = c.choice.schedule == Sm90Schedule::kDataParallel && !c.choice.multicast_a;
+    if (!plain && c.cost < kReductionMargin * dp_cost && c.cost < best.cost) best = c;
   };
+  // NOTES: A multicast pays where A's rows are off the sector grid (round 13
+  // calls 1 and 3, H200; us, plain / multicast): 3000^3 192x192 112.2 / 88.3,
+  // 128x128 165.5 / 126.5; 5000^3 192x192 547.7 / 429.8; 2048 x 2048 x 2040
+  // (one wave) 41.0 / 33.7; 8192 x 8192 x 1000 (16 k-blocks, 15 waves)
+  // 278.9 / 232.2 against 298.4 for the plain choice, 128x256. Elsewhere it
+  // costs: aligned 3072^3 128x128 103.6 / 113.0, 128x64 165.6 / 194.1; on
+  // 1000^3 (one partial wave of 16 k-blocks) 128x128 11.5 / 11.5 and 128x64
+  // 13.7 / 11.4-11.9, within the calls' noise of each other: short K in one
+  // wave keeps its plain choice.
+  const bool multicast_pays = p.k_blocks() >= kMinReductionKBlocks || p.tiles(dp_tile) > num_sms;
+  if (rows.a_off_sector && multicast_pays) {
+    for (Sm90Tile tile :
+         {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
+      if (tile == Sm90Tile::k192x192 && !rows.a_k_major) continue;
+      consider(MulticastDataParallel(p, tile));
+    }
+  }
   if (p.k_blocks() < kMinReductionKBlocks) return best.choice;
   if (!allow_reduction) {
     consider(PairedSplitK(p, max_pairs));

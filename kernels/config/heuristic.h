@@ -88,6 +88,11 @@ struct Sm90LaunchChoice {
   // other's partial from its shared memory (distributed shared memory), so
   // the launch needs no workspace and no flags (PairedSplitKLaunch).
   bool cluster_pairs = false;
+  // kDataParallel on a cooperative tile (192x192 with K-major A only):
+  // 2-CTA clusters take neighbouring n-tiles of one m-tile and multicast A,
+  // each CTA loading half of every A k-block (MulticastDataParallelLaunch);
+  // grid even.
+  bool multicast_a = false;
   // Launch with programmatic dependent launch (the kernel's setup overlaps
   // the previous kernel's tail). false only in experiments
   // (bench/schedule_sweep).
@@ -98,6 +103,18 @@ struct Sm90LaunchChoice {
   unsigned long long* cta_clock = nullptr;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
+};
+
+// Where the operands' rows start against the L2's 32-byte sectors (see
+// ChooseSm90Launch). TMA needs 16-byte aligned rows; a row that starts at
+// an odd multiple of 16 bytes (packed 16-bit rows with K % 16 == 8: K =
+// 1000, 3000, 5000) is "off the sector grid", and each 128-byte box row of
+// it straddles one sector more. RowAlignmentOf (kernels/gemm.cc) derives it
+// from each operand's leading dimension, batch stride and base address.
+struct Sm90RowAlignment {
+  bool a_off_sector = false;  // A's rows start off the 32-byte grid
+  bool b_off_sector = false;  // the same for B
+  bool a_k_major = true;      // A multicast on 192x192 tiles needs K-major A
 };
 
 // Picks tile and schedule together. Estimated time, in iterations (one
@@ -120,8 +137,17 @@ struct Sm90LaunchChoice {
 // workspace the in-kernel split-K 2 it pairs measured faster. Constants and
 // the measurements they are fitted to: heuristic.cc and
 // bench/KERNEL_NOTES.md.
+//
+// `rows`: where A's and B's rows start (Sm90RowAlignment). A box row off
+// the sector grid costs two L2 requests, and the k-loop's cost becomes the
+// larger of its MMA time and its requests (kRequestIters each,
+// heuristic.cc). For such A, data-parallel with A multicast
+// (MulticastDataParallelLaunch: each CTA requests half of A's rows) is a
+// further candidate where K spans kMinReductionKBlocks k-blocks or the
+// tiles fill more than one wave; it must beat the rest by kReductionMargin.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
-                                  int num_sms, bool allow_reduction, int max_pairs = 0);
+                                  int num_sms, bool allow_reduction, int max_pairs = 0,
+                                  const Sm90RowAlignment& rows = {});
 
 // The launch for a given tile and schedule kind (tests, forced benchmarks).
 // Falls back to data-parallel where the schedule does not apply (one k-block;
@@ -135,6 +161,20 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
 // holder of each tile's last split or, with `separate_reduction`, by the
 // reduction kernel. The heuristic's own choices and forced benchmarks.
 Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool separate_reduction);
+
+// A CTA's L2 requests per k-block of `tile` on an m x n problem, in
+// iterations (the cost model's k-loop takes the larger of this and
+// TileCostScale(tile)): one per box row of A (half of A's rows with
+// `multicast_a`) and of B, two per box row of an operand off the sector grid.
+double RequestItersPerKBlock(Sm90Tile tile, int64_t m, int64_t n, const Sm90RowAlignment& rows,
+                             bool multicast_a);
+
+// Data-parallel on `tile` (any cooperative tile; 192x192 needs K-major A)
+// with A multicast: 2-CTA clusters over pairs of n-tiles (a phantom pair
+// member past N when the tile columns are odd), at most one cluster per two
+// SMs.
+Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
+                                             int num_sms);
 
 // Split-K in two over `tiles` 128x128 tiles, each tile's two CTAs one
 // cluster reducing through distributed shared memory (cluster_pairs). The

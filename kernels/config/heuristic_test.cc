@@ -187,5 +187,63 @@ TEST(GroupedTile, DegenerateInputsAreDefined) {
   EXPECT_EQ(ChooseSm90GroupedTile({{1, 1, 1}}, 1), Sm90Tile::k128x128);
 }
 
+// Rows off the 32-byte sector grid (packed K = 3000: 6000-byte rows): each
+// box row costs two L2 requests, and A multicast halves A's. Measured
+// (round 13 call 3, H200): 3000^3 192x192 with A multicast 88.3 us against
+// 112.2 plain; 8192 x 8192 x 1000 232.2 against 298.4 for 128x256 plain.
+TEST(Heuristic, RowsOffTheSectorGridTakeAMulticast) {
+  Sm90RowAlignment off;
+  off.a_off_sector = off.b_off_sector = true;
+  const Sm90LaunchChoice c = ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, true, 66, off);
+  EXPECT_TRUE(c.multicast_a);
+  EXPECT_EQ(c.schedule, Sm90Schedule::kDataParallel);
+  EXPECT_EQ(c.tile, Sm90Tile::k192x192);
+  EXPECT_EQ(c.grid % 2, 0);
+  EXPECT_EQ(ScheduleWorkspaceBytes(c), 0u);
+  // Without a workspace too: it needs none.
+  EXPECT_TRUE(ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, false, 66, off).multicast_a);
+  // Short K over many waves.
+  const Sm90LaunchChoice wide = ChooseSm90Launch(8192, 8192, 1000, 1, 64, kH200Sms, true, 66, off);
+  EXPECT_TRUE(wide.multicast_a);
+  EXPECT_EQ(wide.tile, Sm90Tile::k192x192);
+  // The same shapes with rows on the grid: no multicast.
+  EXPECT_FALSE(ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, true, 66).multicast_a);
+  EXPECT_FALSE(ChooseSm90Launch(8192, 8192, 1000, 1, 64, kH200Sms, true, 66).multicast_a);
+  // MN-major A cannot split into 96-row halves: not on 192x192.
+  Sm90RowAlignment mn = off;
+  mn.a_k_major = false;
+  const Sm90LaunchChoice c_mn = ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, true, 66, mn);
+  EXPECT_FALSE(c_mn.multicast_a && c_mn.tile == Sm90Tile::k192x192);
+  // Only B off the grid: A multicast does not halve B's requests.
+  Sm90RowAlignment b_only;
+  b_only.b_off_sector = true;
+  EXPECT_FALSE(ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, true, 66, b_only).multicast_a);
+  // 16 k-blocks in one partial wave: 1000^3 keeps its plain 128x128 launch
+  // (multicast measured within noise of it).
+  const Sm90LaunchChoice small = ChooseSm90Launch(1000, 1000, 1000, 1, 64, kH200Sms, true, 66, off);
+  EXPECT_FALSE(small.multicast_a);
+  EXPECT_EQ(small.tile, Sm90Tile::k128x128);
+  EXPECT_EQ(small.schedule, Sm90Schedule::kDataParallel);
+}
+
+// The request term leaves rows on the sector grid alone: there every tile's
+// requests per k-block cost less than its MMAs, so the k-loop estimate is
+// the MMA one, as before the term; off the grid the requests exceed the MMAs
+// on every tile, and multicast takes a share off.
+TEST(Heuristic, RequestsBindOnlyOffTheSectorGrid) {
+  Sm90RowAlignment off;
+  off.a_off_sector = off.b_off_sector = true;
+  for (Sm90Tile t : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
+                     Sm90Tile::k192x192}) {
+    const double mma = TileCostScale(t);
+    EXPECT_LT(RequestItersPerKBlock(t, 4096, 4096, {}, false), mma) << int(t);
+    EXPECT_LT(RequestItersPerKBlock(t, 4096, 4096, {}, true), mma) << int(t);
+    EXPECT_GT(RequestItersPerKBlock(t, 4096, 4096, off, false), mma) << int(t);
+    EXPECT_LT(RequestItersPerKBlock(t, 4096, 4096, off, true),
+              RequestItersPerKBlock(t, 4096, 4096, off, false))
+        << int(t);
+  }
+}
+
 }  // namespace
 }  // namespace gemm_kernels

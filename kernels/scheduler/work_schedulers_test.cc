@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/config/heuristic.h"
+#include "kernels/scheduler/column_pairs.h"
 #include "kernels/scheduler/grouped_tile_scheduler.h"
 #include "kernels/scheduler/split_k_reduce.h"
 #include "kernels/scheduler/split_k_scheduler.h"
@@ -434,11 +435,47 @@ TEST(GroupedTileScheduler, ProblemOfMatchesALinearWalk) {
   }
 }
 
+// A multicast: `clusters` 2-CTA clusters walk the halved tile grid; both
+// ranks of a cluster hold the same m-tile, batch member and k-range at every
+// step, every real tile is computed exactly once over its whole k-range, and
+// the only other tiles are phantoms of rank 1 one column past N when the
+// tile columns are odd.
+void CheckMulticastPairs(int tm, int tn, int batch, int kb, int clusters) {
+  ASSERT_GE(clusters, 1);
+  ASSERT_LE(clusters, int64_t(tm) * PairColumns(tn) * batch);
+  std::vector<int> covered(size_t(tm) * tn * batch, 0);
+  int phantoms = 0;
+  for (int cl = 0; cl < clusters; ++cl) {
+    StreamKScheduler sched(tm, PairColumns(tn), batch, ChooseGroupM(tm, tn), kb, 0, clusters, cl);
+    WorkUnit w;
+    while (sched.Next(&w)) {
+      ASSERT_EQ(w.role, UnitRole::kFull);
+      ASSERT_EQ(w.k_begin, 0);
+      ASSERT_EQ(w.k_end, kb);
+      for (int rank = 0; rank < 2; ++rank) {
+        const TileCoord tc = PairMember(w.tile, rank);
+        ASSERT_EQ(tc.m_block, w.tile.m_block);
+        ASSERT_EQ(tc.batch, w.tile.batch);
+        if (tc.n_block >= tn) {
+          ASSERT_EQ(rank, 1);
+          ASSERT_EQ(tc.n_block, tn);
+          ASSERT_EQ(tn % 2, 1);
+          ++phantoms;
+          continue;
+        }
+        ++covered[(size_t(tc.batch) * tm + tc.m_block) * tn + tc.n_block];
+      }
+    }
+  }
+  for (size_t i = 0; i < covered.size(); ++i) ASSERT_EQ(covered[i], 1) << "tile " << i;
+  EXPECT_EQ(phantoms, tn % 2 == 1 ? tm * batch : 0);
+}
+
 // The schedules the heuristic actually launches, for random GEMM shapes and
 // SM counts: same checks, with the heuristic's own grid.
 TEST(Heuristic, ChosenSchedulesAreSound) {
   std::mt19937 rng(2024);
-  int reducing = 0, separate = 0, paired = 0;
+  int reducing = 0, separate = 0, paired = 0, multicast = 0;
   for (int iter = 0; iter < 2500; ++iter) {
     auto dim = [&]() -> int64_t {
       switch (rng() % 4) {
@@ -453,7 +490,15 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
     const int sms = 1 + rng() % 160;
     // Co-resident 2-CTA clusters: none, all SMs paired, or fewer.
     const int max_pairs = rng() % 3 == 0 ? 0 : rng() % 2 ? sms / 2 : int(rng() % (sms / 2 + 1));
-    Sm90LaunchChoice c = ChooseSm90Launch(m, n, k, batch, 64, sms, rng() % 2 != 0, max_pairs);
+    // Rows off the 32-byte sector grid (A, B or both) in half the cases.
+    Sm90RowAlignment rows;
+    if (rng() % 2 == 0) {
+      rows.a_off_sector = rng() % 3 != 0;
+      rows.b_off_sector = !rows.a_off_sector || rng() % 2 == 0;
+      rows.a_k_major = rng() % 4 != 0;
+    }
+    Sm90LaunchChoice c =
+        ChooseSm90Launch(m, n, k, batch, 64, sms, rng() % 2 != 0, max_pairs, rows);
     if (rng() % 3 == 0) {
       const Sm90Schedule forced = rng() % 2 ? Sm90Schedule::kStreamK : Sm90Schedule::kSplitK;
       const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k192x192};
@@ -467,6 +512,17 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
     Schedule s;
     switch (c.schedule) {
       case Sm90Schedule::kDataParallel:
+        if (c.multicast_a) {
+          ++multicast;
+          ASSERT_TRUE(rows.a_off_sector);
+          ASSERT_TRUE(c.tile != Sm90Tile::k192x192 || rows.a_k_major);
+          ASSERT_EQ(c.grid % 2, 0);
+          ASSERT_LE(c.grid, std::max(2, sms - sms % 2));
+          ASSERT_EQ(ScheduleWorkspaceBytes(c), 0u);
+          CheckMulticastPairs(tm, tn, int(batch), kb, c.grid / 2);
+          if (HasFatalFailure()) return;
+          continue;
+        }
         s = Walk(c.grid, [&](int cta) {
           return StreamKScheduler(tm, tn, int(batch), 8, kb, 0, c.grid, cta);
         });
@@ -515,6 +571,7 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
   EXPECT_GT(reducing, 100);
   EXPECT_GT(separate, 50);
   EXPECT_GT(paired, 20);
+  EXPECT_GT(multicast, 20);
 }
 
 // Paired split-K at the edges: K of 2 and 3 k-blocks (odd: the halves
@@ -620,6 +677,32 @@ TEST(Heuristic, IssueShapes) {
   // No workspace and no pairs: data-parallel always.
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, false).schedule,
             Sm90Schedule::kDataParallel);
+}
+
+// MulticastDataParallelLaunch's grids, every cooperative tile.
+TEST(MulticastPairs, ClustersCoverEveryTileOnceInStep) {
+  std::mt19937_64 rng(20261201);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
+                            Sm90Tile::k192x192};
+  for (int t = 0; t < 3000; ++t) {
+    const Sm90Tile tile = tiles[pick(0, 3)];
+    const Sm90TileShape shape = ShapeOf(tile);
+    const int64_t m = pick(1, 3000), n = pick(1, 5000), batch = pick(0, 3) == 0 ? pick(2, 9) : 1;
+    const int sms = int(pick(2, 132)), kb = int(pick(1, 40));
+    const Sm90LaunchChoice c = MulticastDataParallelLaunch(tile, m, n, batch, sms);
+    SCOPED_TRACE(testing::Message() << m << "x" << n << " batch " << batch << " tile "
+                                    << shape.bm << "x" << shape.bn << " on " << sms << " SMs");
+    ASSERT_TRUE(c.multicast_a);
+    ASSERT_EQ(c.schedule, Sm90Schedule::kDataParallel);
+    ASSERT_EQ(c.grid % 2, 0);
+    ASSERT_LE(c.grid, std::max(2, sms - sms % 2));
+    const int tm = int((m + shape.bm - 1) / shape.bm), tn = int((n + shape.bn - 1) / shape.bn);
+    CheckMulticastPairs(tm, tn, int(batch), kb, c.grid / 2);
+    if (HasFatalFailure()) return;
+  }
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
+#include "kernels/scheduler/column_pairs.h"
 #include "kernels/scheduler/grouped_tile_scheduler.h"
 #include "kernels/scheduler/stream_k_scheduler.h"
 #include "kernels/scheduler/tile_scheduler.h"
@@ -89,6 +90,12 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // partial goes through distributed shared memory (PairStorePartial /
   // PairReducePartial); partials and flags are nullptr.
   int cluster_pairs;
+  // A multicast (data-parallel, cooperative tiles, 192x192 with K-major A;
+  // launched as 2-CTA clusters): the two CTAs of a cluster take
+  // neighbouring n-tiles of one m-tile, and each loads half of the A rows
+  // of every k-block into both CTAs' rings (KernelScheduler<false>,
+  // LoadAHalfMulticast).
+  int multicast_a;
   // Experiments only (Sm90LaunchChoice::cta_clock; nullptr otherwise):
   // kCtaClockWords words per CTA.
   unsigned long long* cta_clock;
@@ -124,11 +131,21 @@ __device__ __forceinline__ void StampCta(const KernelParams& p, int slot,
 template <bool kGrouped>
 struct KernelScheduler;
 
+// With A multicast the cluster walks pairs of n-tiles (scheduler/column_pairs.h).
 template <>
 struct KernelScheduler<false> : StreamKScheduler {
   __device__ KernelScheduler(const KernelParams& p, const GroupedProblemShape*)
-      : StreamKScheduler(p.tiles_m, p.tiles_n, p.batch, p.group_m, p.k_blocks, p.sk_tiles,
-                         gridDim.x, blockIdx.x, p.partials_only != 0) {}
+      : StreamKScheduler(p.tiles_m, p.multicast_a ? PairColumns(p.tiles_n) : p.tiles_n, p.batch,
+                         p.group_m, p.k_blocks, p.sk_tiles,
+                         p.multicast_a ? gridDim.x / 2 : gridDim.x,
+                         p.multicast_a ? blockIdx.x / 2 : blockIdx.x, p.partials_only != 0),
+        pair_rank_(p.multicast_a ? int(blockIdx.x % 2) : -1) {}
+  __device__ bool Next(WorkUnit* w) {
+    if (!StreamKScheduler::Next(w)) return false;
+    if (pair_rank_ >= 0) w->tile = PairMember(w->tile, pair_rank_);
+    return true;
+  }
+  int pair_rank_;  // -1 without A multicast
 };
 
 // `shapes`: p.group_shapes or its shared-memory copy.
@@ -175,16 +192,18 @@ struct KernelConfig {
   // kLaunchRegs, the most the launch bounds allow (168 for 384 threads,
   // 128 for 512), which is 504 per thread slot beside two consumers and
   // 512 beside three. The producer needs few, so the consumers share the
-  // rest (multiples of 8: 232 each for two, 152 for three) and hold their
+  // rest (multiples of 8: 224 each for two, 152 for three) and hold their
   // accumulators (128 per thread in the 128x256 kernels, 96 in the 192x192
-  // ones) without spilling. NOTES: a producer at 48 beside two consumers at
-  // 232 (512 of 504; branch exp/dense-multicast-a) hung every launch, and
-  // in each CTA only one consumer warpgroup was seen waiting (round 12 call
-  // 2): the other, we infer, sat in setmaxnreg.inc for registers the CTA
-  // did not have.
+  // ones) without spilling. The producer gets 48: at 40 the A-multicast
+  // kernels spilled 4 bytes. NOTES: a producer at 48 beside two consumers at
+  // 232 (512 of 504) hung every launch, and in each CTA only one consumer
+  // warpgroup was seen waiting (round 12 call 2): the other sat in
+  // setmaxnreg.inc for registers the CTA did not have (round 13 call 1: a
+  // probe of the protocol alone hangs at 48 + 2 x 232 and passes at 40 +
+  // 2 x 232; the kernels at 48 + 2 x 224 pass every test).
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static constexpr int kRegisterBudget = kLaunchRegs * kThreads / 128;
-  static constexpr int kProducerRegs = 40;
+  static constexpr int kProducerRegs = 48;
   static constexpr int kConsumerRegs = (kRegisterBudget - kProducerRegs) / kConsumers / 8 * 8;
   static_assert(kConsumerRegs <= 256, "setmaxnreg allows at most 256 registers");
   // Rows past M are checked per row in the epilogue's vector paths and
@@ -306,6 +325,27 @@ __device__ __forceinline__ void LoadOperand(const CUtensorMap* tmap, uint8_t* ds
   }
 }
 
+// A multicast: cluster rank `rank` loads rows kBM / 2 * rank .. of the
+// tile's A k-block into both CTAs' stage, where the peer's TMA brings the
+// other half: with 128 rows a 64-row box (8 KB: one K-major half or one
+// MN-major chunk), with 192 rows a 96-row K-major box (12 KB, a multiple of
+// the 1 KB swizzle atom, so the half lands swizzled as the whole would).
+template <class Cfg, bool kKMajor>
+__device__ __forceinline__ void LoadAHalfMulticast(const CUtensorMap* tmap, uint8_t* dst,
+                                                   uint64_t* bar, int m0, int k0, int batch,
+                                                   int rank) {
+  constexpr int kHalfRows = Cfg::kBM / 2;
+  static_assert(kKMajor ? kHalfRows * 128 % 1024 == 0 : kHalfRows == 64,
+                "each CTA's half of A is whole swizzle atoms (K-major) or one chunk (MN-major)");
+  if constexpr (kKMajor) {
+    ptx::TmaLoad3dMulticast(dst + rank * kHalfRows * 128, tmap, bar, k0, m0 + kHalfRows * rank,
+                            batch, 0x3);
+  } else {
+    ptx::TmaLoad3dMulticast(dst + rank * Cfg::kChunkBytes, tmap, bar, m0 + 64 * rank, k0, batch,
+                            0x3);
+  }
+}
+
 // A grouped problem's tensor maps, before their first use in a launch.
 // NOTES: the maps were written to global memory by a copy from the host; the
 // acquire fence keeps the TMA unit from using a stale cached descriptor of
@@ -342,6 +382,7 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int stage = 0;
   uint32_t phase = 0;
   bool issued = false;  // cta_clock word 6: the first load
+  const int multicast_rank = !kGrouped && p.multicast_a ? int(blockIdx.x % 2) : -1;
   while (sched.Next(&w)) {
     const TileCoord& t = w.tile;
     const CUtensorMap* tma_a = &p.tma_a;
@@ -364,8 +405,17 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       // parity before a fresh barrier's first phase returns at once.
       ptx::MbarWait(&ss.empty[stage], phase ^ 1);
       ptx::MbarArriveExpectTx(&ss.full[stage], Cfg::kStageBytes);
-      LoadOperand<Cfg, kAKMajor>(tma_a, ss.a[stage], &ss.full[stage], t.m_block * Cfg::kBM,
-                                 kb * Cfg::kBK, a_batch, Cfg::kBM);
+      if (multicast_rank >= 0) {
+        // MakeSm90Plan admits MN-major A only on 128-row tiles.
+        if constexpr (kAKMajor || Cfg::kBM == 128) {
+          LoadAHalfMulticast<Cfg, kAKMajor>(tma_a, ss.a[stage], &ss.full[stage],
+                                            t.m_block * Cfg::kBM, kb * Cfg::kBK, a_batch,
+                                            multicast_rank);
+        }
+      } else {
+        LoadOperand<Cfg, kAKMajor>(tma_a, ss.a[stage], &ss.full[stage], t.m_block * Cfg::kBM,
+                                   kb * Cfg::kBK, a_batch, Cfg::kBM);
+      }
       LoadOperand<Cfg, kBKMajor>(tma_b, ss.b[stage], &ss.full[stage], t.n_block * Cfg::kBN_,
                                  kb * Cfg::kBK, b_batch, Cfg::kBN_);
       AdvanceStage<Cfg>(stage, phase, 1);
@@ -1069,12 +1119,22 @@ __device__ __forceinline__ bool ConsumerRowsOutside(const KernelParams& p, const
   return !kGrouped && t.m_block * Cfg::kBM + 64 * consumer >= p.epi.m;
 }
 
+// A consumer warp hands a ring stage back: to its own producer, and with A
+// multicast (`peer` >= 0) to the cluster peer's too, whose TMA writes half
+// of this CTA's stage.
+template <class Cfg>
+__device__ __forceinline__ void ReleaseStage(SharedStorage<Cfg>& ss, int stage, int peer) {
+  ptx::MbarArrive(&ss.empty[stage]);
+  if (peer >= 0) ptx::MbarArriveRemoteCta(ptx::MapToRank(&ss.empty[stage], peer));
+}
+
 template <typename In, class Cfg, bool kAKMajor, bool kBKMajor, bool kGrouped>
 __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int consumer) {
   constexpr int kBN = Cfg::kBN_;
   KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
   WorkUnit w;
   const bool warp_leader = threadIdx.x % 32 == 0;
+  const int peer = !kGrouped && p.multicast_a ? int(blockIdx.x % 2) ^ 1 : -1;
   int stage = 0;
   uint32_t phase = 0;
   int unit = 0;  // cta_clock words of the first kCtaClockUnits units
@@ -1127,16 +1187,16 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       // its stage goes back to the producer.
       if (prev_stage >= 0) {
         ptx::WgmmaWait<1>();
-        if (warp_leader) ptx::MbarArrive(&ss.empty[prev_stage]);
+        if (warp_leader) ReleaseStage(ss, prev_stage, peer);
       }
       prev_stage = stage;
       AdvanceStage<Cfg>(stage, phase, 1);
     }
     ptx::WgmmaWait<0>();
-    if (warp_leader && prev_stage >= 0) ptx::MbarArrive(&ss.empty[prev_stage]);
+    if (warp_leader && prev_stage >= 0) ReleaseStage(ss, prev_stage, peer);
     for (; kb < w.k_end; ++kb) {
       ptx::MbarWait(&ss.full[stage], phase);
-      if (warp_leader) ptx::MbarArrive(&ss.empty[stage]);
+      if (warp_leader) ReleaseStage(ss, stage, peer);
       AdvanceStage<Cfg>(stage, phase, 1);
     }
     if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
@@ -1250,7 +1310,8 @@ __global__ void __launch_bounds__(
     StampCta(p, 4, SmId());
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
-      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals);
+      // With A multicast both CTAs' consumers free each stage (ReleaseStage).
+      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals * (p.multicast_a ? 2 : 1));
     }
     ptx::MbarInit(&ss.mainloop_done[0], 4);
     ptx::MbarInit(&ss.mainloop_done[1], 4);
@@ -1266,9 +1327,9 @@ __global__ void __launch_bounds__(
     }
   }
   __syncthreads();
-  // Paired split-K: the peer's barriers are initialized before anyone
-  // arrives on them remotely.
-  if (p.cluster_pairs) ptx::ClusterSync();
+  // Paired split-K, A multicast: the peer's barriers are initialized before
+  // anyone arrives on them remotely or multicasts into its ring.
+  if (p.cluster_pairs || p.multicast_a) ptx::ClusterSync();
   // NOTES: launched with programmatic stream serialization, this grid's CTAs
   // may start while the previous kernel in the stream drains; the setup above
   // overlaps its tail. Before the wait nothing reads memory that a kernel may
@@ -1318,6 +1379,14 @@ __global__ void __launch_bounds__(
       ConsumerLoop<In, Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, warpgroup - 1);
     }
     if (threadIdx.x % 128 == 0) StampCta(p, 1 + warpgroup, GlobalTimer());
+  }
+  // A multicast: the peer's consumers arrive on this CTA's empty barriers
+  // up to their last stage, so neither CTA exits before both are done. The
+  // cluster barrier is .aligned: each warp reconverges first (the producer
+  // warp's lanes took different roles above).
+  if (p.multicast_a) {
+    __syncwarp();
+    ptx::ClusterSync();
   }
 #endif
 }

@@ -72,6 +72,19 @@ __device__ __forceinline__ void TmaLoad3d(void* dst, const void* tmap, uint64_t*
       : "memory");
 }
 
+// TmaLoad3d into the same shared-memory offset of every CTA of the cluster
+// in `cta_mask`; each destination CTA's mbarrier at `bar`'s offset receives
+// the transaction bytes.
+__device__ __forceinline__ void TmaLoad3dMulticast(void* dst, const void* tmap, uint64_t* bar,
+                                                   int c0, int c1, int c2, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;" ::"r"(SmemAddr(dst)),
+      "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(SmemAddr(bar)),
+      "h"(cta_mask)
+      : "memory");
+}
+
 // 3-D tiled TMA store of a shared-memory box to global memory, tracked by
 // this thread's bulk async-groups. Box elements outside the tensor are not
 // written, so ragged tiles need no predicates.
@@ -198,6 +211,15 @@ __device__ __forceinline__ uint32_t MapToRank(const void* p, uint32_t rank) {
 __device__ __forceinline__ void MbarArriveRemote(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr)
                : "memory");
+}
+
+// The same at CTA scope: orders nothing beyond this thread's own accesses
+// to shared memory. NOTES: handing a ring stage back to a cluster peer needs
+// no more (the stage's wgmma reads are complete); the cluster-scope release
+// above also waits for the thread's outstanding global stores, and per
+// stage it cost the grouped A-multicast experiment 30% (round 10 call 2).
+__device__ __forceinline__ void MbarArriveRemoteCta(uint32_t cluster_addr) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }
 
 __device__ __forceinline__ float4 LdSharedCluster(uint32_t cluster_addr) {

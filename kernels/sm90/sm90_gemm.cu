@@ -169,7 +169,7 @@ class Sm90Plan final : public KernelPlan {
     // enqueued here.
     cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_,
                                   info_.threads, info_.smem_bytes, stream,
-                                  params_.cluster_pairs ? 2 : 1, pdl_);
+                                  params_.cluster_pairs || params_.multicast_a ? 2 : 1, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
       e = LaunchKernel(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
                         reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
@@ -341,7 +341,9 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   const CUtensorMapDataType tdt = TmaDataType(p.in_dtype);
   TmaOperandParams ta, tb;
   std::string sub;
-  if (!OperandParams(p.a, p.m, p.k, p.batch, es, shape.bm, &ta, &sub) ||
+  // With A multicast each CTA loads half-tile boxes of A (LoadAHalfMulticast).
+  const int a_rows = choice.multicast_a ? shape.bm / 2 : shape.bm;
+  if (!OperandParams(p.a, p.m, p.k, p.batch, es, a_rows, &ta, &sub) ||
       !OperandParams(p.b, p.n, p.k, p.batch, es, shape.bn, &tb, &sub)) {
     *error = sub;
     return nullptr;
@@ -381,6 +383,19 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
       return nullptr;
     }
     kp.cluster_pairs = 1;
+  }
+  if (choice.multicast_a) {
+    // The 192-row tile splits A into two 96-row halves, which MN-major A
+    // (64-row chunks) cannot.
+    const bool rows_split = shape.bm == 128 || (shape.bm == 192 && p.a.k_major);
+    if (reducing || choice.cluster_pairs || !rows_split || tile == Sm90Tile::k128x128PingPong ||
+        choice.grid % 2 != 0) {
+      *error =
+          "A multicast: data-parallel on a cooperative tile (192x192 with K-major A only), an "
+          "even grid";
+      return nullptr;
+    }
+    kp.multicast_a = 1;
   }
   // Paired split-K keeps its partials in shared memory: no workspace.
   const bool uses_workspace = reducing && !choice.cluster_pairs;
@@ -445,7 +460,8 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"
                                                                : "sm90_tma_wgmma_coop_") +
                 InName(p.in_dtype, tf32) + "_" + TileName(shape, plan->info_) + "_" +
-                (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n") + schedule;
+                (p.a.k_major ? "k" : "m") + (p.b.k_major ? "k" : "n") + schedule +
+                (choice.multicast_a ? "_mcA" : "");
   return plan;
 }
 
