@@ -550,6 +550,14 @@ int main(int argc, char** argv) {
     run("splits 256x4096x16384", wide, v);
   }
   {
+    // Row pitches of 2^17 and 2^15 bytes (K = 65536, 16384) against 128
+    // bytes less: does a power-of-two pitch cost the K-heavy shapes? Not
+    // ours (round 13 call 8: 18.9 / 18.8 us, 60.2 / 60.1 us).
+    const Shape tall_k2{1, 128, 128, 65472}, wide2{1, 256, 4096, 16320};
+    run("splits 128x128x65472", tall_k2, SplitSweep(tall_k2, Sm90Tile::k128x128, {64, 128}));
+    run("splits 256x4096x16320", wide2, SplitSweep(wide2, Sm90Tile::k128x128, {2}));
+  }
+  {
     // The same with K % 16 == 8 (rows off the 32-byte sectors).
     const Shape off{1, 256, 4096, 16376};
     auto v = SplitSweep(off, Sm90Tile::k128x256, {2, 4});
