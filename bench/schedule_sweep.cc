@@ -596,7 +596,8 @@ int main(int argc, char** argv) {
     for (Sm90Tile t :
          {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
       v.push_back(DataParallel(t, s));
-      v.push_back(gemm_kernels::MulticastDataParallelLaunch(t, s.m, s.n, 1, g_sms));
+      v.push_back(gemm_kernels::MulticastDataParallelLaunch(t, s.m, s.n, 1, g_sms,
+                                                             gemm_kernels::Sm90MaxPairClusters()));
       v.push_back(
           gemm_kernels::MakeSm90Launch(t, Sm90Schedule::kStreamK, s.m, s.n, s.k, 1, 64, g_sms));
       // Short K with fewer tiles than SMs: two splits fill the SMs.

@@ -610,7 +610,7 @@ TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
     const ChoiceFor multicast = [&](const NormalizedProblem& p) {
       const Sm90Tile tile =
           tiles[which] == Sm90Tile::k192x192 && !p.a.k_major ? Sm90Tile::k128x128 : tiles[which];
-      return MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, sms);
+      return MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, sms, Sm90MaxPairClusters());
     };
     std::string name;
     RunAgainstDataParallel(s, rng, t % 10 == 0, &name, false, multicast);

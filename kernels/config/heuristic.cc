@@ -254,7 +254,6 @@ constexpr int64_t kMinReductionKBlocks = 32;
 // measured difference (~0.9 us).
 constexpr double kPairExtraIters = 1.5;
 
-
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct Candidate {
@@ -291,8 +290,8 @@ double RequestIters(const Problem& p, Sm90Tile tile, bool multicast_a) {
 }
 
 // One CTA's k-loop over `kb` k-blocks of `tile` (all its waves): the tensor
-// cores' time, its line requests' time, or the streaming time where
-// operands come from DRAM.
+// cores' time, its L2 requests' time (RequestItersPerKBlock), or the
+// streaming time where operands come from DRAM.
 double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb, bool multicast_a = false) {
   const double mma = double(kb) * std::max(TileCostScale(tile), RequestIters(p, tile, multicast_a));
   const double stream = p.dram_fraction(tile) * double(kb) * ModelOf(tile).latency_iters_per_kblock +
@@ -376,9 +375,9 @@ Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate)
 
 // Data-parallel with A multicast (MulticastDataParallelLaunch): the clusters
 // walk pairs of n-tiles, each CTA requesting half of A's rows.
-Candidate MulticastDataParallel(const Problem& p, Sm90Tile tile) {
+Candidate MulticastDataParallel(const Problem& p, Sm90Tile tile, int max_clusters) {
   Candidate c;
-  c.choice = MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, p.sms);
+  c.choice = MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, p.sms, max_clusters);
   const Sm90TileShape s = ShapeOf(tile);
   const int64_t pairs = p.batch * CeilDiv(p.m, s.bm) * PairColumns(int(CeilDiv(p.n, s.bn)));
   const int64_t waves = CeilDiv(pairs, c.choice.grid / 2);
@@ -417,14 +416,16 @@ Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool sep
 }
 
 Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
-                                             int num_sms) {
+                                             int num_sms, int max_clusters) {
   const Sm90TileShape s = ShapeOf(tile);
   const int64_t pairs =
       batch * CeilDiv(m, s.bm) * PairColumns(static_cast<int>(CeilDiv(n, s.bn)));
+  int clusters = std::max(1, num_sms / 2);
+  if (max_clusters > 0) clusters = std::min(clusters, max_clusters);
   Sm90LaunchChoice c;
   c.tile = tile;
   c.multicast_a = true;
-  c.grid = 2 * PersistentGridSize(pairs, std::max(1, num_sms / 2));
+  c.grid = 2 * PersistentGridSize(pairs, clusters);
   return c;
 }
 
@@ -459,11 +460,11 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
   // 13.7 / 11.4-11.9, within the calls' noise of each other: short K in one
   // wave keeps its plain choice.
   const bool multicast_pays = p.k_blocks() >= kMinReductionKBlocks || p.tiles(dp_tile) > num_sms;
-  if (rows.a_off_sector && multicast_pays) {
+  if (rows.a_off_sector && multicast_pays && max_pairs > 0) {
     for (Sm90Tile tile :
          {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
       if (tile == Sm90Tile::k192x192 && !rows.a_k_major) continue;
-      consider(MulticastDataParallel(p, tile));
+      consider(MulticastDataParallel(p, tile, max_pairs));
     }
   }
   if (p.k_blocks() < kMinReductionKBlocks) return best.choice;

@@ -144,7 +144,8 @@ struct Sm90RowAlignment {
 // heuristic.cc). For such A, data-parallel with A multicast
 // (MulticastDataParallelLaunch: each CTA requests half of A's rows) is a
 // further candidate where K spans kMinReductionKBlocks k-blocks or the
-// tiles fill more than one wave; it must beat the rest by kReductionMargin.
+// tiles fill more than one wave, on at most max_pairs clusters (none when
+// max_pairs is 0); it must beat the rest by kReductionMargin.
 Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int bk,
                                   int num_sms, bool allow_reduction, int max_pairs = 0,
                                   const Sm90RowAlignment& rows = {});
@@ -172,9 +173,11 @@ double RequestItersPerKBlock(Sm90Tile tile, int64_t m, int64_t n, const Sm90RowA
 // Data-parallel on `tile` (any cooperative tile; 192x192 needs K-major A)
 // with A multicast: 2-CTA clusters over pairs of n-tiles (a phantom pair
 // member past N when the tile columns are odd), at most one cluster per two
-// SMs.
+// SMs and, when `max_clusters` > 0, at most that many (the device's
+// co-resident 2-CTA clusters, Sm90MaxPairClusters: a cluster beyond them
+// would start only when another ends, a wave of its own).
 Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
-                                             int num_sms);
+                                             int num_sms, int max_clusters = 0);
 
 // Split-K in two over `tiles` 128x128 tiles, each tile's two CTAs one
 // cluster reducing through distributed shared memory (cluster_pairs). The

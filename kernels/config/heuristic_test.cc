@@ -202,6 +202,12 @@ TEST(Heuristic, RowsOffTheSectorGridTakeAMulticast) {
   EXPECT_EQ(ScheduleWorkspaceBytes(c), 0u);
   // Without a workspace too: it needs none.
   EXPECT_TRUE(ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, false, 66, off).multicast_a);
+  // No co-resident 2-CTA clusters known: no multicast; fewer than SMs / 2:
+  // at most that many clusters.
+  EXPECT_FALSE(ChooseSm90Launch(3000, 3000, 3000, 1, 64, kH200Sms, true, 0, off).multicast_a);
+  const Sm90LaunchChoice capped = ChooseSm90Launch(8192, 8192, 1000, 1, 64, kH200Sms, true, 60, off);
+  EXPECT_TRUE(capped.multicast_a);
+  EXPECT_LE(capped.grid, 120);
   // Short K over many waves.
   const Sm90LaunchChoice wide = ChooseSm90Launch(8192, 8192, 1000, 1, 64, kH200Sms, true, 66, off);
   EXPECT_TRUE(wide.multicast_a);

@@ -518,6 +518,8 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
           ASSERT_TRUE(c.tile != Sm90Tile::k192x192 || rows.a_k_major);
           ASSERT_EQ(c.grid % 2, 0);
           ASSERT_LE(c.grid, std::max(2, sms - sms % 2));
+          ASSERT_GT(max_pairs, 0);
+          ASSERT_LE(c.grid / 2, max_pairs);
           ASSERT_EQ(ScheduleWorkspaceBytes(c), 0u);
           CheckMulticastPairs(tm, tn, int(batch), kb, c.grid / 2);
           if (HasFatalFailure()) return;
@@ -692,13 +694,16 @@ TEST(MulticastPairs, ClustersCoverEveryTileOnceInStep) {
     const Sm90TileShape shape = ShapeOf(tile);
     const int64_t m = pick(1, 3000), n = pick(1, 5000), batch = pick(0, 3) == 0 ? pick(2, 9) : 1;
     const int sms = int(pick(2, 132)), kb = int(pick(1, 40));
-    const Sm90LaunchChoice c = MulticastDataParallelLaunch(tile, m, n, batch, sms);
+    // The device's co-resident clusters: unknown (0) or fewer than sms / 2.
+    const int max_clusters = pick(0, 1) ? 0 : int(pick(1, 66));
+    const Sm90LaunchChoice c = MulticastDataParallelLaunch(tile, m, n, batch, sms, max_clusters);
     SCOPED_TRACE(testing::Message() << m << "x" << n << " batch " << batch << " tile "
                                     << shape.bm << "x" << shape.bn << " on " << sms << " SMs");
     ASSERT_TRUE(c.multicast_a);
     ASSERT_EQ(c.schedule, Sm90Schedule::kDataParallel);
     ASSERT_EQ(c.grid % 2, 0);
     ASSERT_LE(c.grid, std::max(2, sms - sms % 2));
+    if (max_clusters > 0) ASSERT_LE(c.grid / 2, max_clusters);
     const int tm = int((m + shape.bm - 1) / shape.bm), tn = int((n + shape.bn - 1) / shape.bn);
     CheckMulticastPairs(tm, tn, int(batch), kb, c.grid / 2);
     if (HasFatalFailure()) return;
