@@ -131,6 +131,10 @@ __device__ __forceinline__ void StampCta(const KernelParams& p, int slot,
 template <bool kGrouped>
 struct KernelScheduler;
 
+// This CTA's rank in its A-multicast cluster: the launch's clusters are
+// consecutive pairs of a 1-D grid, so blockIdx.x % 2 is %cluster_ctarank.
+__device__ __forceinline__ int MulticastRank() { return int(blockIdx.x % 2); }
+
 // With A multicast the cluster walks pairs of n-tiles (scheduler/column_pairs.h).
 template <>
 struct KernelScheduler<false> : StreamKScheduler {
@@ -139,7 +143,7 @@ struct KernelScheduler<false> : StreamKScheduler {
                          p.group_m, p.k_blocks, p.sk_tiles,
                          p.multicast_a ? gridDim.x / 2 : gridDim.x,
                          p.multicast_a ? blockIdx.x / 2 : blockIdx.x, p.partials_only != 0),
-        pair_rank_(p.multicast_a ? int(blockIdx.x % 2) : -1) {}
+        pair_rank_(p.multicast_a ? MulticastRank() : -1) {}
   __device__ bool Next(WorkUnit* w) {
     if (!StreamKScheduler::Next(w)) return false;
     if (pair_rank_ >= 0) w->tile = PairMember(w->tile, pair_rank_);
@@ -382,7 +386,7 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int stage = 0;
   uint32_t phase = 0;
   bool issued = false;  // cta_clock word 6: the first load
-  const int multicast_rank = !kGrouped && p.multicast_a ? int(blockIdx.x % 2) : -1;
+  const int multicast_rank = !kGrouped && p.multicast_a ? MulticastRank() : -1;
   while (sched.Next(&w)) {
     const TileCoord& t = w.tile;
     const CUtensorMap* tma_a = &p.tma_a;
@@ -1134,7 +1138,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
   WorkUnit w;
   const bool warp_leader = threadIdx.x % 32 == 0;
-  const int peer = !kGrouped && p.multicast_a ? int(blockIdx.x % 2) ^ 1 : -1;
+  const int peer = !kGrouped && p.multicast_a ? MulticastRank() ^ 1 : -1;
   int stage = 0;
   uint32_t phase = 0;
   int unit = 0;  // cta_clock words of the first kCtaClockUnits units
