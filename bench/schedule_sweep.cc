@@ -170,10 +170,13 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
                  const gemm_bench::TimingPlan& plan = kPlan) {
   Buffers buf;
   if (!MakeBuffers(s, &buf)) return false;
-  // Packed bf16 rows of K elements (A row-major, B column-major): both
-  // operands' rows start off the 32-byte sector grid when K % 16 == 8.
+  // Packed bf16 rows of K elements (A row-major, B column-major), as
+  // gemm.cc's RowAlignmentOf derives it for the Gemm API.
   gemm_kernels::Sm90RowAlignment rows;
-  rows.a_off_sector = rows.b_off_sector = s.k % 16 != 0;
+  rows.a_off_sector = gemm_kernels::Sm90RowsOffSector(
+      2 * s.k, 2 * s.m * s.k, s.batch, reinterpret_cast<uintptr_t>(buf.a[0]));
+  rows.b_off_sector = gemm_kernels::Sm90RowsOffSector(
+      2 * s.k, 2 * s.k * s.n, s.batch, reinterpret_cast<uintptr_t>(buf.b[0]));
   const Sm90LaunchChoice heuristic =
       gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true,
                                      gemm_kernels::Sm90MaxPairClusters(), rows);

@@ -135,13 +135,11 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
 namespace {
 
 // Whether an operand's TMA box rows (128 bytes of one row, K-major, or of
-// one k, MN-major) start off the 32-byte sector grid: a leading dimension,
-// a batch stride or a base address off that grid (Sm90RowAlignment).
+// one k, MN-major) start off the 32-byte sector grid (Sm90RowAlignment).
 bool RowsOffSector(const NormalizedOperand& op, int64_t batch, size_t elem_bytes) {
-  const auto off = [](int64_t bytes) { return bytes % 32 != 0; };
-  return off(op.ld * int64_t(elem_bytes)) ||
-         (batch > 1 && off(op.batch_stride * int64_t(elem_bytes))) ||
-         reinterpret_cast<uintptr_t>(op.ptr) % 32 != 0;
+  const int64_t es = static_cast<int64_t>(elem_bytes);
+  return Sm90RowsOffSector(op.ld * es, op.batch_stride * es, batch,
+                           reinterpret_cast<uintptr_t>(op.ptr));
 }
 
 Sm90RowAlignment RowAlignmentOf(const NormalizedProblem& p) {

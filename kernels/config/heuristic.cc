@@ -256,6 +256,12 @@ constexpr double kPairExtraIters = 1.5;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The tile pairs an A-multicast launch's clusters walk (column_pairs.h).
+int64_t TilePairs(Sm90Tile tile, int64_t m, int64_t n, int64_t batch) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return batch * CeilDiv(m, s.bm) * PairColumns(static_cast<int>(CeilDiv(n, s.bn)));
+}
+
 struct Candidate {
   Sm90LaunchChoice choice;
   double cost;
@@ -285,15 +291,13 @@ struct Problem {
   }
 };
 
-double RequestIters(const Problem& p, Sm90Tile tile, bool multicast_a) {
-  return RequestItersPerKBlock(tile, p.m, p.n, p.rows, multicast_a);
-}
-
 // One CTA's k-loop over `kb` k-blocks of `tile` (all its waves): the tensor
 // cores' time, its L2 requests' time (RequestItersPerKBlock), or the
 // streaming time where operands come from DRAM.
 double LoopIters(const Problem& p, Sm90Tile tile, int64_t kb, bool multicast_a = false) {
-  const double mma = double(kb) * std::max(TileCostScale(tile), RequestIters(p, tile, multicast_a));
+  const double mma =
+      double(kb) *
+      std::max(TileCostScale(tile), RequestItersPerKBlock(tile, p.m, p.n, p.rows, multicast_a));
   const double stream = p.dram_fraction(tile) * double(kb) * ModelOf(tile).latency_iters_per_kblock +
                         p.unique_bytes() / kDramBytesPerIter;
   return std::max(mma, stream);
@@ -378,9 +382,7 @@ Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate)
 Candidate MulticastDataParallel(const Problem& p, Sm90Tile tile, int max_clusters) {
   Candidate c;
   c.choice = MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, p.sms, max_clusters);
-  const Sm90TileShape s = ShapeOf(tile);
-  const int64_t pairs = p.batch * CeilDiv(p.m, s.bm) * PairColumns(int(CeilDiv(p.n, s.bn)));
-  const int64_t waves = CeilDiv(pairs, c.choice.grid / 2);
+  const int64_t waves = CeilDiv(TilePairs(tile, p.m, p.n, p.batch), c.choice.grid / 2);
   c.cost = LoopIters(p, tile, waves * p.k_blocks(), true);
   return c;
 }
@@ -417,9 +419,7 @@ Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool sep
 
 Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
                                              int num_sms, int max_clusters) {
-  const Sm90TileShape s = ShapeOf(tile);
-  const int64_t pairs =
-      batch * CeilDiv(m, s.bm) * PairColumns(static_cast<int>(CeilDiv(n, s.bn)));
+  const int64_t pairs = TilePairs(tile, m, n, batch);
   int clusters = std::max(1, num_sms / 2);
   if (max_clusters > 0) clusters = std::min(clusters, max_clusters);
   Sm90LaunchChoice c;

@@ -117,6 +117,14 @@ struct Sm90RowAlignment {
   bool a_k_major = true;      // A multicast on 192x192 tiles needs K-major A
 };
 
+// Whether an operand's rows start off the 32-byte sector grid: its leading
+// dimension, its batch stride (when `batch` > 1) or its base address, in
+// bytes.
+inline bool Sm90RowsOffSector(int64_t ld_bytes, int64_t batch_stride_bytes, int64_t batch,
+                              uintptr_t base) {
+  return ld_bytes % 32 != 0 || (batch > 1 && batch_stride_bytes % 32 != 0) || base % 32 != 0;
+}
+
 // Picks tile and schedule together. Estimated time, in iterations (one
 // k-block of the 128x256 tile at the tensor cores' rate): a k-loop costs the
 // larger of its MMA time and its streaming time (where operands come from
