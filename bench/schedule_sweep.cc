@@ -135,9 +135,10 @@ std::string Describe(const Sm90LaunchChoice& c) {
              std::to_string(c.grid) + ")";
     case Sm90Schedule::kSplitK:
       return t + " split-K " + std::to_string(c.splits) +
-             (c.separate_reduction ? " + reduction kernel"
-              : c.cluster_pairs    ? " paired (2-CTA clusters, shared-memory fixup)"
-                                   : " in-kernel") +
+             (c.reduce_in_grid       ? " summed in the grid"
+              : c.separate_reduction ? " + reduction kernel"
+              : c.cluster_pairs      ? " paired (2-CTA clusters, shared-memory fixup)"
+                                     : " in-kernel") +
              " (grid " +
              std::to_string(c.grid) + ")";
   }
@@ -242,6 +243,7 @@ std::vector<Sm90LaunchChoice> SplitSweep(const Shape& s, Sm90Tile tile, std::vec
     if (tiles * n > g_sms) continue;
     if (n <= 32) out.push_back(gemm_kernels::SplitKLaunch(tile, tiles, n, false));
     out.push_back(gemm_kernels::SplitKLaunch(tile, tiles, n, true));
+    out.push_back(gemm_kernels::GridSummedSplitKLaunch(tile, tiles, n));
   }
   return out;
 }
@@ -658,6 +660,23 @@ int main(int argc, char** argv) {
       for (Sm90Schedule sc : {Sm90Schedule::kDataParallel, Sm90Schedule::kStreamK}) {
         if (!RunClock(name, s, gemm_kernels::MakeSm90Launch(t, sc, s.m, s.n, s.k, 1, 64, g_sms))) {
           std::printf("%s FAILED\n", name);
+          ++failures;
+        }
+      }
+    }
+  }
+  // 128 x 128 x 65536 split-K with the reduction kernel takes ~18.7 us, where
+  // reading its 32 MB of operands through the same TMA ring alone takes
+  // ~11.8 us (bench/experiments/tall_k_stream.cu, session 22): the GEMM
+  // grid's k-loops and partial stores, per CTA.
+  if (gemm_bench::CaseSelected("clock 128x128x65536", argc, argv)) {
+    const Shape s{1, 128, 128, 65536};
+    for (int splits : {64, 128}) {
+      for (const Sm90LaunchChoice& c :
+           {gemm_kernels::SplitKLaunch(Sm90Tile::k128x128, 1, splits, true),
+            gemm_kernels::GridSummedSplitKLaunch(Sm90Tile::k128x128, 1, splits)}) {
+        if (!RunClock("clock 128x128x65536", s, c)) {
+          std::printf("clock 128x128x65536 FAILED\n");
           ++failures;
         }
       }

@@ -22,6 +22,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -277,7 +278,8 @@ using ChoiceFor = std::function<Sm90LaunchChoice(const NormalizedProblem&)>;
 // inputs; returns the scheduled output in *out. `name` gets the kernel name.
 // `with_workspace` false: the scheduled run gets none (what the heuristic
 // may still pick: paired split-K). `choice`: the first run is that launch,
-// planned directly (MakeSm90Plan, no workspace), instead of `s`'s hints.
+// planned directly (MakeSm90Plan, with the shared workspace where the
+// choice needs one), instead of `s`'s hints.
 void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_reference,
                             std::string* name, bool with_workspace = true,
                             const ChoiceFor& choice = nullptr) {
@@ -314,8 +316,10 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
     std::string kernel;
     if (pass == 0 && choice) {
       const NormalizedProblem p = Normalize(args);
+      const Sm90LaunchChoice c = choice(p);
+      ASSERT_LE(ScheduleWorkspaceBytes(c), kWorkspaceBytes);
       std::string error;
-      plan = MakeSm90Plan(p, choice(p), nullptr, &error);
+      plan = MakeSm90Plan(p, c, ScheduleWorkspaceBytes(c) > 0 ? Workspace() : nullptr, &error);
       ASSERT_NE(plan, nullptr) << error;
       kernel = plan->name();
     } else {
@@ -449,6 +453,127 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
       EXPECT_NE(name.find("_reduce"), std::string::npos) << s.Describe() << ": " << name;
       std::printf("  %-80s %s\n", s.Describe().c_str(), name.c_str());
     }
+  }
+}
+
+// Split-K summed by the GEMM grid itself (no reduction kernel): the
+// reduction kernel's shapes and a skinny 7 x 8192 x 4096, then random shapes
+// with split counts up to what fits the SMs (M < 64, K tails, ragged N,
+// every tile, layout and dtype, alpha / beta with C), against
+// data-parallel and, for a share,
+// float64; each launch leaves the grid's counters at zero for the next,
+// which the next case's launch (same workspace) relies on.
+TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
+  const uint64_t seed = rng_();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int device = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
+                            Sm90Tile::k192x192};
+  std::vector<Shape> shapes = {{128, 128, 65536}, {100, 72, 20000}, {200, 390, 9000},
+                               {1000, 1000, 1000}, {7, 520, 3000}, {7, 8192, 4096}};
+  for (int t = 0; t < 200; ++t) {
+    Shape s{};
+    s.m = pick(0, 2) == 0 ? pick(1, 63) : pick(1, 600);
+    s.n = pick(0, 3) == 0 ? pick(1, 64) : pick(1, 600);
+    s.k = pick(0, 3) == 0 ? pick(65, 400) : pick(400, 12000);
+    shapes.push_back(s);
+  }
+  int case_no = 0;
+  for (Shape s : shapes) {
+    const bool listed = case_no < 6;
+    s.in = pick(0, 2) == 0 ? DataType::kF16 : DataType::kBF16;
+    s.out = listed ? std::array{DataType::kBF16, DataType::kF16, DataType::kF32}[case_no % 3]
+                   : (pick(0, 2) == 0 ? s.in : DataType::kF32);
+    s.la = kLayouts[pick(0, 1)];
+    s.lb = kLayouts[pick(0, 1)];
+    s.ld = pick(0, 4) == 0 ? Layout::kColMajor : Layout::kRowMajor;
+    if (pick(0, 2) == 0) {
+      s.alpha = std::uniform_real_distribution<float>(-2, 2)(rng);
+      s.beta = pick(0, 1) ? std::uniform_real_distribution<float>(-2, 2)(rng) : 0.0f;
+    }
+    const Sm90Tile tile = tiles[pick(0, 3)];
+    const int64_t split_pick = pick(2, 132);
+    int splits_used = 0;
+    const ChoiceFor summed = [&](const NormalizedProblem& p) {
+      const int64_t n_tiles = TileCount(tile, p.m, p.n, p.batch);
+      const int64_t kb = (p.k + 63) / 64;
+      int splits = int(std::min<int64_t>({split_pick, kb, std::max<int64_t>(1, sms / n_tiles)}));
+      splits = std::max(splits, 1);
+      splits_used = splits;
+      return GridSummedSplitKLaunch(tile, n_tiles, splits);
+    };
+    std::string name;
+    RunAgainstDataParallel(s, rng, listed || case_no % 10 == 0, &name, true, summed);
+    if (HasFatalFailure()) return;
+    if (splits_used > 1) EXPECT_NE(name.find("_gridsum"), std::string::npos) << name;
+    if (listed || case_no % 20 == 0) {
+      std::printf("  case %3d %-80s %s\n", case_no, s.Describe().c_str(), name.c_str());
+    }
+    ++case_no;
+  }
+}
+
+// Plans of different reducing schedules take turns on one workspace, as the
+// CUDA executor's launches do: in-kernel split-K (flags), the reduction
+// kernel (partials from byte 256) and the grid-summed launch (counters at
+// byte 0) of one problem, three rounds. Every launch must match its own
+// first round bit for bit (a counter left non-zero, or clobbered by another
+// plan's partials, makes a grid-summed launch read partials early or spin
+// until the kernel traps; round 14 call 4) and the others within rounding.
+TEST_F(SchedulesGpuTest, SchedulesShareOneWorkspace) {
+  int device = 0, sms = 0;
+  CUDA_OK(cudaGetDevice(&device));
+  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  for (Shape s : {Shape{128, 128, 65536}, Shape{7, 520, 3000}, Shape{300, 260, 7000}}) {
+    SCOPED_TRACE(s.Describe());
+    Operands o;
+    o.a = PickView(rng_, s.la, s.m, s.k);
+    o.b = PickView(rng_, s.lb, s.k, s.n);
+    const size_t bytes = size_t(s.m) * s.n * DataTypeSize(s.out);
+    CUDA_OK(cudaMalloc(&o.d, bytes));
+    const NormalizedProblem p = Normalize(Args(s, o));
+    const int64_t tiles = TileCount(Sm90Tile::k128x128, p.m, p.n, p.batch);
+    const int most = int(std::min<int64_t>(sms / tiles, (p.k + 63) / 64));
+    const Sm90LaunchChoice choices[] = {
+        SplitKLaunch(Sm90Tile::k128x128, tiles, std::min(most, 8), false),
+        SplitKLaunch(Sm90Tile::k128x128, tiles, most, true),
+        GridSummedSplitKLaunch(Sm90Tile::k128x128, tiles, most)};
+    std::vector<std::unique_ptr<KernelPlan>> plans;
+    for (const Sm90LaunchChoice& c : choices) {
+      ASSERT_LE(ScheduleWorkspaceBytes(c), kWorkspaceBytes);
+      std::string error;
+      plans.push_back(MakeSm90Plan(p, c, Workspace(), &error));
+      ASSERT_NE(plans.back(), nullptr) << error;
+    }
+    std::vector<std::vector<uint8_t>> first(plans.size(), std::vector<uint8_t>(bytes));
+    std::vector<uint8_t> again(bytes);
+    for (int round = 0; round < 3; ++round) {
+      for (size_t i = 0; i < plans.size(); ++i) {
+        CUDA_OK(cudaMemset(o.d, 0xFF, bytes));
+        ASSERT_EQ(plans[i]->Launch(nullptr), "");
+        SyncWithWatchdog(s.Describe() + " " + plans[i]->name());
+        CUDA_OK(cudaGetLastError());
+        CUDA_OK(cudaMemcpy(round == 0 ? first[i].data() : again.data(), o.d, bytes,
+                           cudaMemcpyDeviceToHost));
+        if (round > 0) {
+          EXPECT_EQ(std::memcmp(first[i].data(), again.data(), bytes), 0)
+              << plans[i]->name() << ": round " << round << " differs from round 0";
+        }
+      }
+    }
+    for (size_t i = 0; i < plans.size(); ++i) {
+      int64_t bad = 0;
+      const double rel = RelDiff(s.out, first[i], first[0], &bad);
+      EXPECT_EQ(bad, 0) << plans[i]->name();
+      EXPECT_LE(rel, OutTolerance(s.out, s.k)) << plans[i]->name() << " vs " << plans[0]->name();
+      std::printf("  %-60s %s: 3 rounds bit-identical, %.1e from %s\n", s.Describe().c_str(),
+                  plans[i]->name().c_str(), rel, plans[0]->name().c_str());
+    }
+    cudaFree(o.d);
   }
 }
 

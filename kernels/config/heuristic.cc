@@ -232,6 +232,20 @@ constexpr int kMaxSplits = 32;
 // splits ran 18.1 us in two device calls while 52-88 ranged 17.4-21.1.
 constexpr double kReduceLaunchIters = 4.0;
 constexpr double kPartialBytesPerIter = 5.0e6;
+// NOTES: split-K summed in the grid (reduce_in_grid): the same partial
+// bytes, but a grid-wide count and the CTAs' own sums in place of the second
+// launch. Only where each CTA's share of the output takes one pass of its
+// consumer threads (GridSumOnePass); with several, each pass waits on L2 in
+// turn (round 14 call 5, us, reduction kernel / summed in the grid: 128 x
+// 128 x 65536 split-K 128 19.8 / 18.8, 128 x 128 x 65472 19.6 / 18.6; 256 x
+// 4096 x 16384 128x128 split-K 2 66.0 / 74.3, 7 x 8192 x 8192 128x256
+// split-K 4 42.7 / 49.8). In the one-pass cases of calls 5 and 6 it was
+// 0.4-3 us faster in 8 of 10 same-call pairs and never more than 0.3 us
+// slower (128 x 128 x 65536 split-K 128: 18.8 / 19.8 and 18.5 / 18.3):
+// ~1.5 iterations less than the second launch. Not the 2-4 us predicted:
+// the partials' 8 MB still go to L2 and back, and the count waits for the
+// slowest CTA's stores to drain.
+constexpr double kGridSumIters = 2.5;
 // Splits of at least this many k-blocks each (pipeline fill per split).
 constexpr int64_t kMinKBlocksPerSplit = 4;
 // NOTES: below 32 k-blocks (K < 2048 for 16-bit inputs) the fixed costs of a
@@ -358,19 +372,33 @@ double SplitKCost(const Problem& p, Sm90Tile tile, int splits, bool separate_red
   return loop + kReduceLaunchIters + 2.0 * partial_bytes / kPartialBytesPerIter;
 }
 
-// Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate`:
-// which reductions to consider.
-Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate) {
+// Whether each CTA of a grid-summed split-K launch sums its share of the
+// output (bm x bn / 4 / splits quads) in one pass of its consumer threads.
+bool GridSumOnePass(Sm90Tile tile, int splits) {
+  const Sm90TileShape s = ShapeOf(tile);
+  return s.bm * s.bn / 4 <= int64_t(128) * (s.bm / 64) * splits;
+}
+
+// Split-K over one wave (tiles x splits <= SMs). `in_kernel` / `separate` /
+// `grid_sum`: which reductions to consider (the last two store every
+// split's partial; the reduction kernel or the grid itself sums them).
+Candidate SplitK(const Problem& p, Sm90Tile tile, bool in_kernel, bool separate, bool grid_sum) {
   Candidate best = DataParallel(p, tile);
   const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
+  auto consider = [&](const Sm90LaunchChoice& choice, double cost) {
+    if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
+      best.choice = choice;
+      best.cost = cost;
+    }
+  };
   for (int s = 2; s <= kb && tiles * s <= p.sms; ++s) {
     for (const bool sep : {false, true}) {
       if (sep ? !separate : (!in_kernel || s > kMaxSplits)) continue;
       if (sep && s > 2 && CeilDiv(kb, s) < kMinKBlocksPerSplit) continue;
       const double cost = SplitKCost(p, tile, s, sep);
-      if (best.choice.schedule == Sm90Schedule::kDataParallel || cost < best.cost) {
-        best.choice = SplitKLaunch(tile, tiles, s, sep);
-        best.cost = cost;
+      consider(SplitKLaunch(tile, tiles, s, sep), cost);
+      if (sep && grid_sum && GridSumOnePass(tile, s)) {
+        consider(GridSummedSplitKLaunch(tile, tiles, s), cost - kReduceLaunchIters + kGridSumIters);
       }
     }
   }
@@ -414,6 +442,12 @@ Sm90LaunchChoice SplitKLaunch(Sm90Tile tile, int64_t tiles, int splits, bool sep
   c.sk_tiles = tiles;  // launched as stream-K over tiles x splits CTAs
   c.grid = static_cast<int>(tiles * splits);
   c.workspace_slots = tiles * splits;  // one per CTA (stream-K slots)
+  return c;
+}
+
+Sm90LaunchChoice GridSummedSplitKLaunch(Sm90Tile tile, int64_t tiles, int splits) {
+  Sm90LaunchChoice c = SplitKLaunch(tile, tiles, splits, true);
+  c.reduce_in_grid = true;
   return c;
 }
 
@@ -474,7 +508,7 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
   }
   for (Sm90Tile tile : {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k192x192}) {
     consider(StreamK(p, tile));
-    consider(SplitK(p, tile, true, true));
+    consider(SplitK(p, tile, true, true, true));
   }
   return best.choice;
 }
@@ -503,7 +537,7 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
     }
     case Sm90Schedule::kSplitK: {
       // Data-parallel where two splits of every tile would not fit one wave.
-      return SplitK(p, tile, false, true).choice;
+      return SplitK(p, tile, false, true, false).choice;
     }
   }
   return DataParallel(p, tile).choice;
@@ -515,7 +549,9 @@ size_t ScheduleFlagBytes(int64_t slots) {
 
 size_t ScheduleFlagBytes(const Sm90LaunchChoice& c) {
   if (c.schedule == Sm90Schedule::kDataParallel || c.workspace_slots == 0) return 0;
-  if (c.schedule == Sm90Schedule::kSplitK && c.separate_reduction) return 0;
+  // No flags, but the first 256 bytes stay reserved (the counters of a
+  // grid-summed launch: ScheduleWorkspaceBytes).
+  if (c.schedule == Sm90Schedule::kSplitK && c.separate_reduction) return 256;
   return ScheduleFlagBytes(c.workspace_slots);
 }
 

@@ -83,6 +83,11 @@ struct Sm90LaunchChoice {
   // them over all SMs (scheduler/split_k_reduce.h); otherwise the holder of
   // each tile's last split reduces the others in the GEMM kernel.
   bool separate_reduction = false;
+  // kSplitK with separate_reduction: the GEMM grid sums the partials itself
+  // once every CTA has stored its own (a grid-wide count in the workspace),
+  // instead of a second kernel (GridSummedSplitKLaunch). Like the in-kernel
+  // fixup it needs every CTA resident at once (grid <= SMs).
+  bool reduce_in_grid = false;
   // kSplitK with 2 splits, reduced in the kernel, 128x128 tile only: the two
   // CTAs of each tile run as one 2-CTA cluster and the finalizer reads the
   // other's partial from its shared memory (distributed shared memory), so
@@ -187,6 +192,10 @@ double RequestItersPerKBlock(Sm90Tile tile, int64_t m, int64_t n, const Sm90RowA
 Sm90LaunchChoice MulticastDataParallelLaunch(Sm90Tile tile, int64_t m, int64_t n, int64_t batch,
                                              int num_sms, int max_clusters = 0);
 
+// SplitKLaunch with every split's partial stored and summed by the GEMM
+// grid itself (reduce_in_grid): tiles x splits must not exceed the SMs.
+Sm90LaunchChoice GridSummedSplitKLaunch(Sm90Tile tile, int64_t tiles, int splits);
+
 // Split-K in two over `tiles` 128x128 tiles, each tile's two CTAs one
 // cluster reducing through distributed shared memory (cluster_pairs). The
 // caller checks that `tiles` pairs fit the device at once.
@@ -199,9 +208,15 @@ double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t b
                        int splits, bool separate_reduction);
 
 // Workspace layout of a reducing schedule: the flag words (kFlagWordsPerSlot
-// per slot, one per consumer warpgroup, padded to 256 bytes; none for
-// split-K with a separate reduction, whose CTAs never wait on each other),
-// then `slots` fp32 tiles of bm x bn.
+// per slot, one per consumer warpgroup, padded to 256 bytes; for split-K
+// with a separate reduction 256 bytes, of which a grid-summed launch uses
+// its two counters at the start), then `slots` fp32 tiles of bm x bn.
+// NOTES: launches of different plans may share one workspace in turn (the
+// CUDA executor keeps one for all its reducing launches). Every launch
+// leaves its flags or counters at zero, and no plan's partials start within
+// the first 256 bytes, so the counters at the start are zero for every
+// grid-summed launch (a reduction kernel's partials at offset 0 made them
+// garbage: round 14 call 4).
 constexpr int kFlagWordsPerSlot = 3;  // one per consumer warpgroup of the 192-row tile
 size_t ScheduleFlagBytes(int64_t slots);
 size_t ScheduleFlagBytes(const Sm90LaunchChoice& c);

@@ -554,8 +554,9 @@ TEST(Heuristic, ChosenSchedulesAreSound) {
         ASSERT_EQ(c.workspace_slots, c.grid);
         if (c.separate_reduction) {
           ++separate;
-          // No flags: the slots alone.
-          ASSERT_EQ(ScheduleWorkspaceBytes(c), size_t(c.grid) * shape.bm * shape.bn * 4);
+          // No flags: 256 reserved bytes (a grid-summed launch's counters),
+          // then the slots.
+          ASSERT_EQ(ScheduleWorkspaceBytes(c), 256 + size_t(c.grid) * shape.bm * shape.bn * 4);
           CheckSeparateSplitK(tm, tn, int(batch), kb, c.splits);
           if (HasFatalFailure()) return;
           continue;
@@ -631,14 +632,20 @@ TEST(Heuristic, IssueShapes) {
             Sm90Schedule::kSplitK);
   EXPECT_EQ(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
   EXPECT_EQ(ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true).schedule, Sm90Schedule::kSplitK);
-  // One tile, K huge: many splits, reduced by the separate kernel; with
-  // DRAM the limit, about one CTA per SM (measured 18.1 us at 128 splits).
+  // One tile, K huge: many splits, every partial stored and summed by the
+  // grid itself; with DRAM the limit, about one CTA per SM (measured 18.8 us
+  // at 128 splits, 19.8 through the reduction kernel).
   const Sm90LaunchChoice one_tile = ChooseSm90Launch(128, 128, 65536, 1, 64, sms, true);
   EXPECT_TRUE(one_tile.separate_reduction);
+  EXPECT_TRUE(one_tile.reduce_in_grid);
+  // Few splits per tile leave each CTA several passes of sums: the
+  // reduction kernel, or the in-kernel fixup.
+  EXPECT_FALSE(ChooseSm90Launch(7, 8192, 8192, 1, 64, sms, true).reduce_in_grid);
+  EXPECT_FALSE(ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true).reduce_in_grid);
   EXPECT_EQ(one_tile.tile, Sm90Tile::k128x128);
   EXPECT_GE(one_tile.splits, 96);
-  EXPECT_EQ(ScheduleFlagBytes(one_tile), 0u);
-  EXPECT_EQ(ScheduleWorkspaceBytes(one_tile), size_t(one_tile.splits) * 128 * 128 * 4);
+  EXPECT_EQ(ScheduleFlagBytes(one_tile), 256u);
+  EXPECT_EQ(ScheduleWorkspaceBytes(one_tile), 256 + size_t(one_tile.splits) * 128 * 128 * 4);
   // 256 x 4096 x 16384: 64 square tiles split 2 in-kernel (measured 58.0 us
   // against 65.7 for 32 wide tiles split 4).
   const Sm90LaunchChoice wide = ChooseSm90Launch(256, 4096, 16384, 1, 64, sms, true);

@@ -31,27 +31,12 @@
 #include "kernels/scheduler/grouped_tile_scheduler.h"
 #include "kernels/scheduler/stream_k_scheduler.h"
 #include "kernels/scheduler/tile_scheduler.h"
+#include "kernels/sm90/epilogue_values.cuh"
 #include "kernels/sm90/ptx.cuh"
+#include "kernels/sm90/split_sums.cuh"
 #include "kernels/sm90/wgmma_ops.cuh"
 
 namespace gemm_kernels::sm90 {
-
-// What the epilogue of one problem reads.
-struct EpilogueParams {
-  int m, n;
-  void* d;
-  const void* c;  // nullptr when beta == 0
-  int64_t ldd, ldc, batch_stride_d, batch_stride_c;
-  float alpha, beta;
-  DataType out_dtype;
-  int vec2_ok;   // column pairs of C and D are 2-element aligned
-  int vec16_ok;  // D (and C when read): rows and batch members 16-byte aligned
-  // D is 16-bit, there is no C, and tma_d (KernelParams' or GroupedProblem's)
-  // maps D: kernels with a staging buffer take the staged TileEpilogue.
-  int tma_store;
-};
-
-static_assert(sizeof(EpilogueParams) % 16 == 0, "copied to shared memory in 16-byte pieces");
 
 // One member of a grouped launch, in device memory (an array built on the
 // host and copied there before the launch).
@@ -85,6 +70,11 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   // Split-K with a separate reduction kernel: every stream-K unit stores its
   // partial (StreamKScheduler::partials_only); flags is nullptr.
   int partials_only;
+  // Split-K whose partials the GEMM grid sums itself (SumPartialsInGrid;
+  // Sm90LaunchChoice::reduce_in_grid), else nullptr: [0] counts the CTAs
+  // whose partials are stored, [1] those done summing; both 0 between
+  // launches. Set only with partials_only and one CTA per (tile, split).
+  int* grid_counters;
   // Paired split-K (128-wide kernels, launched as 2-CTA clusters): CTA 2t
   // holds tile t's first k-range, 2t + 1 its second and the epilogue; the
   // partial goes through distributed shared memory (PairStorePartial /
@@ -473,27 +463,6 @@ __device__ __forceinline__ uint64_t DescB(const uint8_t* stage, int kk) {
   }
 }
 
-template <typename Out>
-struct OutTraits;
-template <>
-struct OutTraits<float> {
-  using Pair = float2;
-  __device__ static float2 Pack(float a, float b) { return make_float2(a, b); }
-  __device__ static float2 Unpack(float2 v) { return v; }
-};
-template <>
-struct OutTraits<__nv_bfloat16> {
-  using Pair = __nv_bfloat162;
-  __device__ static __nv_bfloat162 Pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
-  __device__ static float2 Unpack(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-};
-template <>
-struct OutTraits<__half> {
-  using Pair = __half2;
-  __device__ static __half2 Pack(float a, float b) { return __floats2half2_rn(a, b); }
-  __device__ static float2 Unpack(__half2 v) { return __half22float2(v); }
-};
-
 // The wgmma accumulator fragment gives each thread, in every 8-column block
 // j, the column pair (2c, 2c+1) of rows r (acc[4j], acc[4j+1]) and r + 8
 // (acc[4j+2], acc[4j+3]); r = 16 * warp + lane / 4, c = lane % 4.
@@ -695,18 +664,6 @@ __device__ __forceinline__ void StoreInteriorWide(const EpilogueParams& p, const
       }
     }
   }
-}
-
-// Element conversions of the epilogue's rolled loops (the vector paths
-// convert pairs through OutTraits).
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-template <typename Out>
-__device__ __forceinline__ Out FromFloat(float v) {
-  if constexpr (std::is_same_v<Out, float>) return v;
-  else if constexpr (std::is_same_v<Out, __half>) return __float2half_rn(v);
-  else return __float2bfloat16_rn(v);
 }
 
 // Values of `vals` read ahead per group in StoreEdge.
@@ -1015,6 +972,67 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
     if (outside) continue;
     const float4* src = ConsumerPartial<Cfg>(p, slot, consumer);
     AddPartial(acc, [&](int j) { return __ldcg(src + j * 128 + tid); });
+  }
+}
+
+// ---------------------------------------------------------------- split-K summed in the grid
+//
+// NOTES: with the separate reduction kernel, 128 x 128 x 65536 (split-K 128)
+// took 18.8 us back to back where its GEMM grid's CTAs ran ~11.7 us (round
+// 14: per-CTA stamps); the rest went to the second launch, which can take an
+// SM only once the GEMM's CTA there has exited, waits for the whole grid to
+// complete and flush, and then holds SMs the next GEMM waits for. Here the
+// same CTAs, all resident at once (grid <= SMs, as for the stream-K fixup),
+// sum the partials after a grid-wide count: no second launch.
+
+// Named barrier over all consumer warpgroups (ids 1-3 are per consumer).
+constexpr int kAllConsumersBarrier = 4;
+
+// After this CTA's consumers have stored their partial (StorePartial): once
+// every CTA has, each CTA sums an equal share of the output's quads over
+// all splits and stores them (SumSplitQuads), with every consumer thread.
+template <class Cfg>
+__device__ void SumPartialsInGrid(const KernelParams& p, SharedStorage<Cfg>& ss) {
+  constexpr int kThreads = 128 * Cfg::kConsumers;
+  const int thread = threadIdx.x - 128;  // consumer threads follow the producer warpgroup
+  auto sync = [] { ptx::NamedBarrierSync(kAllConsumersBarrier, kThreads); };
+  sync();
+  if (thread == 0) {
+    ptx::ArriveCounter(&p.grid_counters[0]);
+    ptx::WaitCounter(&p.grid_counters[0], gridDim.x);
+  }
+  sync();
+  const int64_t tiles = int64_t(p.tiles_m) * p.tiles_n * p.batch;
+  SplitSumArgs args;
+  args.epi = p.epi;
+  args.partials = p.partials;
+  args.tiles_m = p.tiles_m;
+  args.tiles_n = p.tiles_n;
+  args.batch = p.batch;
+  args.group_m = p.group_m;
+  args.splits = static_cast<int>(gridDim.x / tiles);  // one CTA per (tile, split)
+  args.quads = tiles * Cfg::kBM * Cfg::kBN_ / 4;
+  const int64_t first = blockIdx.x * args.quads / gridDim.x;
+  const int64_t end = (blockIdx.x + 1) * args.quads / gridDim.x;
+  // Split groups multiply the threads per quad while the CTA's quads leave
+  // threads idle (one tile of 128 splits: 32 quads per CTA, 8 groups).
+  int groups = 1;
+  while (2 * groups <= 32 && 2 * groups <= args.splits && (end - first) * 2 * groups <= kThreads) {
+    groups *= 2;
+  }
+  const int per_pass = kThreads / groups;
+  // The ring is free: every stage was consumed and the producer is done.
+  float4* group_sums = reinterpret_cast<float4*>(&ss.a[0][0]);
+  for (int64_t q = first; q < end; q += per_pass) {
+    SumSplitQuads<Cfg::kBM, Cfg::kBN_>(args, q, end, groups, per_pass, group_sums, thread, sync);
+    if (groups > 1) sync();
+  }
+  // The last CTA to finish resets the counters: every CTA has passed the
+  // wait by then, and the next launch reads them only after this grid has
+  // completed (griddepcontrol.wait).
+  if (thread == 0 && atomicAdd(&p.grid_counters[1], 1) == int(gridDim.x) - 1) {
+    p.grid_counters[0] = 0;
+    p.grid_counters[1] = 0;
   }
 }
 
@@ -1381,6 +1399,9 @@ __global__ void __launch_bounds__(
       ConsumerLoopPingPong<In, Cfg, kAKMajor, kBKMajor>(p, ss, warpgroup - 1);
     } else {
       ConsumerLoop<In, Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, warpgroup - 1);
+      if constexpr (!kGrouped) {
+        if (p.grid_counters != nullptr) SumPartialsInGrid<Cfg>(p, ss);
+      }
     }
     if (threadIdx.x % 128 == 0) StampCta(p, 1 + warpgroup, GlobalTimer());
   }

@@ -175,18 +175,31 @@ __device__ __forceinline__ void SignalFlag(int* flag) {
   asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(flag), "r"(1) : "memory");
 }
 
-// Spins until *flag == 1 (acquire). NOTES: a schedule bug would otherwise
-// hang the GPU; after ~10 s of spinning the kernel traps, so the launch fails
-// with an error instead.
-__device__ __forceinline__ void WaitFlag(const int* flag) {
+// Spins until *counter == target (acquire). NOTES: equality, not >=: a
+// stream-K flag region may hold another plan's partials from an earlier
+// launch on the same workspace (the signal overwrites them with 1), and
+// such bits read as a large count would end the wait early (round 14 call
+// 5). A schedule bug would otherwise hang the GPU; after ~10 s of spinning
+// the kernel traps, so the launch fails with an error instead.
+__device__ __forceinline__ void WaitCounter(const int* counter, int target) {
   const long long start = clock64();
   while (true) {
     int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if (v == 1) return;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    if (v == target) return;
     __nanosleep(64);
     if (clock64() - start > (1ll << 34)) asm volatile("trap;");
   }
+}
+
+// Spins until *flag == 1.
+__device__ __forceinline__ void WaitFlag(const int* flag) { WaitCounter(flag, 1); }
+
+// Split-K summed in the grid: counts this CTA in, after a barrier over the
+// threads whose stores the count publishes (the fence is cumulative).
+__device__ __forceinline__ void ArriveCounter(int* counter) {
+  __threadfence();
+  atomicAdd(counter, 1);
 }
 
 // ---- 2-CTA clusters (paired split-K): distributed shared memory.

@@ -409,29 +409,37 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     *error = "split-K with a separate reduction needs one CTA per (tile, split)";
     return nullptr;
   }
+  int device = 0, sms = 1;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  // Summed in the grid: every CTA waits for all the others' partials.
+  const bool in_grid = separate && choice.reduce_in_grid;
+  if (in_grid && choice.grid > sms) {
+    *error = "split-K summed in the grid: " + std::to_string(choice.grid) +
+             " CTAs must be resident at once, the device has " + std::to_string(sms) + " SMs";
+    return nullptr;
+  }
   kp.sk_tiles = reducing ? choice.sk_tiles : 0;
   kp.partials_only = separate ? 1 : 0;
   kp.flags = uses_workspace && !separate ? static_cast<int*>(workspace) : nullptr;
+  kp.grid_counters = in_grid ? static_cast<int*>(workspace) : nullptr;
   kp.partials = uses_workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
                                                           ScheduleFlagBytes(choice))
                                : nullptr;
-  if (separate) {
-    int device = 0, sms = 1;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (separate && !in_grid) {
     const SplitKReducePlan rp =
         PlanSplitKReduce(choice.sk_tiles, shape.bm, shape.bn, choice.splits, sms);
     sm90::SplitKReduceParams& r = plan->reduce_params_;
-    r.epi = kp.epi;
-    r.partials = kp.partials;
-    r.tiles_m = kp.tiles_m;
-    r.tiles_n = kp.tiles_n;
-    r.batch = kp.batch;
-    r.group_m = kp.group_m;
-    r.splits = choice.splits;
+    r.sums.epi = kp.epi;
+    r.sums.partials = kp.partials;
+    r.sums.tiles_m = kp.tiles_m;
+    r.sums.tiles_n = kp.tiles_n;
+    r.sums.batch = kp.batch;
+    r.sums.group_m = kp.group_m;
+    r.sums.splits = choice.splits;
+    r.sums.quads = rp.quads;
     r.groups = rp.groups;
     r.quads_per_block = rp.quads_per_block;
-    r.quads = rp.quads;
     plan->reduce_blocks_ = static_cast<int>(rp.blocks);
     using sm90::SplitKReduceKernel;
     plan->reduce_func_ =
@@ -439,8 +447,10 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
         : shape.bn == 256 ? reinterpret_cast<const void*>(&SplitKReduceKernel<128, 256>)
         : shape.bn == 128 ? reinterpret_cast<const void*>(&SplitKReduceKernel<128, 128>)
                           : reinterpret_cast<const void*>(&SplitKReduceKernel<128, 64>);
-  } else if (uses_workspace) {
-    // Flags start at zero; every launch leaves them at zero.
+  }
+  if (uses_workspace) {
+    // Flags (and the grid's counters) start at zero; every launch leaves
+    // them at zero.
     const cudaError_t e = cudaMemsetAsync(workspace, 0, ScheduleFlagBytes(choice));
     if (e != cudaSuccess) {
       *error = std::string("workspace flags: ") + cudaGetErrorString(e);
@@ -454,7 +464,10 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   if (reducing) {
     schedule = choice.schedule == Sm90Schedule::kSplitK
                    ? "_splitk" + std::to_string(choice.splits) +
-                         (separate ? "_reduce" : choice.cluster_pairs ? "_pairs" : "")
+                         (in_grid          ? "_gridsum"
+                          : separate       ? "_reduce"
+                          : choice.cluster_pairs ? "_pairs"
+                                                 : "")
                    : "_streamk" + std::to_string(choice.sk_tiles);
   }
   plan->name_ = std::string(tile == Sm90Tile::k128x128PingPong ? "sm90_tma_wgmma_pingpong_"
