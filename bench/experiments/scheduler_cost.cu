@@ -6,6 +6,8 @@
 // setmaxnreg. Each is timed with clock64 in one thread per CTA, alone.
 // Build: nvcc -std=c++17 -O2 -I. -gencode=arch=compute_90a,code=sm_90a \
 //          -o scheduler_cost bench/experiments/scheduler_cost.cu
+// Outcome (round 14 call 4, H200): split-K construction 569 cycles, first
+// Next() 407; data-parallel both 41: about half of the 1 us.
 #include <cuda_runtime.h>
 
 #include <cstdio>
