@@ -49,8 +49,18 @@ bool OperandParams(const NormalizedOperand& op, int64_t mn, int64_t k, int64_t b
                               out, why);
 }
 
+// NOTES: L2 promotion. With 256 B each 128-byte box row's miss also brings
+// the next 128 bytes of the row (the next k-block) into the L2. A/B in one
+// binary (round 14 call 11, four alternations each), 128 B against 256 B:
+// grouped lists +1-4% (64 problems 107.2-108.5 -> 111.9-113.5 TFLOP/s),
+// 128 x 128 x 65536 split-K 128 +4% (113-114 -> 116-118), skinny split-K
+// with the reduction kernel unchanged, 256 x 4096 x 16384 (in-kernel
+// split-K 2) -1%, the compute-bound shapes within that call's noise. So
+// grouped launches and split-K with stored partials take 128 B, the rest
+// keeps 256 B.
 bool Encode(const TmaOperandParams& tp, const void* base, CUtensorMapDataType dtype,
-            CUtensorMap* out, std::string* error) {
+            CUtensorMap* out, std::string* error,
+            CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   auto encode = TensorMapEncoder();
   if (!encode) {
     *error = "cuTensorMapEncodeTiled unavailable from the driver";
@@ -59,7 +69,7 @@ bool Encode(const TmaOperandParams& tp, const void* base, CUtensorMapDataType dt
   const cuuint32_t elem_strides[3] = {1, 1, 1};
   const CUresult r = encode(out, dtype, 3, const_cast<void*>(base), tp.dims, tp.strides_bytes,
                             tp.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_SWIZZLE_128B, promotion,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     *error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r));
@@ -350,7 +360,13 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   }
   KernelParams& kp = plan->params_;
   std::memset(&kp, 0, sizeof(kp));
-  if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error) || !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error)) {
+  // Split-K with every partial stored: the operands stream once (Encode).
+  const CUtensorMapL2promotion promotion =
+      choice.schedule == Sm90Schedule::kSplitK && choice.separate_reduction
+          ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+          : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error, promotion) ||
+      !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error, promotion)) {
     return nullptr;
   }
   kp.m = static_cast<int>(p.m);
@@ -586,8 +602,8 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
       *error = "problem " + std::to_string(i) + ": " + why;
       return nullptr;
     }
-    if (!Encode(ta, p.a.ptr, tdt, &descs[i].tma_a, error) ||
-        !Encode(tb, p.b.ptr, tdt, &descs[i].tma_b, error)) {
+    if (!Encode(ta, p.a.ptr, tdt, &descs[i].tma_a, error, CU_TENSOR_MAP_L2_PROMOTION_L2_128B) ||
+        !Encode(tb, p.b.ptr, tdt, &descs[i].tma_b, error, CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
       return nullptr;
     }
     descs[i].epi = MakeEpilogue(p);
