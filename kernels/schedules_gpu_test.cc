@@ -123,6 +123,17 @@ Pools* GetPools() {
   return pools;
 }
 
+// Multiprocessors of the current device (0 when it cannot be read; the
+// tests that ask have passed SkipReason).
+int SmCount() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return sms;
+}
+
 void* Workspace() {
   static void* ws = [] {
     void* p = nullptr;
@@ -460,17 +471,15 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
 // reduction kernel's shapes and a skinny 7 x 8192 x 4096, then random shapes
 // with split counts up to what fits the SMs (M < 64, K tails, ragged N,
 // every tile, layout and dtype, alpha / beta with C), against
-// data-parallel and, for a share,
-// float64; each launch leaves the grid's counters at zero for the next,
-// which the next case's launch (same workspace) relies on.
+// data-parallel and, for a share, float64. Each launch leaves the grid's
+// counters at zero for the next case's launch on the same workspace.
 TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
   const uint64_t seed = rng_();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  int device = 0, sms = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = SmCount();
+  ASSERT_GT(sms, 0);
   const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
                             Sm90Tile::k192x192};
   std::vector<Shape> shapes = {{128, 128, 65536}, {100, 72, 20000}, {200, 390, 9000},
@@ -525,9 +534,8 @@ TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
 // plan's partials, makes a grid-summed launch read partials early or spin
 // until the kernel traps; round 14 call 4) and the others within rounding.
 TEST_F(SchedulesGpuTest, SchedulesShareOneWorkspace) {
-  int device = 0, sms = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = SmCount();
+  ASSERT_GT(sms, 0);
   for (Shape s : {Shape{128, 128, 65536}, Shape{7, 520, 3000}, Shape{300, 260, 7000}}) {
     SCOPED_TRACE(s.Describe());
     Operands o;
@@ -705,9 +713,8 @@ TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-  int device = 0, sms = 0;
-  CUDA_OK(cudaGetDevice(&device));
-  CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int sms = SmCount();
+  ASSERT_GT(sms, 0);
   const TileHint hints[] = {TileHint::k128x256, TileHint::k128x128, TileHint::k128x64,
                             TileHint::k192x192};
   const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
