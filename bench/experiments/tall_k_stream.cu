@@ -18,8 +18,9 @@
 // Build: nvcc -std=c++17 -O2 -I. -gencode=arch=compute_90a,code=sm_90a \
 //          -o tall_k_stream bench/experiments/tall_k_stream.cu
 // usage: tall_k_stream
-// Outcome (round 14 call 2, H200): every reader takes 11.3-12.9 us per
-// launch (2.6-3.0 TB/s), the GEMM's TMA ring from 32 CTAs up included,
+// Outcome (round 14 call 2, H200): every reader with enough loads in
+// flight takes 11.3-12.9 us per launch (2.6-3.0 TB/s), the GEMM's TMA ring
+// from 32 CTAs up included (plain loads from 128 CTAs of 512 threads up),
 // like one linear read of 32 MB (12.0 us): the pattern is not what holds
 // the GEMM at ~18.7 us (bench/RESULTS.md, KERNEL_NOTES v15).
 #include <cuda.h>
