@@ -240,9 +240,9 @@ constexpr double kPartialBytesPerIter = 5.0e6;
 // 128 x 65536 split-K 128 19.8 / 18.8, 128 x 128 x 65472 19.6 / 18.6; 256 x
 // 4096 x 16384 128x128 split-K 2 66.0 / 74.3, 7 x 8192 x 8192 128x256
 // split-K 4 42.7 / 49.8). In the one-pass cases of calls 5 and 6 it was
-// 0.4-3 us faster in 8 of 10 same-call pairs and never more than 0.3 us
-// slower (128 x 128 x 65536 split-K 128: 18.8 / 19.8 and 18.5 / 18.3):
-// ~1.5 iterations less than the second launch. Not the 2-4 us predicted:
+// faster in 9 of 12 same-call pairs (0.7-2.2 us, once 4.8) and slower in 3
+// by 0.2-0.3 us (128 x 128 x 65536 split-K 128: 18.8 / 19.8 and 18.5 /
+// 18.3): ~1.5 iterations less than the second launch. Not the 2-4 us predicted:
 // the partials' 8 MB still go to L2 and back, and the count waits for the
 // slowest CTA's stores to drain.
 constexpr double kGridSumIters = 2.5;
