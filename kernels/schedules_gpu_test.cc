@@ -376,13 +376,21 @@ class SchedulesGpuTest : public ::testing::Test {
 };
 
 const Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
+const Sm90Tile kCooperativeTiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
+                                      Sm90Tile::k192x192};
+
+// A test's own generator, from a fresh seed that is printed so a failing
+// run can be replayed.
+std::mt19937_64 SeededRng(std::mt19937_64& source) {
+  const uint64_t seed = source();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return std::mt19937_64(seed);
+}
 
 // >= 2000 random shapes: M < 64 often, K tails, single tiles, every layout,
 // forced stream-K / split-K / the heuristic, every cooperative tile.
 TEST_F(SchedulesGpuTest, RandomShapesAgainstDataParallel) {
-  const uint64_t seed = rng_();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = SeededRng(rng_);
   int counts[3] = {0, 0, 0};
   const int kCases = 2000;
   for (int t = 0; t < kCases; ++t) {
@@ -474,14 +482,10 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
 // data-parallel and, for a share, float64. Each launch leaves the grid's
 // counters at zero for the next case's launch on the same workspace.
 TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
-  const uint64_t seed = rng_();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = SeededRng(rng_);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   const int sms = SmCount();
   ASSERT_GT(sms, 0);
-  const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
-                            Sm90Tile::k192x192};
   std::vector<Shape> shapes = {{128, 128, 65536}, {100, 72, 20000}, {200, 390, 9000},
                                {1000, 1000, 1000}, {7, 520, 3000}, {7, 8192, 4096}};
   for (int t = 0; t < 200; ++t) {
@@ -504,16 +508,15 @@ TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
       s.alpha = std::uniform_real_distribution<float>(-2, 2)(rng);
       s.beta = pick(0, 1) ? std::uniform_real_distribution<float>(-2, 2)(rng) : 0.0f;
     }
-    const Sm90Tile tile = tiles[pick(0, 3)];
+    const Sm90Tile tile = kCooperativeTiles[pick(0, 3)];
     const int64_t split_pick = pick(2, 132);
     int splits_used = 0;
     const ChoiceFor summed = [&](const NormalizedProblem& p) {
       const int64_t n_tiles = TileCount(tile, p.m, p.n, p.batch);
       const int64_t kb = (p.k + 63) / 64;
-      int splits = int(std::min<int64_t>({split_pick, kb, std::max<int64_t>(1, sms / n_tiles)}));
-      splits = std::max(splits, 1);
-      splits_used = splits;
-      return GridSummedSplitKLaunch(tile, n_tiles, splits);
+      // K >= 65 gives at least two k-blocks, so at least one split.
+      splits_used = int(std::min<int64_t>({split_pick, kb, std::max<int64_t>(1, sms / n_tiles)}));
+      return GridSummedSplitKLaunch(tile, n_tiles, splits_used);
     };
     std::string name;
     RunAgainstDataParallel(s, rng, listed || case_no % 10 == 0, &name, true, summed);
@@ -667,9 +670,7 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernelBatched) {
 // that range (M < 64, K tails, ragged N, every layout and dtype, alpha /
 // beta with C) against data-parallel and, for a share, float64.
 TEST_F(SchedulesGpuTest, PairedSplitKAgainstDataParallel) {
-  const uint64_t seed = rng_();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = SeededRng(rng_);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   const int kCases = 300;
   int paired = 0;
@@ -709,16 +710,12 @@ TEST_F(SchedulesGpuTest, PairedSplitKAgainstDataParallel) {
 // four cooperative tiles (192x192 with K-major A), against data-parallel
 // and, for a share, float64.
 TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
-  const uint64_t seed = rng_();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
+  std::mt19937_64 rng = SeededRng(rng_);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   const int sms = SmCount();
   ASSERT_GT(sms, 0);
   const TileHint hints[] = {TileHint::k128x256, TileHint::k128x128, TileHint::k128x64,
                             TileHint::k192x192};
-  const Sm90Tile tiles[] = {Sm90Tile::k128x256, Sm90Tile::k128x128, Sm90Tile::k128x64,
-                            Sm90Tile::k192x192};
   const int kCases = 300;
   for (int t = 0; t < kCases; ++t) {
     Shape s{};
@@ -740,8 +737,9 @@ TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
     // 192x192 splits A into 96-row halves, K-major only: with MN-major A
     // (after normalization) the 128x128 tile stands in.
     const ChoiceFor multicast = [&](const NormalizedProblem& p) {
-      const Sm90Tile tile =
-          tiles[which] == Sm90Tile::k192x192 && !p.a.k_major ? Sm90Tile::k128x128 : tiles[which];
+      const Sm90Tile tile = kCooperativeTiles[which] == Sm90Tile::k192x192 && !p.a.k_major
+                                ? Sm90Tile::k128x128
+                                : kCooperativeTiles[which];
       return MulticastDataParallelLaunch(tile, p.m, p.n, p.batch, sms, Sm90MaxPairClusters());
     };
     std::string name;

@@ -425,9 +425,13 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     *error = "split-K with a separate reduction needs one CTA per (tile, split)";
     return nullptr;
   }
-  int device = 0, sms = 1;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  // Both ways of summing stored partials size themselves by the SMs.
+  int sms = 1;
+  if (separate) {
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  }
   // Summed in the grid: every CTA waits for all the others' partials.
   const bool in_grid = separate && choice.reduce_in_grid;
   if (in_grid && choice.grid > sms) {
