@@ -7,7 +7,9 @@
 // Build: nvcc -std=c++17 -O2 -I. -gencode=arch=compute_90a,code=sm_90a \
 //          -o scheduler_cost bench/experiments/scheduler_cost.cu
 // Outcome (round 14 call 4, H200): split-K construction 569 cycles, first
-// Next() 407; data-parallel both 41: about half of the 1 us.
+// Next() 407; data-parallel both 41: about half of the 1 us. Not the 64-bit
+// divisions: with the schedulers dividing in 32 bits where the operands fit
+// (round 15 call 4, reverted) the same run took 573-715 and 424 cycles.
 #include <cuda_runtime.h>
 
 #include <cstdio>
