@@ -68,3 +68,32 @@ memcheck() {
   echo "rc=$?"
   grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) |Invalid|out of bounds${6:+|$6}" "$OUT/$3" | head -12
 }
+
+# power_probe_sampled DIR TAG [case...]: DIR/power_probe run with nvidia-smi
+# sampling the SM clock, power, temperature and throttle reasons every 20 ms
+# beside it; logs $OUT/probe_TAG.log, $OUT/smi_TAG.csv, the per-phase table
+# in $OUT/join_TAG.txt (printed).
+power_probe_sampled() {
+  local dir=$1 tag=$2
+  shift 2
+  # Instantaneous power where the driver has it (power.draw is a 1 s average
+  # on recent drivers); the event-reasons field under its older name otherwise.
+  local power=power.draw reasons=clocks_event_reasons.active
+  nvidia-smi --query-gpu=power.draw.instant --format=csv,noheader >/dev/null 2>&1 &&
+    power=power.draw.instant
+  nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 ||
+    reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=timestamp,clocks.sm,$power,temperature.gpu,$reasons \
+    --format=csv,noheader,nounits -lms 20 >"$OUT/smi_$tag.csv" 2>&1 &
+  local smi_pid=$!
+  sleep 1
+  LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH timeout 300 "$dir/power_probe" run \
+    "$OUT/phases_$tag.txt" "$@" >"$OUT/probe_$tag.log" 2>&1
+  echo "== power_probe $tag rc=$?"
+  sleep 0.5
+  kill $smi_pid
+  wait $smi_pid 2>/dev/null
+  LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH "$dir/power_probe" join "$OUT/phases_$tag.txt" \
+    "$OUT/smi_$tag.csv" >"$OUT/join_$tag.txt"
+  grep "^|" "$OUT/join_$tag.txt" | grep -v -- "---" | cut -d'|' -f2-7
+}

@@ -102,6 +102,10 @@ struct Sm90LaunchChoice {
   // the previous kernel's tail). false only in experiments
   // (bench/schedule_sweep).
   bool programmatic_launch = true;
+  // L2 promotion of the operand tensor maps in bytes (0 none, 128, 256), or
+  // -1: the plan's default (MakeSm90Plan: 128 for split-K with stored
+  // partials, 256 otherwise). Experiments only (bench/power_probe).
+  int l2_promotion = -1;
   // Experiments only (bench/schedule_sweep "clock"): device memory of grid x
   // kCtaClockWords words that each launch fills with per-CTA %globaltimer
   // stamps and the SM id; nullptr otherwise.

@@ -361,10 +361,13 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   KernelParams& kp = plan->params_;
   std::memset(&kp, 0, sizeof(kp));
   // Split-K with every partial stored: the operands stream once (Encode).
-  const CUtensorMapL2promotion promotion =
+  CUtensorMapL2promotion promotion =
       choice.schedule == Sm90Schedule::kSplitK && choice.separate_reduction
           ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
           : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+  if (choice.l2_promotion == 0) promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
+  if (choice.l2_promotion == 128) promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+  if (choice.l2_promotion == 256) promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
   if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error, promotion) ||
       !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error, promotion)) {
     return nullptr;
