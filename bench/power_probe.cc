@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -169,14 +170,19 @@ bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::
     }
   }
   const double flops = 2.0 * m * n * k;
+  auto theirs = [&](int s) {
+    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, a[s], b[s], dref[s]).empty();
+  };
   const bool ok =
       RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets, flops, phases) &&
-      RunPhase(name, "cublas",
-               [&](int s) {
-                 return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, a[s], b[s], dref[s]).empty();
-               },
-               sets, flops, phases);
-  std::printf("  (ours: %s)\n", ours[0].kernel_name().c_str());
+      RunPhase(name, "cublas", theirs, sets, flops, phases);
+  // Ours must compute what cuBLAS does: set 0, output poisoned first.
+  double rel = NAN;
+  if (ok && theirs(0) && cudaMemset(d[0], 0xFF, m * n * 2) == cudaSuccess && ours[0].Run(nullptr).ok() &&
+      cudaDeviceSynchronize() == cudaSuccess) {
+    rel = gemm_bench::RelDiffBf16(d[0], dref[0], m * n);
+  }
+  std::printf("  (ours: %s, rel diff vs cuBLAS %.1e)\n", ours[0].kernel_name().c_str(), rel);
   for (int s = 0; s < sets; ++s) {
     cudaFree(a[s]);
     cudaFree(b[s]);
@@ -184,7 +190,7 @@ bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::
     cudaFree(dref[s]);
   }
   cudaFree(ws);
-  return ok;
+  return ok && rel < 1e-2;
 }
 
 bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint64_t seed,
@@ -231,10 +237,23 @@ bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint
     }
     theirs.push_back(std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, members));
   }
-  const bool ok =
+  bool ok =
       RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets, flops, phases) &&
       RunPhase(name, "cublas", [&](int s) { return theirs[s]->Run().empty(); }, sets, flops, phases);
-  std::printf("  (ours: %s)\n", ours[0].kernel_name().c_str());
+  // Every member of set 0 against cuBLAS's, our outputs poisoned first.
+  double worst = 0;
+  ok = ok && theirs[0]->Run().empty();
+  for (int i = 0; i < count && ok; ++i) {
+    ok = cudaMemset(buffers[4 * i + 2], 0xFF, size_t(ms[i]) * n * 2) == cudaSuccess;
+  }
+  ok = ok && ours[0].Run(nullptr).ok() && cudaDeviceSynchronize() == cudaSuccess;
+  for (int i = 0; i < count && ok; ++i) {
+    const double rel =
+        gemm_bench::RelDiffBf16(buffers[4 * i + 2], buffers[4 * i + 3], int64_t(ms[i]) * n);
+    worst = rel < 1e-2 ? std::max(worst, rel) : NAN;
+    if (!(rel < 1e-2)) ok = false;
+  }
+  std::printf("  (ours: %s, worst rel diff vs cuBLAS %.1e)\n", ours[0].kernel_name().c_str(), worst);
   theirs.clear();
   for (void* p : buffers) cudaFree(p);
   return ok;
