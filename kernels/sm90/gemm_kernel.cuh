@@ -1187,11 +1187,14 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int unit = 0;  // cta_clock words of the first kCtaClockUnits units
   int store_problem = -1;  // staged stores: the problem whose tma_d is fenced
   // Descriptors of stage 0, k-step 0; the k-loop only adds the stage's and
-  // the k-step's offsets. The consumer index goes through a lane-0 shuffle so
-  // that the compiler knows it is warp-uniform. NOTES: built from the stage
-  // address in every k-step, the descriptors took ~60 of the k-loop's ~100
-  // instructions per warp and k-block (128x256 SASS, 2026-12-02), and ncu
-  // counted twice cuBLAS's instructions for one 4096^3 launch.
+  // the k-step's offsets. NOTES: built from the stage address in every
+  // k-step, the descriptors took ~60 of the k-loop's ~100 instructions per
+  // warp and k-block (128x256 SASS, 2026-12-02; ncu: 34.6 M instructions
+  // per 4096^3 launch against cuBLAS's 16.6 M, 25.1 M now). The lane-0
+  // shuffle of the consumer index was meant to mark it warp-uniform; the
+  // SASS still moves each descriptor from a per-thread register to a
+  // uniform one before every wgmma, and shuffling the k-range as well did
+  // not change that (round 16 call 7).
   const int consumer_u = __shfl_sync(0xffffffffu, consumer, 0);
   const uint64_t desc_a0 = DescA<Cfg, kAKMajor>(ss.a[0], consumer_u, 0);
   const uint64_t desc_b0 = DescB<Cfg, kBKMajor>(ss.b[0], 0);
