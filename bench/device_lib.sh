@@ -97,3 +97,22 @@ power_probe_sampled() {
     "$OUT/smi_$tag.csv" >"$OUT/join_$tag.txt"
   grep "^|" "$OUT/join_$tag.txt" | grep -v -- "---" | cut -d'|' -f2-7
 }
+
+# schedule_bench_ab BASE VARIANT: each bundle's schedule_bench twice,
+# alternating base and variant; logs $OUT/bench_{base,variant}_{1,2}.log, the
+# issue shapes' rows (case, ours, cuBLAS, ratio) on stdout.
+schedule_bench_ab() {
+  local run dir v
+  for run in 1 2; do
+    for dir in "$1" "$2"; do
+      v=base
+      [ "$dir" = "$2" ] && v=variant
+      echo "== schedule_bench $v run $run"
+      LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH timeout 150 "$dir/schedule_bench" \
+        >"$OUT/bench_${v}_$run.log" 2>&1
+      echo "rc=$?"
+      grep -E "^\| (sk|skinny|grouped)|geometric" "$OUT/bench_${v}_$run.log" | cut -d'|' -f2,4,5,9 |
+        grep -v diagnostic
+    done
+  done
+}

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
@@ -33,16 +34,6 @@ using gemm_kernels::Layout;
 constexpr int kWarmup = 5;
 constexpr int kSamples = 25;
 constexpr int kRunsPerSample = 8;
-
-#define CHECK_CUDA(expr)                                                                     \
-  do {                                                                                       \
-    cudaError_t e_ = (expr);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr,                      \
-                   cudaGetErrorString(e_));                                                  \
-      return false;                                                                          \
-    }                                                                                        \
-  } while (0)
 
 struct BenchCase {
   const char* name;

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/bf16_data.h"
+#include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
@@ -66,14 +67,6 @@ constexpr double kWarmSeconds = 0.3;
 constexpr double kPhaseSeconds = 1.5;
 constexpr double kSettleSeconds = 0.4;
 
-#define CHECK_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    cudaError_t e_ = (expr);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      return false;                                                                           \
-    }                                                                                         \
-  } while (0)
 
 // Seconds since local midnight: nvidia-smi's timestamps are local wall time.
 double LocalSecondsOfDay() {
@@ -140,137 +133,236 @@ bool RunPhase(const std::string& name, const char* impl, const Launcher& launch,
   return true;
 }
 
-bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::CublasBaseline& cublas,
-           size_t l2, std::FILE* phases) {
-  const int sets = gemm_bench::RotatingSets(size_t(m * k + k * n + m * n) * 2, l2);
-  std::vector<void*> a(sets), b(sets), d(sets), dref(sets);
-  std::vector<Gemm> ours(sets);
-  size_t ws_bytes = 256;
-  std::vector<GemmArguments> args(sets);
-  for (int s = 0; s < sets; ++s) {
-    a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
-    b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
-    CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
-    CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
-    if (!a[s] || !b[s]) return false;
-    GemmArguments& g = args[s];
+// Rotating input sets of one dense bf16 problem (A row-major, B column-major,
+// D row-major) and cuBLAS's output beside ours; freed with the object.
+struct DenseSets {
+  int64_t m, n, k;
+  int sets = 0;
+  std::vector<void*> a, b, d, dref;
+
+  DenseSets(int64_t m_, int64_t n_, int64_t k_, size_t l2) : m(m_), n(n_), k(k_) {
+    sets = gemm_bench::RotatingSets(size_t(m * k + k * n + m * n) * 2, l2);
+    a.assign(sets, nullptr);
+    b.assign(sets, nullptr);
+    d.assign(sets, nullptr);
+    dref.assign(sets, nullptr);
+  }
+  ~DenseSets() {
+    for (auto* v : {&a, &b, &d, &dref})
+      for (void* p : *v) cudaFree(p);
+  }
+  bool Allocate() {
+    for (int s = 0; s < sets; ++s) {
+      a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
+      b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
+      CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
+      CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
+      if (!a[s] || !b[s]) return false;
+    }
+    return true;
+  }
+  GemmArguments Arguments(int s) const {
+    GemmArguments g;
     g.m = m;
     g.n = n;
     g.k = k;
     g.a = {a[s], DataType::kBF16, Layout::kRowMajor, k, 0};
     g.b = {b[s], DataType::kBF16, Layout::kColMajor, k, 0};
     g.d = {d[s], DataType::kBF16, Layout::kRowMajor, n, 0};
-    ws_bytes = std::max(ws_bytes, Gemm::WorkspaceSize(g, TileHint::kAuto, ScheduleHint::kAuto));
+    return g;
+  }
+  double Flops() const { return 2.0 * m * n * k; }
+};
+
+// One implementation of a case; `ours` are checked against cuBLAS's output.
+struct Impl {
+  std::string name;
+  Launcher launch;
+  bool ours;
+};
+
+// Each of `impls` alone for a phase, in order (or, `once`, two launches
+// each: one to warm up, one for ncu); then each of ours against `cublas`
+// on set 0, our output poisoned first.
+bool RunDenseImpls(const char* name, const DenseSets& sets, const std::vector<Impl>& impls,
+                   const Launcher& cublas, bool once, std::FILE* phases) {
+  bool ok = true;
+  for (const Impl& impl : impls) {
+    if (!ok) break;
+    if (once) {
+      for (int r = 0; r < 2 && ok; ++r) ok = impl.launch(r % sets.sets);
+    } else {
+      ok = RunPhase(name, impl.name.c_str(), impl.launch, sets.sets, sets.Flops(), phases);
+    }
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  if (!ok || once) return ok;
+  ok = cublas(0);
+  for (const Impl& impl : impls) {
+    if (!ok || !impl.ours) continue;
+    CHECK_CUDA(cudaMemset(sets.d[0], 0xFF, sets.m * sets.n * 2));
+    ok = impl.launch(0);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    const double rel = gemm_bench::RelDiffBf16(sets.d[0], sets.dref[0], sets.m * sets.n);
+    std::printf("  %-40s rel diff vs cuBLAS %.1e\n", impl.name.c_str(), rel);
+    if (!(rel < 1e-2)) ok = false;
+  }
+  return ok;
+}
+
+Launcher CublasLauncher(const gemm_bench::CublasBaseline& cublas, const DenseSets& sets) {
+  return [&cublas, &sets](int s) {
+    return cublas
+        .Gemm(DataType::kBF16, false, 1, sets.m, sets.n, sets.k, sets.a[s], sets.b[s], sets.dref[s])
+        .empty();
+  };
+}
+
+// The heuristic's launch (with a workspace), then cuBLAS.
+bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::CublasBaseline& cublas,
+           size_t l2, std::FILE* phases) {
+  DenseSets sets(m, n, k, l2);
+  if (!sets.Allocate()) return false;
+  size_t ws_bytes = 256;
+  for (int s = 0; s < sets.sets; ++s) {
+    ws_bytes = std::max(ws_bytes,
+                        Gemm::WorkspaceSize(sets.Arguments(s), TileHint::kAuto, ScheduleHint::kAuto));
   }
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
-  for (int s = 0; s < sets; ++s) {
-    const absl::Status st = ours[s].Initialize(args[s], ws, TileHint::kAuto, ScheduleHint::kAuto);
+  std::unique_ptr<void, decltype(&cudaFree)> ws_owner(ws, &cudaFree);
+  std::vector<Gemm> ours(sets.sets);
+  for (int s = 0; s < sets.sets; ++s) {
+    const absl::Status st =
+        ours[s].Initialize(sets.Arguments(s), ws, TileHint::kAuto, ScheduleHint::kAuto);
     if (!st.ok()) {
       std::fprintf(stderr, "%s: %s\n", name, st.ToString().c_str());
       return false;
     }
   }
-  const double flops = 2.0 * m * n * k;
-  auto theirs = [&](int s) {
-    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, a[s], b[s], dref[s]).empty();
-  };
-  const bool ok =
-      RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets, flops, phases) &&
-      RunPhase(name, "cublas", theirs, sets, flops, phases);
-  // Ours must compute what cuBLAS does: set 0, output poisoned first.
-  double rel = NAN;
-  if (ok && theirs(0) && cudaMemset(d[0], 0xFF, m * n * 2) == cudaSuccess && ours[0].Run(nullptr).ok() &&
-      cudaDeviceSynchronize() == cudaSuccess) {
-    rel = gemm_bench::RelDiffBf16(d[0], dref[0], m * n);
-  }
-  std::printf("  (ours: %s, rel diff vs cuBLAS %.1e)\n", ours[0].kernel_name().c_str(), rel);
-  for (int s = 0; s < sets; ++s) {
-    cudaFree(a[s]);
-    cudaFree(b[s]);
-    cudaFree(d[s]);
-    cudaFree(dref[s]);
-  }
-  cudaFree(ws);
-  return ok && rel < 1e-2;
+  const Launcher theirs = CublasLauncher(cublas, sets);
+  const std::vector<Impl> impls = {
+      {"ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, true},
+      {"cublas", theirs, false}};
+  std::printf("  (ours: %s)\n", ours[0].kernel_name().c_str());
+  return RunDenseImpls(name, sets, impls, theirs, false, phases);
 }
 
-bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint64_t seed,
-             const gemm_bench::CublasBaseline& cublas, size_t l2, std::FILE* phases) {
-  const std::vector<int> ms = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
-  double flops = 0;
-  size_t set_bytes = 0;
-  for (const int m : ms) {
-    flops += 2.0 * m * n * k;
-    set_bytes += size_t(m) * k * 2 + size_t(k) * n * 2 + size_t(m) * n * 2;
+// Rotating input sets of one grouped bf16 list, laid out as DenseSets per
+// member, with our plan's workspace; freed with the object.
+struct GroupedSets {
+  struct Member {
+    void *a = nullptr, *b = nullptr, *d = nullptr, *dref = nullptr;
+  };
+  std::vector<int> ms;
+  int n, k, sets = 0;
+  std::vector<std::vector<Member>> members;  // [set][problem]
+  std::vector<void*> workspaces;
+
+  GroupedSets(std::vector<int> ms_, int n_, int k_, size_t l2) : ms(std::move(ms_)), n(n_), k(k_) {
+    size_t set_bytes = 0;
+    for (const int m : ms) set_bytes += size_t(m) * k * 2 + size_t(k) * n * 2 + size_t(m) * n * 2;
+    sets = gemm_bench::RotatingSets(set_bytes, l2);
+    members.assign(sets, std::vector<Member>(ms.size()));
   }
-  const int sets = gemm_bench::RotatingSets(set_bytes, l2);
-  std::vector<void*> buffers;
-  std::vector<GroupedGemm> ours(sets);
-  std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
-  for (int s = 0; s < sets; ++s) {
+  ~GroupedSets() {
+    for (auto& set : members)
+      for (Member& mb : set)
+        for (void* p : {mb.a, mb.b, mb.d, mb.dref}) cudaFree(p);
+    for (void* p : workspaces) cudaFree(p);
+  }
+  bool Allocate() {
+    for (int s = 0; s < sets; ++s) {
+      for (size_t i = 0; i < ms.size(); ++i) {
+        Member& mb = members[s][i];
+        mb.a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i);
+        mb.b = gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1);
+        CHECK_CUDA(cudaMalloc(&mb.d, size_t(ms[i]) * n * 2));
+        CHECK_CUDA(cudaMalloc(&mb.dref, size_t(ms[i]) * n * 2));
+        if (!mb.a || !mb.b) return false;
+      }
+    }
+    return true;
+  }
+  GroupedGemmArguments Arguments(int s) const {
     GroupedGemmArguments args;
-    std::vector<gemm_bench::GroupedMember> members;
-    for (int i = 0; i < count; ++i) {
-      void* a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i);
-      void* b = gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1);
-      void *d = nullptr, *dref = nullptr;
-      CHECK_CUDA(cudaMalloc(&d, size_t(ms[i]) * n * 2));
-      CHECK_CUDA(cudaMalloc(&dref, size_t(ms[i]) * n * 2));
-      if (!a || !b) return false;
-      buffers.insert(buffers.end(), {a, b, d, dref});
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const Member& mb = members[s][i];
       gemm_kernels::GroupedProblemArguments p;
       p.m = ms[i];
       p.n = n;
       p.k = k;
-      p.a = {a, DataType::kBF16, Layout::kRowMajor, k, 0};
-      p.b = {b, DataType::kBF16, Layout::kColMajor, k, 0};
-      p.d = {d, DataType::kBF16, Layout::kRowMajor, n, 0};
+      p.a = {mb.a, DataType::kBF16, Layout::kRowMajor, k, 0};
+      p.b = {mb.b, DataType::kBF16, Layout::kColMajor, k, 0};
+      p.d = {mb.d, DataType::kBF16, Layout::kRowMajor, n, 0};
       args.problems.push_back(p);
-      members.push_back({ms[i], n, k, a, b, dref});
     }
+    return args;
+  }
+  // cuBLAS's members write dref.
+  std::vector<gemm_bench::GroupedMember> CublasMembers(int s) const {
+    std::vector<gemm_bench::GroupedMember> out;
+    for (size_t i = 0; i < ms.size(); ++i) {
+      const Member& mb = members[s][i];
+      out.push_back({ms[i], n, k, mb.a, mb.b, mb.dref});
+    }
+    return out;
+  }
+};
+
+bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint64_t seed,
+             const gemm_bench::CublasBaseline& cublas, size_t l2, std::FILE* phases) {
+  GroupedSets sets(gemm_bench::GroupedRows(count, m_lo, m_hi, seed), n, k, l2);
+  if (!sets.Allocate()) return false;
+  double flops = 0;
+  for (const int m : sets.ms) flops += 2.0 * m * n * k;
+  std::vector<GroupedGemm> ours(sets.sets);
+  std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
+  for (int s = 0; s < sets.sets; ++s) {
+    const GroupedGemmArguments args = sets.Arguments(s);
     void* ws = nullptr;
     CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(256, GroupedGemm::WorkspaceSize(args))));
-    buffers.push_back(ws);
+    sets.workspaces.push_back(ws);
     const absl::Status st = ours[s].Initialize(args, ws, TileHint::kAuto);
     if (!st.ok()) {
       std::fprintf(stderr, "%s: %s\n", name, st.ToString().c_str());
       return false;
     }
-    theirs.push_back(std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, members));
+    theirs.push_back(
+        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, sets.CublasMembers(s)));
   }
   // cuBLAS both ways the issue names: cublasGemmGroupedBatchedEx, and a loop
-  // of single cublasGemmEx calls (its members' buffers as the grouped call's).
+  // of single cublasGemmEx calls over the same buffers.
   auto loop = [&](int s) {
-    const size_t base = size_t(s) * (4 * count + 1);
-    for (int i = 0; i < count; ++i) {
-      if (!cublas.Gemm(DataType::kBF16, false, 1, ms[i], n, k, buffers[base + 4 * i],
-                       buffers[base + 4 * i + 1], buffers[base + 4 * i + 3]).empty()) {
+    for (size_t i = 0; i < sets.ms.size(); ++i) {
+      const GroupedSets::Member& mb = sets.members[s][i];
+      if (!cublas.Gemm(DataType::kBF16, false, 1, sets.ms[i], n, k, mb.a, mb.b, mb.dref).empty()) {
         return false;
       }
     }
     return true;
   };
   bool ok =
-      RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets, flops, phases) &&
-      RunPhase(name, "cublas", [&](int s) { return theirs[s]->Run().empty(); }, sets, flops, phases) &&
-      RunPhase(name, "cublas loop", loop, sets, flops, phases);
+      RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets.sets, flops,
+               phases) &&
+      RunPhase(name, "cublas", [&](int s) { return theirs[s]->Run().empty(); }, sets.sets, flops,
+               phases) &&
+      RunPhase(name, "cublas loop", loop, sets.sets, flops, phases);
   // Every member of set 0 against cuBLAS's, our outputs poisoned first.
   double worst = 0;
   ok = ok && theirs[0]->Run().empty();
-  for (int i = 0; i < count && ok; ++i) {
-    ok = cudaMemset(buffers[4 * i + 2], 0xFF, size_t(ms[i]) * n * 2) == cudaSuccess;
+  for (size_t i = 0; i < sets.ms.size() && ok; ++i) {
+    ok = cudaMemset(sets.members[0][i].d, 0xFF, size_t(sets.ms[i]) * n * 2) == cudaSuccess;
   }
   ok = ok && ours[0].Run(nullptr).ok() && cudaDeviceSynchronize() == cudaSuccess;
-  for (int i = 0; i < count && ok; ++i) {
-    const double rel =
-        gemm_bench::RelDiffBf16(buffers[4 * i + 2], buffers[4 * i + 3], int64_t(ms[i]) * n);
+  for (size_t i = 0; i < sets.ms.size() && ok; ++i) {
+    const GroupedSets::Member& mb = sets.members[0][i];
+    const double rel = gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(sets.ms[i]) * n);
     worst = rel < 1e-2 ? std::max(worst, rel) : NAN;
     if (!(rel < 1e-2)) ok = false;
   }
   std::printf("  (ours: %s, worst rel diff vs cuBLAS %.1e)\n", ours[0].kernel_name().c_str(), worst);
-  theirs.clear();
-  for (void* p : buffers) cudaFree(p);
+  theirs.clear();  // cuBLAS's pointer arrays before the buffers they name
   return ok;
 }
 
@@ -311,89 +403,49 @@ std::vector<Variant> DenseVariants(int64_t m, int64_t n, int64_t k, int sms) {
 }
 
 // cuBLAS, then each variant, alone for a phase each (or, `once`, two
-// launches each: one to warm up, one for ncu).
+// launches each for ncu).
 bool DenseVariantsCase(const char* name, int64_t m, int64_t n, int64_t k,
                        const gemm_bench::CublasBaseline& cublas, size_t l2, int sms, std::FILE* phases,
                        bool once) {
-  const int sets = gemm_bench::RotatingSets(size_t(m * k + k * n + m * n) * 2, l2);
-  std::vector<void*> a(sets), b(sets), d(sets), dref(sets);
-  for (int s = 0; s < sets; ++s) {
-    a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
-    b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
-    CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
-    CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
-    if (!a[s] || !b[s]) return false;
-  }
+  DenseSets sets(m, n, k, l2);
+  if (!sets.Allocate()) return false;
   const std::vector<Variant> variants = DenseVariants(m, n, k, sms);
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
   for (size_t v = 0; v < variants.size(); ++v) {
-    for (int s = 0; s < sets; ++s) {
-      GemmArguments g;
-      g.m = m;
-      g.n = n;
-      g.k = k;
-      g.a = {a[s], DataType::kBF16, Layout::kRowMajor, k, 0};
-      g.b = {b[s], DataType::kBF16, Layout::kColMajor, k, 0};
-      g.d = {d[s], DataType::kBF16, Layout::kRowMajor, n, 0};
+    for (int s = 0; s < sets.sets; ++s) {
       std::string error;
-      plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(g), variants[v].choice,
-                                                    nullptr, &error));
+      plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(sets.Arguments(s)),
+                                                    variants[v].choice, nullptr, &error));
       if (!plans[v].back()) {
         std::fprintf(stderr, "%s %s: %s\n", name, variants[v].name.c_str(), error.c_str());
         return false;
       }
     }
   }
-  const double flops = 2.0 * m * n * k;
-  auto theirs = [&](int s) {
-    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, a[s], b[s], dref[s]).empty();
-  };
-  bool ok = true;
-  if (once) {
-    for (int r = 0; r < 2 && ok; ++r) ok = theirs(r % sets);
-    for (size_t v = 0; v < variants.size() && ok; ++v) {
-      for (int r = 0; r < 2 && ok; ++r) ok = plans[v][r % sets]->Launch(nullptr).empty();
-    }
-    CHECK_CUDA(cudaDeviceSynchronize());
-  } else {
-    ok = RunPhase(name, "cublas", theirs, sets, flops, phases);
-    for (size_t v = 0; v < variants.size() && ok; ++v) {
-      ok = RunPhase(name, variants[v].name.c_str(),
-                    [&](int s) { return plans[v][s]->Launch(nullptr).empty(); }, sets, flops, phases);
-    }
+  const Launcher theirs = CublasLauncher(cublas, sets);
+  std::vector<Impl> impls = {{"cublas", theirs, false}};
+  for (size_t v = 0; v < variants.size(); ++v) {
+    impls.push_back(
+        {variants[v].name, [&, v](int s) { return plans[v][s]->Launch(nullptr).empty(); }, true});
   }
-  // Each variant must compute what cuBLAS does (set 0).
-  if (ok && !once) {
-    ok = theirs(0);
-    for (size_t v = 0; v < variants.size() && ok; ++v) {
-      CHECK_CUDA(cudaMemset(d[0], 0xFF, m * n * 2));
-      ok = plans[v][0]->Launch(nullptr).empty();
-      CHECK_CUDA(cudaDeviceSynchronize());
-      const double rel = gemm_bench::RelDiffBf16(d[0], dref[0], m * n);
-      std::printf("  %-32s rel diff vs cuBLAS %.1e\n", variants[v].name.c_str(), rel);
-      if (!(rel < 1e-2)) ok = false;
-    }
-  }
-  for (int s = 0; s < sets; ++s) {
-    cudaFree(a[s]);
-    cudaFree(b[s]);
-    cudaFree(d[s]);
-    cudaFree(dref[s]);
-  }
-  return ok;
+  return RunDenseImpls(name, sets, impls, theirs, once, phases);
 }
 
-bool Selected(const char* name, int argc, char** argv) {
-  if (argc <= 3) return true;
-  for (int i = 3; i < argc; ++i)
-    if (std::strstr(name, argv[i])) return true;
+// No filters: every case but the variants.
+bool Selected(const char* name, const std::vector<std::string>& filters) {
+  if (filters.empty()) return true;
+  for (const std::string& f : filters)
+    if (std::strstr(name, f.c_str())) return true;
   return false;
 }
 
-int Run(int argc, char** argv, bool once) {
-  std::FILE* phases = std::fopen(once ? "/dev/null" : argv[2], "w");
+// The cases `filters` select (substrings of their names; "variants ..."
+// cases only when a filter starts with "variants"), each phase's window
+// appended to `phases_path`; `once`: only the variants, two launches each.
+int Run(const std::vector<std::string>& filters, const char* phases_path, bool once) {
+  std::FILE* phases = std::fopen(phases_path, "w");
   if (phases == nullptr) {
-    std::fprintf(stderr, "cannot write %s\n", argv[2]);
+    std::fprintf(stderr, "cannot write %s\n", phases_path);
     return 2;
   }
   gemm_bench::CublasBaseline cublas;
@@ -413,12 +465,6 @@ int Run(int argc, char** argv, bool once) {
                              {"256x4096x16384", 256, 4096, 16384},
                              {"1000^3", 1000, 1000, 1000},
                              {"128x128x65536", 128, 128, 65536}};
-  int failures = 0;
-  for (const DenseCase& c : dense) {
-    if (!Selected(c.name, argc, argv)) continue;
-    if (once) continue;
-    if (!Dense(c.name, c.m, c.n, c.k, cublas, l2, phases)) ++failures;
-  }
   struct GroupedCase {
     const char* name;
     int count, m_lo, m_hi, n, k;
@@ -427,17 +473,23 @@ int Run(int argc, char** argv, bool once) {
   const GroupedCase grouped[] = {{"grouped 32", 32, 16, 2048, 4096, 2048, 20261130},
                                  {"grouped 128", 128, 16, 512, 1024, 1024, 20261131},
                                  {"grouped 64", 64, 32, 256, 256, 256, 20261132}};
-  for (const GroupedCase& c : grouped) {
-    if (!Selected(c.name, argc, argv)) continue;
-    if (once) continue;
-    if (!Grouped(c.name, c.count, c.m_lo, c.m_hi, c.n, c.k, c.seed, cublas, l2, phases)) ++failures;
+  int failures = 0;
+  if (!once) {
+    for (const DenseCase& c : dense) {
+      if (Selected(c.name, filters) && !Dense(c.name, c.m, c.n, c.k, cublas, l2, phases)) ++failures;
+    }
+    for (const GroupedCase& c : grouped) {
+      if (Selected(c.name, filters) &&
+          !Grouped(c.name, c.count, c.m_lo, c.m_hi, c.n, c.k, c.seed, cublas, l2, phases)) {
+        ++failures;
+      }
+    }
   }
+  bool asked = false;
+  for (const std::string& f : filters) asked |= f.rfind("variants", 0) == 0;
   for (const DenseCase& c : {DenseCase{"variants 4096^3", 4096, 4096, 4096},
                              DenseCase{"variants 1920x1920x8192", 1920, 1920, 8192}}) {
-    // Only when asked for by a filter that names them ("variants ...").
-    bool asked = false;
-    for (int i = 3; i < argc; ++i) asked |= std::strncmp(argv[i], "variants", 8) == 0;
-    if (!asked || !Selected(c.name, argc, argv)) continue;
+    if (!asked || !Selected(c.name, filters)) continue;
     if (!DenseVariantsCase(c.name, c.m, c.n, c.k, cublas, l2, prop.multiProcessorCount, phases,
                            once)) {
       ++failures;
@@ -517,12 +569,10 @@ int Join(const char* phases_path, const char* smi_path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "run") == 0) return Run(argc, argv, false);
-  // once CASE: the argument layout of run, without a phases file.
-  if (argc == 3 && std::strcmp(argv[1], "once") == 0) {
-    char* args[] = {argv[0], argv[1], argv[1], argv[2]};
-    return Run(4, args, true);
+  if (argc >= 3 && std::strcmp(argv[1], "run") == 0) {
+    return Run(std::vector<std::string>(argv + 3, argv + argc), argv[2], false);
   }
+  if (argc == 3 && std::strcmp(argv[1], "once") == 0) return Run({argv[2]}, "/dev/null", true);
   if (argc == 4 && std::strcmp(argv[1], "join") == 0) return Join(argv[2], argv[3]);
   std::fprintf(stderr,
                "usage: power_probe run PHASES [case...] | power_probe join PHASES SMI_CSV | "

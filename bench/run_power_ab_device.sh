@@ -17,16 +17,5 @@ for run in 1 2; do
   power_probe_sampled "$B" "base$run" "$@"
   power_probe_sampled "$D" "variant$run" "$@"
 done
-for run in 1 2; do
-  for dir in "$B" "$D"; do
-    v=$(basename "$dir")
-    [ "$dir" = "$D" ] && v=variant
-    echo "== schedule_bench $v run $run"
-    LD_LIBRARY_PATH=$dir/lib:$LD_LIBRARY_PATH timeout 150 "$dir/schedule_bench" \
-      >"$OUT/bench_${v}_$run.log" 2>&1
-    echo "rc=$?"
-    grep -E "^\| (sk|skinny|grouped)|geometric" "$OUT/bench_${v}_$run.log" | cut -d'|' -f2,4,5,9 |
-      grep -v diagnostic
-  done
-done
+schedule_bench_ab "$B" "$D"
 device_end

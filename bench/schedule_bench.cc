@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "bench/bf16_data.h"
+#include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
@@ -48,15 +49,6 @@ using gemm_kernels::TileHint;
 constexpr int kWarmup = 5;
 constexpr int kSamples = 21;
 constexpr int kRunsPerSample = 8;
-
-#define CHECK_CUDA(expr)                                                                      \
-  do {                                                                                        \
-    cudaError_t e_ = (expr);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
-      return false;                                                                           \
-    }                                                                                         \
-  } while (0)
 
 size_t g_l2 = 0;
 int g_sms = 0;
