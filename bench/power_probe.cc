@@ -37,11 +37,13 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bf16_data.h"
 #include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
+#include "bench/grouped_sets.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
@@ -55,7 +57,6 @@ using gemm_kernels::DataType;
 using gemm_kernels::Gemm;
 using gemm_kernels::GemmArguments;
 using gemm_kernels::GroupedGemm;
-using gemm_kernels::GroupedGemmArguments;
 using gemm_kernels::Layout;
 using gemm_kernels::ScheduleHint;
 using gemm_kernels::Sm90LaunchChoice;
@@ -248,82 +249,21 @@ bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::
   return RunDenseImpls(name, sets, impls, theirs, false, phases);
 }
 
-// Rotating input sets of one grouped bf16 list, laid out as DenseSets per
-// member, with our plan's workspace; freed with the object.
-struct GroupedSets {
-  struct Member {
-    void *a = nullptr, *b = nullptr, *d = nullptr, *dref = nullptr;
-  };
-  std::vector<int> ms;
-  int n, k, sets = 0;
-  std::vector<std::vector<Member>> members;  // [set][problem]
-  std::vector<void*> workspaces;
-
-  GroupedSets(std::vector<int> ms_, int n_, int k_, size_t l2) : ms(std::move(ms_)), n(n_), k(k_) {
-    size_t set_bytes = 0;
-    for (const int m : ms) set_bytes += size_t(m) * k * 2 + size_t(k) * n * 2 + size_t(m) * n * 2;
-    sets = gemm_bench::RotatingSets(set_bytes, l2);
-    members.assign(sets, std::vector<Member>(ms.size()));
-  }
-  ~GroupedSets() {
-    for (auto& set : members)
-      for (Member& mb : set)
-        for (void* p : {mb.a, mb.b, mb.d, mb.dref}) cudaFree(p);
-    for (void* p : workspaces) cudaFree(p);
-  }
-  bool Allocate() {
-    for (int s = 0; s < sets; ++s) {
-      for (size_t i = 0; i < ms.size(); ++i) {
-        Member& mb = members[s][i];
-        mb.a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i);
-        mb.b = gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1);
-        CHECK_CUDA(cudaMalloc(&mb.d, size_t(ms[i]) * n * 2));
-        CHECK_CUDA(cudaMalloc(&mb.dref, size_t(ms[i]) * n * 2));
-        if (!mb.a || !mb.b) return false;
-      }
-    }
-    return true;
-  }
-  GroupedGemmArguments Arguments(int s) const {
-    GroupedGemmArguments args;
-    for (size_t i = 0; i < ms.size(); ++i) {
-      const Member& mb = members[s][i];
-      gemm_kernels::GroupedProblemArguments p;
-      p.m = ms[i];
-      p.n = n;
-      p.k = k;
-      p.a = {mb.a, DataType::kBF16, Layout::kRowMajor, k, 0};
-      p.b = {mb.b, DataType::kBF16, Layout::kColMajor, k, 0};
-      p.d = {mb.d, DataType::kBF16, Layout::kRowMajor, n, 0};
-      args.problems.push_back(p);
-    }
-    return args;
-  }
-  // cuBLAS's members write dref.
-  std::vector<gemm_bench::GroupedMember> CublasMembers(int s) const {
-    std::vector<gemm_bench::GroupedMember> out;
-    for (size_t i = 0; i < ms.size(); ++i) {
-      const Member& mb = members[s][i];
-      out.push_back({ms[i], n, k, mb.a, mb.b, mb.dref});
-    }
-    return out;
-  }
-};
-
 bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint64_t seed,
              const gemm_bench::CublasBaseline& cublas, size_t l2, std::FILE* phases) {
-  GroupedSets sets(gemm_bench::GroupedRows(count, m_lo, m_hi, seed), n, k, l2);
+  std::vector<int> rows = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
+  gemm_bench::GroupedSetsOptions options;
+  options.sets = gemm_bench::RotatingSets(gemm_bench::GroupedSetBytes(rows, n, k), l2);
+  options.workspaces_per_set = 1;
+  options.workspace_bytes = std::max<size_t>(256, GroupedGemm::WorkspaceSize(rows.size()));
+  gemm_bench::GroupedSets sets(std::move(rows), n, k, options);
   if (!sets.Allocate()) return false;
-  double flops = 0;
-  for (const int m : sets.ms) flops += 2.0 * m * n * k;
-  std::vector<GroupedGemm> ours(sets.sets);
+  const double flops = sets.Flops();
+  std::vector<GroupedGemm> ours(sets.sets());
   std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
-  for (int s = 0; s < sets.sets; ++s) {
-    const GroupedGemmArguments args = sets.Arguments(s);
-    void* ws = nullptr;
-    CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(256, GroupedGemm::WorkspaceSize(args))));
-    sets.workspaces.push_back(ws);
-    const absl::Status st = ours[s].Initialize(args, ws, TileHint::kAuto);
+  for (int s = 0; s < sets.sets(); ++s) {
+    const absl::Status st =
+        ours[s].Initialize(sets.Arguments(s), sets.workspace(s, 0), TileHint::kAuto);
     if (!st.ok()) {
       std::fprintf(stderr, "%s: %s\n", name, st.ToString().c_str());
       return false;
@@ -334,30 +274,31 @@ bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint
   // cuBLAS both ways the issue names: cublasGemmGroupedBatchedEx, and a loop
   // of single cublasGemmEx calls over the same buffers.
   auto loop = [&](int s) {
-    for (size_t i = 0; i < sets.ms.size(); ++i) {
-      const GroupedSets::Member& mb = sets.members[s][i];
-      if (!cublas.Gemm(DataType::kBF16, false, 1, sets.ms[i], n, k, mb.a, mb.b, mb.dref).empty()) {
+    for (size_t i = 0; i < sets.rows().size(); ++i) {
+      const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
+      if (!cublas.Gemm(DataType::kBF16, false, 1, sets.rows()[i], n, k, mb.a, mb.b, mb.dref)
+               .empty()) {
         return false;
       }
     }
     return true;
   };
   bool ok =
-      RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets.sets, flops,
+      RunPhase(name, "ours", [&](int s) { return ours[s].Run(nullptr).ok(); }, sets.sets(), flops,
                phases) &&
-      RunPhase(name, "cublas", [&](int s) { return theirs[s]->Run().empty(); }, sets.sets, flops,
+      RunPhase(name, "cublas", [&](int s) { return theirs[s]->Run().empty(); }, sets.sets(), flops,
                phases) &&
-      RunPhase(name, "cublas loop", loop, sets.sets, flops, phases);
+      RunPhase(name, "cublas loop", loop, sets.sets(), flops, phases);
   // Every member of set 0 against cuBLAS's, our outputs poisoned first.
   double worst = 0;
   ok = ok && theirs[0]->Run().empty();
-  for (size_t i = 0; i < sets.ms.size() && ok; ++i) {
-    ok = cudaMemset(sets.members[0][i].d, 0xFF, size_t(sets.ms[i]) * n * 2) == cudaSuccess;
+  for (size_t i = 0; i < sets.rows().size() && ok; ++i) {
+    ok = cudaMemset(sets.member(0, i).d, 0xFF, size_t(sets.rows()[i]) * n * 2) == cudaSuccess;
   }
   ok = ok && ours[0].Run(nullptr).ok() && cudaDeviceSynchronize() == cudaSuccess;
-  for (size_t i = 0; i < sets.ms.size() && ok; ++i) {
-    const GroupedSets::Member& mb = sets.members[0][i];
-    const double rel = gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(sets.ms[i]) * n);
+  for (size_t i = 0; i < sets.rows().size() && ok; ++i) {
+    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
+    const double rel = gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(sets.rows()[i]) * n);
     worst = rel < 1e-2 ? std::max(worst, rel) : NAN;
     if (!(rel < 1e-2)) ok = false;
   }
@@ -464,7 +405,8 @@ int Run(const std::vector<std::string>& filters, const char* phases_path, bool o
                              {"1920x1920x8192", 1920, 1920, 8192},
                              {"256x4096x16384", 256, 4096, 16384},
                              {"1000^3", 1000, 1000, 1000},
-                             {"128x128x65536", 128, 128, 65536}};
+                             {"128x128x65536", 128, 128, 65536},
+                             {"skinny 7x8192x8192", 7, 8192, 8192}};
   struct GroupedCase {
     const char* name;
     int count, m_lo, m_hi, n, k;
@@ -488,7 +430,8 @@ int Run(const std::vector<std::string>& filters, const char* phases_path, bool o
   bool asked = false;
   for (const std::string& f : filters) asked |= f.rfind("variants", 0) == 0;
   for (const DenseCase& c : {DenseCase{"variants 4096^3", 4096, 4096, 4096},
-                             DenseCase{"variants 1920x1920x8192", 1920, 1920, 8192}}) {
+                             DenseCase{"variants 1920x1920x8192", 1920, 1920, 8192},
+                             DenseCase{"variants 4224^3", 4224, 4224, 4224}}) {
     if (!asked || !Selected(c.name, filters)) continue;
     if (!DenseVariantsCase(c.name, c.m, c.n, c.k, cublas, l2, prop.multiProcessorCount, phases,
                            once)) {

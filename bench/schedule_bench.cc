@@ -26,11 +26,13 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench/bf16_data.h"
 #include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
+#include "bench/grouped_sets.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
@@ -157,60 +159,31 @@ struct GroupedCase {
 };
 
 bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas, uint64_t seed) {
-  const std::vector<int> ms = gemm_bench::GroupedRows(gc.count, gc.m_lo, gc.m_hi, seed);
-  double flops = 0;
-  size_t set_bytes = 0;
-  for (const int m : ms) {
-    flops += 2.0 * m * gc.n * gc.k;
-    set_bytes += size_t(m) * gc.k * 2 + size_t(gc.k) * gc.n * 2 + size_t(m) * gc.n * 2;
-  }
-  const int sets = SetsFor(set_bytes);
-  struct Set {
-    std::vector<void*> a, b, d, dref;
-    void* ws = nullptr;
-  };
-  std::vector<Set> S(sets);
+  std::vector<int> rows = gemm_bench::GroupedRows(gc.count, gc.m_lo, gc.m_hi, seed);
+  gemm_bench::GroupedSetsOptions options;
+  options.sets = SetsFor(gemm_bench::GroupedSetBytes(rows, gc.n, gc.k));
+  options.poison_outputs = true;
+  options.workspaces_per_set = 3;  // ours, wide, square below
+  options.workspace_bytes = std::max<size_t>(256, GroupedGemm::WorkspaceSize(rows.size()));
+  gemm_bench::GroupedSets sets(std::move(rows), gc.n, gc.k, options);
+  if (!sets.Allocate()) return false;
+  const std::vector<int>& ms = sets.rows();
   // Ours with the tile the grouped heuristic picks, and with each tile forced.
-  std::vector<GroupedGemm> ours(sets), wide(sets), square(sets);
+  std::vector<GroupedGemm> ours(sets.sets()), wide(sets.sets()), square(sets.sets());
   std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
-  for (int s = 0; s < sets; ++s) {
-    GroupedGemmArguments args;
-    std::vector<gemm_bench::GroupedMember> members;
-    for (int i = 0; i < gc.count; ++i) {
-      void* a = gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * gc.k, 1000 * s + 2 * i);
-      void* b = gemm_bench::RandomBf16Buffer(int64_t(gc.k) * gc.n, 1000 * s + 2 * i + 1);
-      void *d = nullptr, *dref = nullptr;
-      CHECK_CUDA(cudaMalloc(&d, size_t(ms[i]) * gc.n * 2));
-      CHECK_CUDA(cudaMalloc(&dref, size_t(ms[i]) * gc.n * 2));
-      CHECK_CUDA(cudaMemset(d, 0xFF, size_t(ms[i]) * gc.n * 2));
-      if (!a || !b) return false;
-      S[s].a.push_back(a);
-      S[s].b.push_back(b);
-      S[s].d.push_back(d);
-      S[s].dref.push_back(dref);
-      gemm_kernels::GroupedProblemArguments p;
-      p.m = ms[i];
-      p.n = gc.n;
-      p.k = gc.k;
-      p.a = {a, DataType::kBF16, Layout::kRowMajor, gc.k, 0};
-      p.b = {b, DataType::kBF16, Layout::kColMajor, gc.k, 0};
-      p.d = {d, DataType::kBF16, Layout::kRowMajor, gc.n, 0};
-      args.problems.push_back(p);
-      members.push_back({ms[i], gc.n, gc.k, a, b, dref});
-    }
-    const size_t ws_bytes = std::max<size_t>(256, GroupedGemm::WorkspaceSize(args));
-    CHECK_CUDA(cudaMalloc(&S[s].ws, 3 * ws_bytes));
-    unsigned char* ws = static_cast<unsigned char*>(S[s].ws);
-    for (auto [g, hint, off] : {std::tuple{&ours[s], TileHint::kAuto, 0},
-                                {&wide[s], TileHint::k128x256, 1},
-                                {&square[s], TileHint::k128x128, 2}}) {
-      const absl::Status st = g->Initialize(args, ws + off * ws_bytes, hint);
+  for (int s = 0; s < sets.sets(); ++s) {
+    const GroupedGemmArguments args = sets.Arguments(s);
+    for (auto [g, hint, plan] : {std::tuple{&ours[s], TileHint::kAuto, 0},
+                                 {&wide[s], TileHint::k128x256, 1},
+                                 {&square[s], TileHint::k128x128, 2}}) {
+      const absl::Status st = g->Initialize(args, sets.workspace(s, plan), hint);
       if (!st.ok()) {
         std::fprintf(stderr, "%s: %s\n", gc.name, st.ToString().c_str());
         return false;
       }
     }
-    theirs.push_back(std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, members));
+    theirs.push_back(
+        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, sets.CublasMembers(s)));
   }
   std::vector<Launcher> impls = {
       [&](int s) { return ours[s].Run(nullptr).ok(); },
@@ -221,8 +194,9 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
       },
       [&](int s) {
         for (int i = 0; i < gc.count; ++i) {
-          if (!cublas.Gemm(DataType::kBF16, false, 1, ms[i], gc.n, gc.k, S[s].a[i], S[s].b[i],
-                           S[s].dref[i]).empty()) {
+          const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
+          if (!cublas.Gemm(DataType::kBF16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
+                   .empty()) {
             return false;
           }
         }
@@ -231,14 +205,16 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
       [&](int s) { return wide[s].Run(nullptr).ok(); },
       [&](int s) { return square[s].Run(nullptr).ok(); }};
   std::vector<double> t;
-  if (!TimeInterleaved(impls, sets, &t)) return false;
+  if (!TimeInterleaved(impls, sets.sets(), &t)) return false;
   // Agreement on set 0 with cuBLAS (the loop wrote dref last).
   if (!ours[0].Run(nullptr).ok()) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
   double worst = 0;
   for (int i = 0; i < gc.count; ++i) {
-    worst = std::max(worst, gemm_bench::RelDiffBf16(S[0].d[i], S[0].dref[i], int64_t(ms[i]) * gc.n));
+    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
+    worst = std::max(worst, gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(ms[i]) * gc.n));
   }
+  const double flops = sets.Flops();
   auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
   const double best_cublas = std::min(t[1], t[2]);
   std::printf("| %s (seed %llu) | %s | %.1f | %.1f (%.1f) | %.1f (%.1f) | %.2f | %.2f | %.1f | %.1f "
@@ -247,13 +223,6 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
               tf(t[0]), tf(t[1]), gc.cublas_grouped_ref, tf(t[2]), gc.cublas_loop_ref, t[1] / t[0],
               best_cublas / t[0], tf(t[3]), tf(t[4]), worst);
   std::fflush(stdout);
-  for (Set& s : S) {
-    for (void* p : s.a) cudaFree(p);
-    for (void* p : s.b) cudaFree(p);
-    for (void* p : s.d) cudaFree(p);
-    for (void* p : s.dref) cudaFree(p);
-    cudaFree(s.ws);
-  }
   return true;
 }
 

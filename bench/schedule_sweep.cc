@@ -33,11 +33,13 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bf16_data.h"
 #include "bench/cublas_baseline.h"
 #include "bench/dram_stream.h"
+#include "bench/grouped_sets.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
@@ -396,60 +398,39 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
 // K fixed; bf16, A row-major, B column-major, D row-major; rotating sets.
 bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int k,
                      uint64_t seed, Sm90Tile tile) {
-  const std::vector<int> ms = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
-  size_t set_bytes = 0;
+  std::vector<int> rows = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
   int64_t tiles = 0;
-  for (const int m : ms) {
-    set_bytes += (size_t(m) * k + size_t(k) * n + size_t(m) * n) * 2;
-    tiles += gemm_kernels::TileCount(tile, m, n, 1);
-  }
-  const int sets = gemm_bench::RotatingSets(set_bytes, g_l2);
+  for (const int m : rows) tiles += gemm_kernels::TileCount(tile, m, n, 1);
   const int grid = gemm_kernels::PersistentGridSize(tiles, g_sms);
-  std::vector<DeviceMemory> buffers;
+  // Only the stamps are read: no cuBLAS output to compare ours with, so
+  // neither a reference D nor poisoned outputs.
+  gemm_bench::GroupedSetsOptions options;
+  options.sets = gemm_bench::RotatingSets(gemm_bench::GroupedSetBytes(rows, n, k), g_l2);
+  options.reference_outputs = false;
+  options.workspaces_per_set = 1;
+  options.workspace_bytes = gemm_kernels::Sm90GroupedWorkspaceSize(count);
+  gemm_bench::GroupedSets sets(std::move(rows), n, k, options);
   DeviceMemory stamps;
-  if (!stamps.Allocate(size_t(grid) * gemm_kernels::kCtaClockWords * 8)) return false;
+  if (!stamps.Allocate(size_t(grid) * gemm_kernels::kCtaClockWords * 8) || !sets.Allocate())
+    return false;
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
-  bool ok = true;
-  auto own = [&](void* p) {
-    buffers.emplace_back();
-    buffers.back().p = p;
-    return p;
-  };
-  for (int s = 0; s < sets && ok; ++s) {
+  for (int s = 0; s < sets.sets(); ++s) {
     std::vector<gemm_kernels::NormalizedProblem> problems;
-    for (int i = 0; i < count && ok; ++i) {
-      void* a = own(gemm_bench::RandomBf16Buffer(int64_t(ms[i]) * k, 1000 * s + 2 * i));
-      void* b = own(gemm_bench::RandomBf16Buffer(int64_t(k) * n, 1000 * s + 2 * i + 1));
-      buffers.emplace_back();
-      ok = a && b && buffers.back().Allocate(size_t(ms[i]) * n * 2);
-      void* d = buffers.back().p;
-      gemm_kernels::GemmArguments g;
-      g.m = ms[i];
-      g.n = n;
-      g.k = k;
-      g.a = {a, DataType::kBF16, Layout::kRowMajor, k, 0};
-      g.b = {b, DataType::kBF16, Layout::kColMajor, k, 0};
-      g.d = {d, DataType::kBF16, Layout::kRowMajor, n, 0};
-      problems.push_back(gemm_kernels::Normalize(g));
-    }
-    buffers.emplace_back();
-    ok = ok && buffers.back().Allocate(gemm_kernels::Sm90GroupedWorkspaceSize(count));
-    void* ws = buffers.back().p;
+    for (size_t i = 0; i < sets.rows().size(); ++i)
+      problems.push_back(gemm_kernels::Normalize(sets.MemberArguments(s, i)));
     std::string error;
-    if (ok) {
-      plans.push_back(gemm_kernels::MakeSm90GroupedPlan(
-          problems, tile, g_sms, ws, &error, static_cast<unsigned long long*>(stamps.p)));
-      ok = plans.back() != nullptr;
-      if (!ok) std::fprintf(stderr, "%s: %s\n", name, error.c_str());
+    plans.push_back(gemm_kernels::MakeSm90GroupedPlan(problems, tile, g_sms, sets.workspace(s, 0),
+                                                      &error,
+                                                      static_cast<unsigned long long*>(stamps.p)));
+    if (!plans.back()) {
+      std::fprintf(stderr, "%s: %s\n", name, error.c_str());
+      return false;
     }
   }
-  if (ok) {
-    std::printf("\n%s (seed %llu): %s, %lld tiles, grid %d\n", name,
-                static_cast<unsigned long long>(seed), plans[0]->name().c_str(),
-                static_cast<long long>(tiles), grid);
-    ok = PrintClock(plans, grid, static_cast<unsigned long long*>(stamps.p));
-  }
-  return ok;
+  std::printf("\n%s (seed %llu): %s, %lld tiles, grid %d\n", name,
+              static_cast<unsigned long long>(seed), plans[0]->name().c_str(),
+              static_cast<long long>(tiles), grid);
+  return PrintClock(plans, grid, static_cast<unsigned long long*>(stamps.p));
 }
 
 // Floor of a strided-batched case: cuBLAS, our Gemm, and the streaming
