@@ -25,7 +25,7 @@ bazel build "$@" 2>&1 | tee "$build_log"
 # easy to miss in Bazel's output; either costs far more on the GPU than any
 # change is likely to gain (KERNEL_NOTES v8: a wgmma under a branch, C7520,
 # made every kernel 20-30% slower; v18: C7515, accumulators written outside
-# wgmma in a pipeline stage, 7-10%). Any C75xx counts.
+# wgmma in a pipeline stage, 3-10%). Any C75xx counts.
 if grep -E "C75[0-9][0-9]|spilled to local memory" "$build_log"; then
   echo "bundle: WARNING: ptxas serialized wgmma (C75xx) or spilled registers (above)" >&2
 fi

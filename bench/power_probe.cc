@@ -406,6 +406,7 @@ int Run(const std::vector<std::string>& filters, const char* phases_path, bool o
                              {"256x4096x16384", 256, 4096, 16384},
                              {"1000^3", 1000, 1000, 1000},
                              {"128x128x65536", 128, 128, 65536},
+                             // Memory-bound: its TFLOP/s times 0.1431 is TB/s over A, B and D.
                              {"skinny 7x8192x8192", 7, 8192, 8192}};
   struct GroupedCase {
     const char* name;
