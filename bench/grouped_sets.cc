@@ -70,6 +70,7 @@ double GroupedSets::Flops() const {
 }
 
 void* GroupedSets::workspace(int set, int plan) const {
+  if (plan < 0 || plan >= options_.workspaces_per_set || workspaces_[set] == nullptr) return nullptr;
   return static_cast<unsigned char*>(workspaces_[set]) + plan * workspace_stride_;
 }
 

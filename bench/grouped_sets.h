@@ -65,7 +65,9 @@ class GroupedSets {
   double Flops() const;
 
   const Member& member(int set, size_t i) const { return members_[set][i]; }
-  // Workspace of plan `plan` (< workspaces_per_set) on set `set`.
+  // Workspace of plan `plan` on set `set`; nullptr (never a pointer past
+  // the allocation) unless plan < workspaces_per_set and Allocate() has
+  // succeeded.
   void* workspace(int set, int plan) const;
 
   // Member i of set `set` as a single GEMM writing our D (for plans built
