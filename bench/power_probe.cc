@@ -43,6 +43,7 @@
 #include "bench/bf16_data.h"
 #include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
+#include "bench/dense_sets.h"
 #include "bench/grouped_sets.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
@@ -55,9 +56,7 @@ namespace {
 
 using gemm_kernels::DataType;
 using gemm_kernels::Gemm;
-using gemm_kernels::GemmArguments;
 using gemm_kernels::GroupedGemm;
-using gemm_kernels::Layout;
 using gemm_kernels::ScheduleHint;
 using gemm_kernels::Sm90LaunchChoice;
 using gemm_kernels::Sm90Schedule;
@@ -134,46 +133,13 @@ bool RunPhase(const std::string& name, const char* impl, const Launcher& launch,
   return true;
 }
 
-// Rotating input sets of one dense bf16 problem (A row-major, B column-major,
-// D row-major) and cuBLAS's output beside ours; freed with the object.
-struct DenseSets {
-  int64_t m, n, k;
-  int sets = 0;
-  std::vector<void*> a, b, d, dref;
-
-  DenseSets(int64_t m_, int64_t n_, int64_t k_, size_t l2) : m(m_), n(n_), k(k_) {
-    sets = gemm_bench::RotatingSets(size_t(m * k + k * n + m * n) * 2, l2);
-    a.assign(sets, nullptr);
-    b.assign(sets, nullptr);
-    d.assign(sets, nullptr);
-    dref.assign(sets, nullptr);
-  }
-  ~DenseSets() {
-    for (auto* v : {&a, &b, &d, &dref})
-      for (void* p : *v) cudaFree(p);
-  }
-  bool Allocate() {
-    for (int s = 0; s < sets; ++s) {
-      a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
-      b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
-      CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
-      CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
-      if (!a[s] || !b[s]) return false;
-    }
-    return true;
-  }
-  GemmArguments Arguments(int s) const {
-    GemmArguments g;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a = {a[s], DataType::kBF16, Layout::kRowMajor, k, 0};
-    g.b = {b[s], DataType::kBF16, Layout::kColMajor, k, 0};
-    g.d = {d[s], DataType::kBF16, Layout::kRowMajor, n, 0};
-    return g;
-  }
-  double Flops() const { return 2.0 * m * n * k; }
-};
+// Rotating sets over at least 4x the L2. Our D is not poisoned here:
+// RunDenseImpls poisons set 0 before each check, the only output it reads.
+gemm_bench::DenseSetsOptions ProbeSetsOptions(int64_t m, int64_t n, int64_t k, size_t l2) {
+  gemm_bench::DenseSetsOptions options;
+  options.sets = gemm_bench::RotatingSets(gemm_bench::DenseSetBytes(m, n, k), l2);
+  return options;
+}
 
 // One implementation of a case; `ours` are checked against cuBLAS's output.
 struct Impl {
@@ -185,36 +151,39 @@ struct Impl {
 // Each of `impls` alone for a phase, in order (or, `once`, two launches
 // each: one to warm up, one for ncu); then each of ours against `cublas`
 // on set 0, our output poisoned first.
-bool RunDenseImpls(const char* name, const DenseSets& sets, const std::vector<Impl>& impls,
-                   const Launcher& cublas, bool once, std::FILE* phases) {
+bool RunDenseImpls(const char* name, const gemm_bench::DenseSets& sets,
+                   const std::vector<Impl>& impls, const Launcher& cublas, bool once,
+                   std::FILE* phases) {
   bool ok = true;
   for (const Impl& impl : impls) {
     if (!ok) break;
     if (once) {
-      for (int r = 0; r < 2 && ok; ++r) ok = impl.launch(r % sets.sets);
+      for (int r = 0; r < 2 && ok; ++r) ok = impl.launch(r % sets.sets());
     } else {
-      ok = RunPhase(name, impl.name.c_str(), impl.launch, sets.sets, sets.Flops(), phases);
+      ok = RunPhase(name, impl.name.c_str(), impl.launch, sets.sets(), sets.Flops(), phases);
     }
   }
   CHECK_CUDA(cudaDeviceSynchronize());
   if (!ok || once) return ok;
   ok = cublas(0);
+  const gemm_bench::DenseSets::Buffers& checked = sets.buffers(0);
   for (const Impl& impl : impls) {
     if (!ok || !impl.ours) continue;
-    CHECK_CUDA(cudaMemset(sets.d[0], 0xFF, sets.m * sets.n * 2));
+    CHECK_CUDA(cudaMemset(checked.d, 0xFF, sets.m() * sets.n() * 2));
     ok = impl.launch(0);
     CHECK_CUDA(cudaDeviceSynchronize());
-    const double rel = gemm_bench::RelDiffBf16(sets.d[0], sets.dref[0], sets.m * sets.n);
+    const double rel = gemm_bench::RelDiffBf16(checked.d, checked.dref, sets.m() * sets.n());
     std::printf("  %-40s rel diff vs cuBLAS %.1e\n", impl.name.c_str(), rel);
     if (!(rel < 1e-2)) ok = false;
   }
   return ok;
 }
 
-Launcher CublasLauncher(const gemm_bench::CublasBaseline& cublas, const DenseSets& sets) {
+Launcher CublasLauncher(const gemm_bench::CublasBaseline& cublas,
+                        const gemm_bench::DenseSets& sets) {
   return [&cublas, &sets](int s) {
-    return cublas
-        .Gemm(DataType::kBF16, false, 1, sets.m, sets.n, sets.k, sets.a[s], sets.b[s], sets.dref[s])
+    const gemm_bench::DenseSets::Buffers& buf = sets.buffers(s);
+    return cublas.Gemm(DataType::kBF16, false, 1, sets.m(), sets.n(), sets.k(), buf.a, buf.b, buf.dref)
         .empty();
   };
 }
@@ -222,18 +191,18 @@ Launcher CublasLauncher(const gemm_bench::CublasBaseline& cublas, const DenseSet
 // The heuristic's launch (with a workspace), then cuBLAS.
 bool Dense(const char* name, int64_t m, int64_t n, int64_t k, const gemm_bench::CublasBaseline& cublas,
            size_t l2, std::FILE* phases) {
-  DenseSets sets(m, n, k, l2);
+  gemm_bench::DenseSets sets(m, n, k, ProbeSetsOptions(m, n, k, l2));
   if (!sets.Allocate()) return false;
   size_t ws_bytes = 256;
-  for (int s = 0; s < sets.sets; ++s) {
+  for (int s = 0; s < sets.sets(); ++s) {
     ws_bytes = std::max(ws_bytes,
                         Gemm::WorkspaceSize(sets.Arguments(s), TileHint::kAuto, ScheduleHint::kAuto));
   }
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, ws_bytes));
   std::unique_ptr<void, decltype(&cudaFree)> ws_owner(ws, &cudaFree);
-  std::vector<Gemm> ours(sets.sets);
-  for (int s = 0; s < sets.sets; ++s) {
+  std::vector<Gemm> ours(sets.sets());
+  for (int s = 0; s < sets.sets(); ++s) {
     const absl::Status st =
         ours[s].Initialize(sets.Arguments(s), ws, TileHint::kAuto, ScheduleHint::kAuto);
     if (!st.ok()) {
@@ -348,12 +317,12 @@ std::vector<Variant> DenseVariants(int64_t m, int64_t n, int64_t k, int sms) {
 bool DenseVariantsCase(const char* name, int64_t m, int64_t n, int64_t k,
                        const gemm_bench::CublasBaseline& cublas, size_t l2, int sms, std::FILE* phases,
                        bool once) {
-  DenseSets sets(m, n, k, l2);
+  gemm_bench::DenseSets sets(m, n, k, ProbeSetsOptions(m, n, k, l2));
   if (!sets.Allocate()) return false;
   const std::vector<Variant> variants = DenseVariants(m, n, k, sms);
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
   for (size_t v = 0; v < variants.size(); ++v) {
-    for (int s = 0; s < sets.sets; ++s) {
+    for (int s = 0; s < sets.sets(); ++s) {
       std::string error;
       plans[v].push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(sets.Arguments(s)),
                                                     variants[v].choice, nullptr, &error));

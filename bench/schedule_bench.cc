@@ -32,6 +32,7 @@
 #include "bench/bf16_data.h"
 #include "bench/cuda_check.h"
 #include "bench/cublas_baseline.h"
+#include "bench/dense_sets.h"
 #include "bench/grouped_sets.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
@@ -44,7 +45,6 @@ using gemm_kernels::Gemm;
 using gemm_kernels::GemmArguments;
 using gemm_kernels::GroupedGemm;
 using gemm_kernels::GroupedGemmArguments;
-using gemm_kernels::Layout;
 using gemm_kernels::ScheduleHint;
 using gemm_kernels::TileHint;
 
@@ -75,39 +75,29 @@ struct DenseCase {
 bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, bool skinny,
               std::vector<std::pair<double, double>>* ratios) {
   const int64_t m = dc.m, n = dc.n, k = dc.k;
-  const size_t set_bytes = size_t(m * k + k * n + m * n) * 2;
-  const int sets = SetsFor(set_bytes);
-  std::vector<void*> a(sets), b(sets), d(sets), dref(sets);
-  for (int s = 0; s < sets; ++s) {
-    a[s] = gemm_bench::RandomBf16Buffer(m * k, 11 + s);
-    b[s] = gemm_bench::RandomBf16Buffer(k * n, 101 + s);
-    CHECK_CUDA(cudaMalloc(&d[s], m * n * 2));
-    CHECK_CUDA(cudaMalloc(&dref[s], m * n * 2));
-    CHECK_CUDA(cudaMemset(d[s], 0xFF, m * n * 2));
-    if (!a[s] || !b[s]) return false;
-  }
+  gemm_bench::DenseSetsOptions options;
+  options.sets = SetsFor(gemm_bench::DenseSetBytes(m, n, k));
+  options.poison_outputs = true;
+  gemm_bench::DenseSets sets(m, n, k, options);
+  if (!sets.Allocate()) return false;
   // Variants: 0 heuristic with workspace, 1 data-parallel alone (no
   // workspace), 2 forced stream-K, 3 forced split-K.
   const ScheduleHint hints[4] = {ScheduleHint::kAuto, ScheduleHint::kDataParallel,
                                  ScheduleHint::kStreamK, ScheduleHint::kSplitK};
-  std::vector<std::vector<Gemm>> gemms(4);
   size_t ws_bytes = 0;
-  std::vector<GemmArguments> args(sets);
-  for (int s = 0; s < sets; ++s) {
-    GemmArguments& g = args[s];
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.a = {a[s], DataType::kBF16, Layout::kRowMajor, k, 0};
-    g.b = {b[s], DataType::kBF16, Layout::kColMajor, k, 0};
-    g.d = {d[s], DataType::kBF16, Layout::kRowMajor, n, 0};
-    for (ScheduleHint h : hints) ws_bytes = std::max(ws_bytes, Gemm::WorkspaceSize(g, TileHint::kAuto, h));
+  std::vector<GemmArguments> args(sets.sets());
+  for (int s = 0; s < sets.sets(); ++s) {
+    args[s] = sets.Arguments(s);
+    for (ScheduleHint h : hints)
+      ws_bytes = std::max(ws_bytes, Gemm::WorkspaceSize(args[s], TileHint::kAuto, h));
   }
   void* ws = nullptr;
   CHECK_CUDA(cudaMalloc(&ws, std::max<size_t>(ws_bytes, 256)));
+  std::unique_ptr<void, decltype(&cudaFree)> ws_owner(ws, &cudaFree);
+  std::vector<std::vector<Gemm>> gemms(4);
   for (int v = 0; v < 4; ++v) {
-    gemms[v] = std::vector<Gemm>(sets);
-    for (int s = 0; s < sets; ++s) {
+    gemms[v] = std::vector<Gemm>(sets.sets());
+    for (int s = 0; s < sets.sets(); ++s) {
       const absl::Status st =
           gemms[v][s].Initialize(args[s], v == 1 ? nullptr : ws, TileHint::kAuto, hints[v]);
       if (!st.ok()) {
@@ -119,15 +109,16 @@ bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, boo
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<Launcher> impls;
   impls.push_back([&](int s) {
-    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, a[s], b[s], dref[s]).empty();
+    const gemm_bench::DenseSets::Buffers& buf = sets.buffers(s);
+    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, buf.a, buf.b, buf.dref).empty();
   });
   for (int v = 0; v < 4; ++v) impls.push_back([&, v](int s) { return gemms[v][s].Run(nullptr).ok(); });
   std::vector<double> ms;
-  if (!TimeInterleaved(impls, sets, &ms)) return false;
+  if (!TimeInterleaved(impls, sets.sets(), &ms)) return false;
   if (!gemms[0][0].Run(nullptr).ok()) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  const double rel = gemm_bench::RelDiffBf16(d[0], dref[0], m * n);
-  const double flops = 2.0 * m * n * k;
+  const double rel = gemm_bench::RelDiffBf16(sets.buffers(0).d, sets.buffers(0).dref, m * n);
+  const double flops = sets.Flops();
   auto tf = [&](double t) { return flops / (t * 1e-3) / 1e12; };
   if (skinny) {
     const double bytes = double(m * k + k * n + m * n) * 2;
@@ -142,13 +133,6 @@ bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, boo
   }
   std::fflush(stdout);
   ratios->push_back({ms[0] / ms[1], ms[2] / ms[1]});
-  for (int s = 0; s < sets; ++s) {
-    cudaFree(a[s]);
-    cudaFree(b[s]);
-    cudaFree(d[s]);
-    cudaFree(dref[s]);
-  }
-  cudaFree(ws);
   return true;
 }
 

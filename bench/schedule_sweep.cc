@@ -38,6 +38,7 @@
 
 #include "bench/bf16_data.h"
 #include "bench/cublas_baseline.h"
+#include "bench/dense_sets.h"
 #include "bench/dram_stream.h"
 #include "bench/grouped_sets.h"
 #include "bench/interleaved_timing.h"
@@ -51,7 +52,6 @@
 namespace {
 
 using gemm_kernels::DataType;
-using gemm_kernels::Layout;
 using gemm_kernels::Sm90LaunchChoice;
 using gemm_kernels::Sm90Schedule;
 using gemm_kernels::Sm90Tile;
@@ -68,17 +68,6 @@ struct Shape {
   int64_t batch, m, n, k;
 };
 
-// Operands of one shape, `sets` times over: A row-major, B column-major, D
-// row-major (poisoned), packed batch strides.
-struct Buffers {
-  std::vector<void*> a, b, d, dref;
-  int sets = 1;
-  ~Buffers() {
-    for (auto* v : {&a, &b, &d, &dref})
-      for (void* p : *v) cudaFree(p);
-  }
-};
-
 // One device allocation, freed on every return path.
 struct DeviceMemory {
   void* p = nullptr;
@@ -90,35 +79,15 @@ struct DeviceMemory {
   bool Allocate(size_t bytes) { return cudaMalloc(&p, bytes) == cudaSuccess; }
 };
 
-bool MakeBuffers(const Shape& s, Buffers* buf) {
-  const size_t set_bytes = size_t(s.batch * (s.m * s.k + s.k * s.n + s.m * s.n)) * 2;
-  buf->sets = gemm_bench::RotatingSets(set_bytes, g_l2);
-  for (int i = 0; i < buf->sets; ++i) {
-    buf->a.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.m * s.k, 11 + i));
-    buf->b.push_back(gemm_bench::RandomBf16Buffer(s.batch * s.k * s.n, 101 + i));
-    // Each pointer is handed to *buf as soon as it exists (freed there).
-    buf->d.push_back(nullptr);
-    buf->dref.push_back(nullptr);
-    if (cudaMalloc(&buf->d.back(), s.batch * s.m * s.n * 2) != cudaSuccess ||
-        cudaMalloc(&buf->dref.back(), s.batch * s.m * s.n * 2) != cudaSuccess)
-      return false;
-    cudaMemset(buf->d.back(), 0xFF, s.batch * s.m * s.n * 2);
-    if (!buf->a.back() || !buf->b.back()) return false;
-  }
-  return true;
-}
-
-// The GEMM of input set `set`: D = A B over `s.batch` packed members.
-gemm_kernels::GemmArguments Arguments(const Shape& s, const Buffers& buf, int set) {
-  gemm_kernels::GemmArguments g;
-  g.m = s.m;
-  g.n = s.n;
-  g.k = s.k;
-  g.batch_count = s.batch;
-  g.a = {buf.a[set], DataType::kBF16, Layout::kRowMajor, s.k, s.m * s.k};
-  g.b = {buf.b[set], DataType::kBF16, Layout::kColMajor, s.k, s.k * s.n};
-  g.d = {buf.d[set], DataType::kBF16, Layout::kRowMajor, s.n, s.m * s.n};
-  return g;
+// Rotating sets of `s` over at least 4x the L2. Our D starts as NaN so that
+// an output no launch wrote cannot pass a comparison with cuBLAS's.
+gemm_bench::DenseSetsOptions SweepSetsOptions(const Shape& s) {
+  gemm_bench::DenseSetsOptions options;
+  options.sets =
+      gemm_bench::RotatingSets(gemm_bench::DenseSetBytes(s.m, s.n, s.k, s.batch), g_l2);
+  options.batch = s.batch;
+  options.poison_outputs = true;
+  return options;
 }
 
 std::string Describe(const Sm90LaunchChoice& c) {
@@ -151,14 +120,14 @@ std::string DescribeLaunch(const Sm90LaunchChoice& c) {
   return Describe(c) + (c.programmatic_launch ? "" : ", no PDL");
 }
 
-// One plan of `c` per input set of `buf` into *plans; false (reported) if
+// One plan of `c` per input set of `sets` into *plans; false (reported) if
 // the launch choice does not fit the shape.
-bool MakePlans(const char* name, const Shape& s, const Buffers& buf, const Sm90LaunchChoice& c,
+bool MakePlans(const char* name, const gemm_bench::DenseSets& sets, const Sm90LaunchChoice& c,
                void* ws, std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>* plans) {
-  for (int i = 0; i < buf.sets; ++i) {
+  for (int i = 0; i < sets.sets(); ++i) {
     std::string error;
-    plans->push_back(gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(Arguments(s, buf, i)), c,
-                                                ws, &error));
+    plans->push_back(
+        gemm_kernels::MakeSm90Plan(gemm_kernels::Normalize(sets.Arguments(i)), c, ws, &error));
     if (!plans->back()) {
       std::fprintf(stderr, "%s %s: %s\n", name, DescribeLaunch(c).c_str(), error.c_str());
       return false;
@@ -171,15 +140,15 @@ bool MakePlans(const char* name, const Shape& s, const Buffers& buf, const Sm90L
 bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice> variants,
                  const gemm_bench::CublasBaseline& cublas,
                  const gemm_bench::TimingPlan& plan = kPlan) {
-  Buffers buf;
-  if (!MakeBuffers(s, &buf)) return false;
+  gemm_bench::DenseSets sets(s.m, s.n, s.k, SweepSetsOptions(s));
+  if (!sets.Allocate()) return false;
   // Packed bf16 rows of K elements (A row-major, B column-major), as
   // gemm.cc's RowAlignmentOf derives it for the Gemm API.
   gemm_kernels::Sm90RowAlignment rows;
   rows.a_off_sector = gemm_kernels::Sm90RowsOffSector(
-      2 * s.k, 2 * s.m * s.k, s.batch, reinterpret_cast<uintptr_t>(buf.a[0]));
+      2 * s.k, 2 * s.m * s.k, s.batch, reinterpret_cast<uintptr_t>(sets.buffers(0).a));
   rows.b_off_sector = gemm_kernels::Sm90RowsOffSector(
-      2 * s.k, 2 * s.k * s.n, s.batch, reinterpret_cast<uintptr_t>(buf.b[0]));
+      2 * s.k, 2 * s.k * s.n, s.batch, reinterpret_cast<uintptr_t>(sets.buffers(0).b));
   const Sm90LaunchChoice heuristic =
       gemm_kernels::ChooseSm90Launch(s.m, s.n, s.k, s.batch, 64, g_sms, true,
                                      gemm_kernels::Sm90MaxPairClusters(), rows);
@@ -191,30 +160,31 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   if (!ws.Allocate(ws_bytes)) return false;
   std::vector<std::vector<std::unique_ptr<gemm_kernels::KernelPlan>>> plans(variants.size());
   for (size_t v = 0; v < variants.size(); ++v) {
-    if (!MakePlans(name, s, buf, variants[v], ws.p, &plans[v])) return false;
+    if (!MakePlans(name, sets, variants[v], ws.p, &plans[v])) return false;
   }
   cudaDeviceSynchronize();
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
-    return cublas
-        .Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i])
+    const gemm_bench::DenseSets::Buffers& buf = sets.buffers(i);
+    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
         .empty();
   });
   for (size_t v = 0; v < variants.size(); ++v)
     impls.push_back([&, v](int i) { return plans[v][i]->Launch(nullptr).empty(); });
   std::vector<double> ms;
-  if (!gemm_bench::TimeInterleaved(impls, buf.sets, plan, &ms)) return false;
+  if (!gemm_bench::TimeInterleaved(impls, sets.sets(), plan, &ms)) return false;
   const double flops = 2.0 * s.batch * s.m * s.n * s.k;
   const double bytes = 2.0 * s.batch * (s.m * s.k + s.k * s.n + s.m * s.n);
   std::printf("\n%s (cuBLAS %.1f us, %.0f TFLOP/s, %.2f TB/s)\n", name, ms[0] * 1e3,
               flops / ms[0] / 1e9, bytes / ms[0] / 1e9);
   std::printf(
       "| variant | us | TFLOP/s | TB/s | ours/cuBLAS | rel diff |\n|---|---|---|---|---|---|\n");
+  const gemm_bench::DenseSets::Buffers& checked = sets.buffers(0);
   for (size_t v = 0; v < variants.size(); ++v) {
-    cudaMemset(buf.d[0], 0xFF, s.batch * s.m * s.n * 2);
+    cudaMemset(checked.d, 0xFF, s.batch * s.m * s.n * 2);
     plans[v][0]->Launch(nullptr);
     cudaDeviceSynchronize();
-    const double rel = gemm_bench::RelDiffBf16(buf.d[0], buf.dref[0], s.batch * s.m * s.n);
+    const double rel = gemm_bench::RelDiffBf16(checked.d, checked.dref, s.batch * s.m * s.n);
     const double t = ms[v + 1];
     std::printf("| %s%s | %.1f | %.0f | %.2f | %.3f | %.1e |\n", v == 0 ? "heuristic: " : "",
                 DescribeLaunch(variants[v]).c_str(), t * 1e3, flops / t / 1e9, bytes / t / 1e9,
@@ -380,15 +350,15 @@ std::vector<std::string> UnitRoles(const Shape& s, const Sm90LaunchChoice& c) {
 
 // PrintClock of launch choice `c` on `s`.
 bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
-  Buffers buf;
-  if (!MakeBuffers(s, &buf)) return false;
+  gemm_bench::DenseSets sets(s.m, s.n, s.k, SweepSetsOptions(s));
+  if (!sets.Allocate()) return false;
   DeviceMemory stamps, ws;
   if (!stamps.Allocate(size_t(c.grid) * gemm_kernels::kCtaClockWords * 8) ||
       !ws.Allocate(std::max<size_t>(256, gemm_kernels::ScheduleWorkspaceBytes(c))))
     return false;
   c.cta_clock = static_cast<unsigned long long*>(stamps.p);
   std::vector<std::unique_ptr<gemm_kernels::KernelPlan>> plans;
-  if (!MakePlans(name, s, buf, c, ws.p, &plans)) return false;
+  if (!MakePlans(name, sets, c, ws.p, &plans)) return false;
   std::printf("\n%s: %s, grid %d\n", name, DescribeLaunch(c).c_str(), c.grid);
   return PrintClock(plans, c.grid, c.cta_clock, UnitRoles(s, c));
 }
@@ -436,31 +406,31 @@ bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int
 // Floor of a strided-batched case: cuBLAS, our Gemm, and the streaming
 // kernel moving A + B in and D out (at several grid sizes; the fastest).
 bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline& cublas) {
-  Buffers buf;
-  if (!MakeBuffers(s, &buf)) return false;
-  std::vector<gemm_kernels::Gemm> ours(buf.sets);
-  for (int i = 0; i < buf.sets; ++i)
-    if (!ours[i].Initialize(Arguments(s, buf, i)).ok()) return false;
+  gemm_bench::DenseSets sets(s.m, s.n, s.k, SweepSetsOptions(s));
+  if (!sets.Allocate()) return false;
+  std::vector<gemm_kernels::Gemm> ours(sets.sets());
+  for (int i = 0; i < sets.sets(); ++i)
+    if (!ours[i].Initialize(sets.Arguments(i)).ok()) return false;
   const size_t read_bytes = size_t(s.batch * (s.m * s.k + s.k * s.n)) * 2;
   const size_t write_bytes = size_t(s.batch * s.m * s.n) * 2;
   // The stream reads A's buffer then B's as one span: give it its own
   // contiguous copies of the same size (rotating too).
   const size_t copy_bytes = (read_bytes + write_bytes) / 32 * 16;  // half, each way
-  std::vector<DeviceMemory> in_mem(buf.sets), out_mem(buf.sets);
-  std::vector<void*> in(buf.sets), out(buf.sets);
-  for (int i = 0; i < buf.sets; ++i) {
+  std::vector<DeviceMemory> in_mem(sets.sets()), out_mem(sets.sets());
+  std::vector<void*> in(sets.sets()), out(sets.sets());
+  for (int i = 0; i < sets.sets(); ++i) {
     if (!in_mem[i].Allocate(read_bytes) ||
         !out_mem[i].Allocate(std::max(write_bytes, copy_bytes)))
       return false;
     in[i] = in_mem[i].p;
     out[i] = out_mem[i].p;
-    cudaMemcpy(in[i], buf.a[i], read_bytes / 2, cudaMemcpyDeviceToDevice);
+    cudaMemcpy(in[i], sets.buffers(i).a, read_bytes / 2, cudaMemcpyDeviceToDevice);
   }
   const int grids[] = {g_sms, 2 * g_sms, 4 * g_sms, 8 * g_sms};
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
-    return cublas
-        .Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a[i], buf.b[i], buf.dref[i])
+    const gemm_bench::DenseSets::Buffers& buf = sets.buffers(i);
+    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
         .empty();
   });
   impls.push_back([&](int i) { return ours[i].Run(nullptr).ok(); });
@@ -480,7 +450,7 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
     return cudaMemcpyAsync(out[i], in[i], copy_bytes, cudaMemcpyDeviceToDevice) == cudaSuccess;
   });
   std::vector<double> ms;
-  if (!gemm_bench::TimeInterleaved(impls, buf.sets, kPlan, &ms)) return false;
+  if (!gemm_bench::TimeInterleaved(impls, sets.sets(), kPlan, &ms)) return false;
   const double floor_ms = *std::min_element(ms.begin() + 2, ms.end());
   const double bytes = double(read_bytes + write_bytes);
   std::printf("| %s | %.1f MB | %.1f | %.1f | %.1f (%.2f TB/s) | %.1f | %.2f | %.2f |\n", name,
