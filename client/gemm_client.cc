@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/grpc_status.h"
 #include "common/proto_enums.h"
 
@@ -417,11 +418,15 @@ void Client::OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::S
 // Writes go out one at a time from a queue; a hold keeps the stream from
 // finishing while Send() may still start writes from outside the reactions,
 // and is released once no more writes will start (WritesDone sent, or the
-// stream broke). The reactor keeps itself alive until OnDone has returned.
+// stream broke). The reactor keeps itself alive until OnDone has returned,
+// so its last owner may be OnDone's thread; destroyed() tells the session
+// when that destruction, the ClientContext's included, is over.
 class GemmStreamSession::Reactor
     : public grpc::ClientBidiReactor<v1::GemmRequest, v1::GemmResponse> {
  public:
   explicit Reactor(std::unique_ptr<grpc::ClientContext> ctx) : ctx_(std::move(ctx)) {}
+
+  std::shared_ptr<absl::Notification> destroyed() const { return destroyed_.notification; }
 
   void Start(const std::shared_ptr<Reactor>& self, v1::GemmService::Stub* stub) {
     self_ = self;
@@ -584,6 +589,12 @@ class GemmStreamSession::Reactor
     return true;
   }
 
+  // Declared first, so destroyed last: it notifies after ctx_ is gone.
+  struct NotifyOnDestruction {
+    std::shared_ptr<absl::Notification> notification = std::make_shared<absl::Notification>();
+    ~NotifyOnDestruction() { notification->Notify(); }
+  };
+  NotifyOnDestruction destroyed_;
   const std::unique_ptr<grpc::ClientContext> ctx_;
   std::shared_ptr<Reactor> self_;
   v1::GemmResponse incoming_;  // Owned by the single outstanding read.
@@ -617,6 +628,15 @@ GemmStreamSession::GemmStreamSession(v1::GemmService::Stub* stub,
 GemmStreamSession::~GemmStreamSession() {
   if (!reactor_->done()) reactor_->Cancel();
   reactor_->Wait().IgnoreError();
+  // OnDone may still be returning on gRPC's thread, holding the last
+  // reference: wait until the reactor and its ClientContext are destroyed,
+  // so that nothing of this call outlives the session (the Client, its stub
+  // and channel may go right after). NOTES: without this wait, a TSan run
+  // of DroppingAnOpenStreamCancelsIt aborted once on an absl::Cord refcount
+  // inside gRPC's teardown (2026-12-02).
+  const std::shared_ptr<absl::Notification> destroyed = reactor_->destroyed();
+  reactor_.reset();
+  destroyed->WaitForNotification();
 }
 
 absl::Status GemmStreamSession::Send(v1::GemmRequest request, GemmCallback done) {
