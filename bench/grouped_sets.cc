@@ -89,15 +89,7 @@ gemm_kernels::GemmArguments GroupedSets::MemberArguments(int set, size_t i) cons
 gemm_kernels::GroupedGemmArguments GroupedSets::Arguments(int set) const {
   gemm_kernels::GroupedGemmArguments args;
   for (size_t i = 0; i < rows_.size(); ++i) {
-    const gemm_kernels::GemmArguments g = MemberArguments(set, i);
-    gemm_kernels::GroupedProblemArguments p;
-    p.m = g.m;
-    p.n = g.n;
-    p.k = g.k;
-    p.a = g.a;
-    p.b = g.b;
-    p.d = g.d;
-    args.problems.push_back(p);
+    args.problems.push_back(gemm_kernels::GroupedMemberOf(MemberArguments(set, i)));
   }
   return args;
 }

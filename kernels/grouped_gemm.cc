@@ -87,6 +87,20 @@ Sm90Tile ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms) 
 
 }  // namespace
 
+GroupedProblemArguments GroupedMemberOf(const GemmArguments& g) {
+  GroupedProblemArguments p;
+  p.m = g.m;
+  p.n = g.n;
+  p.k = g.k;
+  p.a = g.a;
+  p.b = g.b;
+  p.c = g.c;
+  p.d = g.d;
+  p.alpha = g.alpha;
+  p.beta = g.beta;
+  return p;
+}
+
 struct GroupedGemm::Impl {
   std::unique_ptr<KernelPlan> plan;  // the grouped kernel, or
   std::vector<Gemm> loop;            // one Gemm per problem

@@ -50,6 +50,11 @@ struct GroupedProblemArguments {
   float beta = 0.0f;
 };
 
+// The member that computes the same product as `g`, a single (batch 1)
+// GEMM; its batch_count and allow_tf32 are dropped (allow_tf32 is the
+// group's).
+GroupedProblemArguments GroupedMemberOf(const GemmArguments& g);
+
 struct GroupedGemmArguments {
   std::vector<GroupedProblemArguments> problems;
   bool allow_tf32 = false;

@@ -837,17 +837,7 @@ TEST_F(SchedulesGpuTest, GroupedMatchesSingleLaunches) {
         o.b = PickView(rng, lb, s.k, s.n);
         CUDA_OK(cudaMalloc(&o.d, size_t(s.m) * s.n * DataTypeSize(out)));
         CUDA_OK(cudaMemset(o.d, 0xFF, size_t(s.m) * s.n * DataTypeSize(out)));
-        const GemmArguments g = Args(s, o);
-        GroupedProblemArguments p;
-        p.m = g.m;
-        p.n = g.n;
-        p.k = g.k;
-        p.a = g.a;
-        p.b = g.b;
-        p.c = g.c;
-        p.d = g.d;
-        p.alpha = g.alpha;
-        gargs.problems.push_back(p);
+        gargs.problems.push_back(GroupedMemberOf(Args(s, o)));
       }
       ASSERT_TRUE(GroupedGemm::CanImplement(gargs).ok());
       ASSERT_LE(GroupedGemm::WorkspaceSize(gargs), kWorkspaceBytes);

@@ -523,20 +523,6 @@ gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
   return args;
 }
 
-gk::GroupedProblemArguments GroupMember(const gk::GemmArguments& g) {
-  gk::GroupedProblemArguments m;
-  m.m = g.m;
-  m.n = g.n;
-  m.k = g.k;
-  m.a = g.a;
-  m.b = g.b;
-  m.c = g.c;
-  m.d = g.d;
-  m.alpha = g.alpha;
-  m.beta = g.beta;
-  return m;
-}
-
 }  // namespace
 
 void CudaExecutor::PrepareLaunches(Lane& lane) {
@@ -554,7 +540,7 @@ void CudaExecutor::PrepareLaunches(Lane& lane) {
       args.allow_tf32 = p.shape.allow_tf32;
       for (const GemmProblemRef* q : g.problems) {
         const Placement& ql = lane.placement.at(q);
-        args.problems.push_back(GroupMember(KernelArguments(*q, ql, ql, 1, dev, out_dev)));
+        args.problems.push_back(gk::GroupedMemberOf(KernelArguments(*q, ql, ql, 1, dev, out_dev)));
       }
       ls.group = std::make_unique<gk::GroupedGemm>();
       ls.status = gk::GroupedGemm::CanImplement(args);
