@@ -234,7 +234,9 @@ class Client {
 // gets the stream's status.
 class GemmStreamSession {
  public:
-  // Cancels the stream if still open and waits for it to end.
+  // Cancels the stream if still open and waits for it to end. Neither this
+  // nor Finish() may run inside one of the session's own callbacks: both wait
+  // for the stream's reactor, which waits for that callback to return.
   ~GemmStreamSession();
 
   GemmStreamSession(const GemmStreamSession&) = delete;
