@@ -885,5 +885,36 @@ TEST(GroupedGemmArgs, EmptyListIsInvalid) {
   EXPECT_FALSE(GroupedGemm::CanImplement(GroupedGemmArguments{}).ok());
 }
 
+// The executor, the benchmarks and the grouped test above build members
+// through GroupedMemberOf: every field of the product must carry over.
+TEST(GroupedGemmArgs, MemberOfCarriesTheWholeProduct) {
+  int buffers[4];
+  GemmArguments g;
+  g.m = 3;
+  g.n = 5;
+  g.k = 7;
+  g.batch_count = 1;
+  g.a = {&buffers[0], DataType::kF16, Layout::kColMajor, 11, 0};
+  g.b = {&buffers[1], DataType::kF16, Layout::kRowMajor, 13, 0};
+  g.c = {&buffers[2], DataType::kF32, Layout::kRowMajor, 17, 0};
+  g.d = {&buffers[3], DataType::kF32, Layout::kRowMajor, 17, 0};
+  g.alpha = -1.5f;
+  g.beta = 0.25f;
+  const GroupedProblemArguments p = GroupedMemberOf(g);
+  EXPECT_EQ(p.m, 3);
+  EXPECT_EQ(p.n, 5);
+  EXPECT_EQ(p.k, 7);
+  const MatrixDesc* from[] = {&g.a, &g.b, &g.c, &g.d};
+  const MatrixDesc* to[] = {&p.a, &p.b, &p.c, &p.d};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(to[i]->ptr, from[i]->ptr) << "operand " << i;
+    EXPECT_EQ(to[i]->dtype, from[i]->dtype) << "operand " << i;
+    EXPECT_EQ(to[i]->layout, from[i]->layout) << "operand " << i;
+    EXPECT_EQ(to[i]->ld, from[i]->ld) << "operand " << i;
+  }
+  EXPECT_EQ(p.alpha, -1.5f);
+  EXPECT_EQ(p.beta, 0.25f);
+}
+
 }  // namespace
 }  // namespace gemm_kernels
