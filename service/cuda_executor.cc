@@ -16,12 +16,17 @@
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
 #include "common/parallel_copy.h"
+#include "common/status_macros.h"
+#include "service/cuda/cuda_status.h"
+#include "service/cuda/device.h"
+#include "service/cuda/resources.h"
 #include "service/resident_matrix.h"
 
 namespace gemm {
 namespace {
 
 namespace gk = gemm_kernels;
+using gpu::CudaStatus;
 
 // Operand starts are aligned for TMA (16 bytes) and for full DRAM bursts.
 constexpr size_t kAlign = 256;
@@ -29,16 +34,6 @@ constexpr size_t kAlign = 256;
 constexpr size_t kNoWorkspace = SIZE_MAX;
 
 size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
-#define CUDA_RETURN_IF_ERROR(expr)                                   \
-  do {                                                               \
-    if (absl::Status st_ = CudaStatus((expr), #expr); !st_.ok()) return st_; \
-  } while (0)
 
 gk::DataType KernelType(DType t) {
   switch (t) {
@@ -93,14 +88,13 @@ const void* ResidentData(const MatrixRef& m) {
 // and the memory lives long.
 class DeviceResidentMatrix final : public ResidentMatrix {
  public:
-  DeviceResidentMatrix(const MatrixRef& view, void* device, int ordinal)
-      : ResidentMatrix(view, device), device_(device), ordinal_(ordinal) {}
-  // The last holder is done with it: a request's kernels have finished before
-  // the request completes.
-  ~DeviceResidentMatrix() override {
-    cudaSetDevice(ordinal_);
-    cudaFree(device_);
-  }
+  // The memory is freed when the last holder is done with the matrix: a
+  // request's kernels have finished before the request completes.
+  DeviceResidentMatrix(const MatrixRef& view, gpu::DeviceMemory memory)
+      : ResidentMatrix(view, memory.get()),
+        memory_(std::move(memory)),
+        device_(memory_.get()),
+        ordinal_(memory_.device()) {}
 
   // Chunks of an upload, straight from gRPC's buffers to the device. A
   // pageable copy may return before its DMA is done, and the lanes' streams
@@ -125,6 +119,7 @@ class DeviceResidentMatrix final : public ResidentMatrix {
   }
 
  private:
+  gpu::DeviceMemory memory_;
   void* const device_;
   const int ordinal_;
 };
@@ -146,7 +141,7 @@ struct LaunchState {
   // (stream-ordered pool memory, freed after the batch) so the launch takes
   // the tensor cores; null when none is needed or the allocation failed (then
   // the strict-fp32 kernel runs).
-  void* operand_copies = nullptr;
+  gpu::PoolMemory operand_copies;
   absl::Status status;                     // set-up or launch failure: its requests fail
   std::string label;                       // metrics: "<plan kind>/<kernel family>"
   size_t owner = 0;                        // the item its time is reported on
@@ -154,16 +149,15 @@ struct LaunchState {
 
 struct CudaExecutor::Lane {
   CudaExecutor* owner = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, h2d_done = nullptr, d2h_done = nullptr;
-  std::vector<cudaEvent_t> launch_done;  // one per launch, grown as needed
+  gpu::Stream stream;
+  gpu::Event start, h2d_done, d2h_done;
+  std::vector<gpu::Event> launch_done;  // one per launch, grown as needed
   // Per launch too: the start and end of a launch on the reducing stream. The
   // lane's own interval for it also holds the wait behind other lanes'
   // reducing launches, which is not this launch's compute time.
-  std::vector<cudaEvent_t> reduce_start, reduce_end;
-  unsigned char* staging = nullptr;
-  size_t staging_size = 0;
-  unsigned char* device = nullptr;  // this batch's device buffer, from the stream pool
+  std::vector<gpu::Event> reduce_start, reduce_end;
+  gpu::PinnedBuffer staging;
+  gpu::PoolMemory device;  // this batch's device buffer, from the stream pool
 
   // The batch in flight and what Finish needs to know about it.
   Batch batch;
@@ -183,8 +177,17 @@ struct CudaExecutor::Lane {
     item_kernels.clear();
     item_status.clear();
     input_bytes = output_bytes = 0;
-    device = nullptr;
+    device = gpu::PoolMemory();
   }
+};
+
+// Every reducing launch runs here, in turn. A blocking stream: the kernel
+// library zeroes the workspace's flags on the legacy default stream, which
+// is then ordered between consecutive launches.
+struct CudaExecutor::Reducer {
+  gpu::Stream stream;
+  absl::Mutex mu;
+  gpu::PoolMemory workspace ABSL_GUARDED_BY(mu);  // on `stream`
 };
 
 namespace {
@@ -199,14 +202,7 @@ void CUDART_CB HostDone(void* arg) {
 
 CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
 
-int CudaExecutor::DeviceCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the error a missing driver leaves behind
-    return 0;
-  }
-  return n;
-}
+int CudaExecutor::DeviceCount() { return gpu::VisibleDeviceCount(); }
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options& options) {
   if (options.streams < 1) return absl::InvalidArgumentError("streams must be at least 1");
@@ -222,35 +218,25 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options
 
 absl::Status CudaExecutor::Init() {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  cudaDeviceProp prop;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+  GEMM_ASSIGN_OR_RETURN(const gpu::DeviceProperties prop, gpu::QueryDevice(options_.device));
   info_.backend = "cuda";
   info_.devices.push_back(DeviceDescription{prop.name, absl::StrCat(prop.major, ".", prop.minor),
-                                            static_cast<uint32_t>(prop.multiProcessorCount),
-                                            prop.totalGlobalMem, 0});
+                                            prop.multiprocessors, prop.total_memory, 0});
   info_.kernels = {"sm90_tma_wgmma (bf16, fp16, tf32; Hopper)",
                    "portable_simt (strict fp32; any sm_80+ GPU)"};
-  // The grouped kernel is sm_90a machine code: compute capability 9.0 only.
-  grouped_ = options_.grouped_launches && prop.major == 9 && prop.minor == 0;
+  grouped_ = options_.grouped_launches && gpu::RunsGroupedKernel(prop);
   if (grouped_) info_.kernels.push_back("sm90_tma_wgmma_grouped (bf16, fp16; mixed shapes)");
+  GEMM_RETURN_IF_ERROR(gpu::KeepFreedPoolMemory(options_.device));
 
-  // Keep freed device memory in the stream-ordered pool instead of returning
-  // it to the driver, so that steady-state batches allocate nothing new.
-  cudaMemPool_t pool;
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
-  uint64_t threshold = UINT64_MAX;
-  CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-
-  cudaStream_t reduce = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaStreamCreate(&reduce));  // blocking: see reduce_stream_
-  reduce_stream_ = reduce;
+  reducer_ = std::make_unique<Reducer>();
+  GEMM_ASSIGN_OR_RETURN(reducer_->stream, gpu::Stream::Create(cudaStreamDefault));
   for (int i = 0; i < options_.streams; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->owner = this;
-    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->start));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->h2d_done));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->d2h_done));
+    GEMM_ASSIGN_OR_RETURN(lane->stream, gpu::Stream::Create(cudaStreamNonBlocking));
+    GEMM_ASSIGN_OR_RETURN(lane->start, gpu::Event::Create());
+    GEMM_ASSIGN_OR_RETURN(lane->h2d_done, gpu::Event::Create());
+    GEMM_ASSIGN_OR_RETURN(lane->d2h_done, gpu::Event::Create());
     absl::MutexLock lock(&mu_);
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
@@ -267,49 +253,29 @@ CudaExecutor::~CudaExecutor() {
   }
   if (completion_thread_.joinable()) completion_thread_.join();
   cudaSetDevice(options_.device);
-  if (reduce_stream_ != nullptr) {
-    auto reduce = static_cast<cudaStream_t>(reduce_stream_);
-    absl::MutexLock lock(&reduce_mu_);
-    if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
-    cudaStreamSynchronize(reduce);
-    cudaStreamDestroy(reduce);
+  if (reducer_ != nullptr && reducer_->stream.get() != nullptr) {
+    absl::MutexLock lock(&reducer_->mu);
+    reducer_->workspace.Free().IgnoreError();
+    cudaStreamSynchronize(reducer_->stream.get());
   }
+  reducer_.reset();
   // Give the pool's cached blocks back to the driver: the device is shared.
   ReleaseCachedMemory().IgnoreError();
-  for (auto& lane : lanes_) {
-    for (const auto* events : {&lane->launch_done, &lane->reduce_start, &lane->reduce_end})
-      for (cudaEvent_t e : *events) cudaEventDestroy(e);
-    cudaEventDestroy(lane->start);
-    cudaEventDestroy(lane->h2d_done);
-    cudaEventDestroy(lane->d2h_done);
-    cudaStreamDestroy(lane->stream);
-    if (lane->staging) cudaFreeHost(lane->staging);
-  }
+  lanes_.clear();
 }
 
 absl::StatusOr<uint64_t> CudaExecutor::DeviceBytesInUse(int device) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  size_t free_bytes = 0, total = 0;
-  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
-  return total - free_bytes;
+  return gpu::DeviceBytesInUse(device);
 }
 
-absl::Status CudaExecutor::ReleaseCachedMemory() {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-  cudaMemPool_t pool;
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
-  CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
-  return absl::OkStatus();
-}
+absl::Status CudaExecutor::ReleaseCachedMemory() { return gpu::TrimPool(options_.device); }
 
 namespace {
 
 // Stream-ordered: after every launch of the lane that reads them.
 void FreeOperandCopies(CudaExecutor::Lane& lane) {
   for (LaunchState& ls : lane.launches) {
-    if (ls.operand_copies != nullptr) cudaFreeAsync(ls.operand_copies, lane.stream);
-    ls.operand_copies = nullptr;
+    ls.operand_copies.Free().IgnoreError();
   }
 }
 
@@ -332,8 +298,8 @@ void CudaExecutor::Execute(Batch batch) {
   if (absl::Status st = Enqueue(*lane); !st.ok()) {
     // Nothing was enqueued after the failing call; wait for what was, then
     // answer every request of the batch with the error.
-    cudaStreamSynchronize(lane->stream);
-    if (lane->device) cudaFreeAsync(lane->device, lane->stream);
+    cudaStreamSynchronize(lane->stream.get());
+    lane->device.Free().IgnoreError();
     FreeOperandCopies(*lane);
     for (auto& item : lane->batch.items) item->Complete(st);
     ReleaseLane(lane);
@@ -352,37 +318,35 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   if (absl::Status st = StageInputs(lane); !st.ok()) return st;
   // The device buffer's address is needed before the launches are set up:
   // tensor maps and grouped descriptors name it.
-  void* device = nullptr;
-  CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(&device, lane.input_bytes + lane.output_bytes, lane.stream));
-  lane.device = static_cast<unsigned char*>(device);
+  cudaStream_t stream = lane.stream.get();
+  GEMM_ASSIGN_OR_RETURN(lane.device,
+                        gpu::PoolMemory::Allocate(lane.input_bytes + lane.output_bytes, stream));
   PrepareLaunches(lane);
 
   // One H2D copy (operands and grouped descriptors), the launches, one D2H
   // copy, then the host callback.
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.device, lane.staging, lane.input_bytes,
-                                       cudaMemcpyHostToDevice, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
+  unsigned char* device = lane.device.bytes();
+  unsigned char* staging = lane.staging.data();
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start.get(), stream));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(device, staging, lane.input_bytes, cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done.get(), stream));
   for (auto* events : {&lane.launch_done, &lane.reduce_start, &lane.reduce_end}) {
     while (events->size() < lane.launches.size()) {
-      cudaEvent_t e;
-      CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-      events->push_back(e);
+      GEMM_ASSIGN_OR_RETURN(gpu::Event e, gpu::Event::Create());
+      events->push_back(std::move(e));
     }
   }
   for (size_t li = 0; li < lane.launches.size(); ++li) {
     if (absl::Status st = EnqueueLaunch(lane, li); !st.ok()) return st;
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li], lane.stream));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li].get(), stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.staging + lane.input_bytes,
-                                       lane.device + lane.input_bytes, lane.output_bytes,
-                                       cudaMemcpyDeviceToHost, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
-  lane.device = nullptr;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + lane.input_bytes, device + lane.input_bytes,
+                                       lane.output_bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done.get(), stream));
+  GEMM_RETURN_IF_ERROR(lane.device.Free());
   FreeOperandCopies(lane);
-  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
+  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(stream, HostDone, &lane));
   return absl::OkStatus();
 }
 
@@ -453,24 +417,21 @@ void CudaExecutor::PlaceOperands(Lane& lane) {
 
 absl::Status CudaExecutor::StageInputs(Lane& lane) {
   const size_t total = lane.input_bytes + lane.output_bytes;
-  if (lane.staging_size < total) {
+  if (lane.staging.size() < total) {
     // Grow geometrically so that a lane reallocates only a few times.
-    const size_t size = std::max(total, 2 * lane.staging_size);
-    if (lane.staging) CUDA_RETURN_IF_ERROR(cudaFreeHost(lane.staging));
-    lane.staging = nullptr;
-    lane.staging_size = 0;
-    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&lane.staging), size,
-                                       cudaHostAllocDefault));
-    lane.staging_size = size;
+    const size_t size = std::max(total, 2 * lane.staging.size());
+    GEMM_RETURN_IF_ERROR(lane.staging.Free());
+    GEMM_ASSIGN_OR_RETURN(lane.staging, gpu::PinnedBuffer::Allocate(size));
   }
+  unsigned char* staging = lane.staging.data();
   // The one host copy on the way in.
   for (const auto& [p, pl] : lane.placement) {
-    if (!ResidentData(p->a)) ParallelCopy(lane.staging + pl.a, p->a.data, p->a.bytes());
-    if (!ResidentData(p->b)) ParallelCopy(lane.staging + pl.b, p->b.data, p->b.bytes());
+    if (!ResidentData(p->a)) ParallelCopy(staging + pl.a, p->a.data, p->a.bytes());
+    if (!ResidentData(p->b)) ParallelCopy(staging + pl.b, p->b.data, p->b.bytes());
     // A resident C is in D's layout already (request validation checks it).
     if (!pl.has_c || ResidentData(p->c)) continue;
     if (p->c.layout == p->shape.layout_d) {
-      ParallelCopy(lane.staging + pl.c, p->c.data, p->c.bytes());
+      ParallelCopy(staging + pl.c, p->c.data, p->c.bytes());
     } else {
       // The kernel reads C in D's layout: transpose while staging.
       const MatrixRef to{nullptr, p->c.rows, p->c.cols, p->shape.layout_d, p->c.dtype};
@@ -478,7 +439,7 @@ absl::Status CudaExecutor::StageInputs(Lane& lane) {
       const auto* src = static_cast<const unsigned char*>(p->c.data);
       for (uint64_t r = 0; r < p->c.rows; ++r)
         for (uint64_t c = 0; c < p->c.cols; ++c)
-          std::memcpy(lane.staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
+          std::memcpy(staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
     }
   }
   return absl::OkStatus();
@@ -527,7 +488,7 @@ gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
 
 void CudaExecutor::PrepareLaunches(Lane& lane) {
   const Batch& batch = lane.batch;
-  unsigned char* dev = lane.device;
+  unsigned char* dev = lane.device.bytes();
   unsigned char* out_dev = dev + lane.input_bytes;
   for (size_t li = 0; li < batch.launches.size(); ++li) {
     const LaunchGroup& g = batch.launches[li];
@@ -550,7 +511,7 @@ void CudaExecutor::PrepareLaunches(Lane& lane) {
         ls.status = ls.descriptors == kNoWorkspace
                         ? ls.group->Initialize(args, nullptr)
                         : ls.group->InitializeDeferred(args, dev + ls.descriptors,
-                                                       lane.staging + ls.descriptors);
+                                                       lane.staging.data() + ls.descriptors);
       continue;
     }
     const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
@@ -571,15 +532,17 @@ void CudaExecutor::PrepareLaunches(Lane& lane) {
                     ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
     }
     if (const size_t bytes = gk::Gemm::OperandCopyBytes(ls.args); bytes > 0) {
-      if (cudaMallocAsync(&ls.operand_copies, bytes, lane.stream) != cudaSuccess) {
+      auto copies = gpu::PoolMemory::Allocate(bytes, lane.stream.get());
+      if (copies.ok()) {
+        ls.operand_copies = std::move(*copies);
+      } else {
         cudaGetLastError();
-        ls.operand_copies = nullptr;
       }
     }
     // A reducing launch is set up when it is enqueued, in turn with the others.
     if (!ls.reducing)
       ls.status = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
-                                      gk::ScheduleHint::kAuto, ls.operand_copies);
+                                      gk::ScheduleHint::kAuto, ls.operand_copies.get());
   }
 }
 
@@ -588,11 +551,11 @@ absl::Status CudaExecutor::EnqueueLaunch(Lane& lane, size_t li) {
   const LaunchGroup& g = lane.batch.launches[li];
   if (ls.status.ok()) {
     if (ls.group) {
-      ls.status = ls.group->Run(lane.stream);
+      ls.status = ls.group->Run(lane.stream.get());
     } else if (ls.reducing) {
       ls.status = EnqueueReducing(lane, li);
     } else {
-      ls.status = ls.gemm->Run(lane.stream);
+      ls.status = ls.gemm->Run(lane.stream.get());
     }
   }
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
@@ -614,38 +577,41 @@ absl::Status CudaExecutor::EnqueueLaunch(Lane& lane, size_t li) {
 
 absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
   LaunchState& ls = lane.launches[li];
-  auto reduce = static_cast<cudaStream_t>(reduce_stream_);
+  cudaStream_t reduce = reducer_->stream.get();
   {
-    absl::MutexLock lock(&reduce_mu_);
-    if (reduce_workspace_bytes_ < ls.reducing_workspace) {
+    absl::MutexLock lock(&reducer_->mu);
+    gpu::PoolMemory& workspace = reducer_->workspace;
+    if (workspace.size() < ls.reducing_workspace) {
       // Stream-ordered on the reducing stream: the old workspace is freed
       // after the last launch that used it.
-      if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
-      reduce_workspace_ = nullptr;
-      reduce_workspace_bytes_ = 0;
-      if (cudaMallocAsync(&reduce_workspace_, ls.reducing_workspace, reduce) == cudaSuccess) {
-        reduce_workspace_bytes_ = ls.reducing_workspace;
+      workspace = gpu::PoolMemory();
+      auto grown = gpu::PoolMemory::Allocate(ls.reducing_workspace, reduce);
+      if (grown.ok()) {
+        workspace = std::move(*grown);
       } else {
         cudaGetLastError();
-        reduce_workspace_ = nullptr;
       }
     }
     // Without a workspace the launch is data-parallel, on the lane.
-    if (reduce_workspace_ != nullptr) {
-      absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_, gk::TileHint::kAuto,
-                                            gk::ScheduleHint::kAuto, ls.operand_copies);
-      if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done, 0), "reducing launch");
-      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_start[li], reduce), "reducing launch");
+    if (workspace.get() != nullptr) {
+      absl::Status st = ls.gemm->Initialize(ls.args, workspace.get(), gk::TileHint::kAuto,
+                                            gk::ScheduleHint::kAuto, ls.operand_copies.get());
+      if (st.ok())
+        st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done.get(), 0), "reducing launch");
+      if (st.ok())
+        st = CudaStatus(cudaEventRecord(lane.reduce_start[li].get(), reduce), "reducing launch");
       if (st.ok()) st = ls.gemm->Run(reduce);
-      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_end[li], reduce), "reducing launch");
+      if (st.ok())
+        st = CudaStatus(cudaEventRecord(lane.reduce_end[li].get(), reduce), "reducing launch");
       if (!st.ok()) return st;
       ls.on_reduce_stream = true;
-      return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_end[li], 0), "reducing launch");
+      return CudaStatus(cudaStreamWaitEvent(lane.stream.get(), lane.reduce_end[li].get(), 0),
+                        "reducing launch");
     }
   }
   absl::Status st = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
-                                        gk::ScheduleHint::kAuto, ls.operand_copies);
-  if (st.ok()) st = ls.gemm->Run(lane.stream);
+                                        gk::ScheduleHint::kAuto, ls.operand_copies.get());
+  if (st.ok()) st = ls.gemm->Run(lane.stream.get());
   return st;
 }
 
@@ -671,17 +637,15 @@ absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::AllocateResident(
     const MatrixRef& shape) const {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  const uint64_t bytes = shape.bytes();
-  void* device = nullptr;
-  if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
+  auto memory = gpu::DeviceMemory::Allocate(shape.bytes(), options_.device);
+  if (!memory.ok()) {
     cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "could not allocate ", bytes, " bytes of device memory: ", cudaGetErrorString(e)));
+    return memory.status();
   }
   MatrixRef view = shape;
   view.data = nullptr;
   view.resident = nullptr;
-  return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, device, options_.device));
+  return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, std::move(*memory)));
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
@@ -722,21 +686,21 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
     Lane& lane) {
   Batch& batch = lane.batch;
   // A kernel fault surfaces here; it fails the whole batch.
-  absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done), "batch");
+  absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done.get()), "batch");
   float h2d_ms = 0, d2h_ms = 0;
   std::vector<float> launch_ms(lane.launches.size(), 0.0f);
   if (batch_status.ok()) {
-    cudaEventElapsedTime(&h2d_ms, lane.start, lane.h2d_done);
-    cudaEvent_t prev = lane.h2d_done;
+    cudaEventElapsedTime(&h2d_ms, lane.start.get(), lane.h2d_done.get());
+    cudaEvent_t prev = lane.h2d_done.get();
     for (size_t i = 0; i < lane.launches.size(); ++i) {
       if (lane.launches[i].on_reduce_stream) {
-        cudaEventElapsedTime(&launch_ms[i], lane.reduce_start[i], lane.reduce_end[i]);
+        cudaEventElapsedTime(&launch_ms[i], lane.reduce_start[i].get(), lane.reduce_end[i].get());
       } else {
-        cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
+        cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i].get());
       }
-      prev = lane.launch_done[i];
+      prev = lane.launch_done[i].get();
     }
-    cudaEventElapsedTime(&d2h_ms, prev, lane.d2h_done);
+    cudaEventElapsedTime(&d2h_ms, prev, lane.d2h_done.get());
   }
   float compute_ms = 0;
   for (float ms : launch_ms) compute_ms += ms;
@@ -745,7 +709,7 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
   if (batch_status.ok()) {
     for (const auto& [p, pl] : lane.placement) {
       if (!lane.item_status[lane.item_of.at(p)].ok()) continue;
-      ParallelCopy(p->d, lane.staging + lane.input_bytes + pl.d, p->d_bytes());
+      ParallelCopy(p->d, lane.staging.data() + lane.input_bytes + pl.d, p->d_bytes());
     }
   }
   for (size_t i = 0; i < batch.items.size(); ++i) {
@@ -793,7 +757,7 @@ void CudaExecutor::CalibrateCopies() {
   for (size_t i = 0; i < bytes; ++i) pageable[i] = static_cast<unsigned char>(i * 131 + (i >> 12));
   void *pinned = nullptr, *dev = nullptr;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
-  cudaStream_t stream = lanes_.front()->stream;
+  cudaStream_t stream = lanes_.front()->stream.get();
   const bool ok = cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault) == cudaSuccess &&
                   cudaMalloc(&dev, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
                   cudaEventCreate(&e1) == cudaSuccess;

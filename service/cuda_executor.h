@@ -88,6 +88,7 @@ class CudaExecutor : public Executor {
 
   // Implementation details follow.
   struct Lane;
+  struct Reducer;
   // Called by the CUDA host callback when a lane's work is done (on a CUDA
   // thread: it only hands the lane to the completion thread).
   void OnLaneDone(Lane* lane);
@@ -124,13 +125,8 @@ class CudaExecutor : public Executor {
   double h2d_rate_ = 0, d2h_rate_ = 0, host_copy_rate_ = 0;
   std::vector<std::unique_ptr<Lane>> lanes_;
 
-  // Every reducing launch runs here, in turn. A blocking stream: the kernel
-  // library zeroes the workspace's flags on the legacy default stream, which
-  // is then ordered between consecutive launches.
-  void* reduce_stream_ = nullptr;  // cudaStream_t
-  absl::Mutex reduce_mu_;
-  void* reduce_workspace_ ABSL_GUARDED_BY(reduce_mu_) = nullptr;
-  size_t reduce_workspace_bytes_ ABSL_GUARDED_BY(reduce_mu_) = 0;
+  // Where every reducing launch runs, in turn.
+  std::unique_ptr<Reducer> reducer_;
 
   absl::Mutex mu_;
   absl::CondVar lane_free_;
