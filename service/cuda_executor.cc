@@ -17,6 +17,7 @@
 #include "kernels/grouped_gemm.h"
 #include "common/parallel_copy.h"
 #include "common/status_macros.h"
+#include "service/cuda/batch_layout.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/device.h"
 #include "service/cuda/resources.h"
@@ -28,12 +29,8 @@ namespace {
 namespace gk = gemm_kernels;
 using gpu::CudaStatus;
 
-// Operand starts are aligned for TMA (16 bytes) and for full DRAM bursts.
-constexpr size_t kAlign = 256;
-// A launch without grouped descriptors in the lane's input region.
-constexpr size_t kNoWorkspace = SIZE_MAX;
-
-size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
+using gpu::Placement;
+using gpu::ResidentData;
 
 gk::DataType KernelType(DType t) {
   switch (t) {
@@ -68,19 +65,6 @@ const char* KernelFamily(gk::KernelKind k) {
       break;
   }
   return "none";
-}
-
-// Where one problem's operands sit in the lane's buffers. A resident operand
-// is not staged: the kernel reads its device copy.
-struct Placement {
-  size_t a = 0, b = 0, c = 0;  // offsets in the input region
-  size_t d = 0;                // offset in the output region
-  bool has_c = false;
-};
-
-// The device copy of a resident operand, or nullptr for one that is staged.
-const void* ResidentData(const MatrixRef& m) {
-  return m.resident != nullptr ? m.resident->device_data() : nullptr;
 }
 
 // A matrix registered with RegisterMatrix, in device memory. No host copy is
@@ -136,7 +120,6 @@ struct LaunchState {
   bool reducing = false;                   // stream-K / split-K, on the reducing stream
   bool on_reduce_stream = false;           // it ran there (it had a workspace)
   size_t reducing_workspace = 0;           // its bytes
-  size_t descriptors = kNoWorkspace;       // grouped: offset in the input region
   // TF32 operands that are not K-major are copied into K-major order here
   // (stream-ordered pool memory, freed after the batch) so the launch takes
   // the tensor cores; null when none is needed or the allocation failed (then
@@ -144,7 +127,6 @@ struct LaunchState {
   gpu::PoolMemory operand_copies;
   absl::Status status;                     // set-up or launch failure: its requests fail
   std::string label;                       // metrics: "<plan kind>/<kernel family>"
-  size_t owner = 0;                        // the item its time is reported on
 };
 
 struct CudaExecutor::Lane {
@@ -161,22 +143,17 @@ struct CudaExecutor::Lane {
 
   // The batch in flight and what Finish needs to know about it.
   Batch batch;
-  std::map<const GemmProblemRef*, Placement> placement;
-  size_t input_bytes = 0;   // input region size; the output region follows
-  size_t output_bytes = 0;
+  gpu::BatchLayout layout;  // where its operands and results sit
   std::vector<LaunchState> launches;  // alive until the batch ends
-  std::map<const GemmProblemRef*, size_t> item_of;
   std::vector<std::set<std::string>> item_kernels;
   std::vector<absl::Status> item_status;
 
   void Reset() {
     batch = Batch();
-    placement.clear();
+    layout = gpu::BatchLayout();
     launches.clear();
-    item_of.clear();
     item_kernels.clear();
     item_status.clear();
-    input_bytes = output_bytes = 0;
     device = gpu::PoolMemory();
   }
 };
@@ -311,16 +288,18 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   const Batch& batch = lane.batch;
   lane.item_kernels.resize(batch.items.size());
   lane.item_status.assign(batch.items.size(), absl::OkStatus());
-  for (size_t i = 0; i < batch.items.size(); ++i)
-    for (const GemmProblemRef& p : batch.items[i]->problems) lane.item_of[&p] = i;
-
-  PlaceOperands(lane);
-  if (absl::Status st = StageInputs(lane); !st.ok()) return st;
+  gpu::BatchLayoutOptions layout_options;
+  layout_options.grouped_descriptor_bytes = [](size_t problems) {
+    return gk::GroupedGemm::WorkspaceSize(problems);
+  };
+  GEMM_ASSIGN_OR_RETURN(lane.layout, gpu::LayOutBatch(batch, layout_options));
+  lane.launches.resize(batch.launches.size());
+  GEMM_RETURN_IF_ERROR(StageInputs(lane));
   // The device buffer's address is needed before the launches are set up:
   // tensor maps and grouped descriptors name it.
   cudaStream_t stream = lane.stream.get();
-  GEMM_ASSIGN_OR_RETURN(lane.device,
-                        gpu::PoolMemory::Allocate(lane.input_bytes + lane.output_bytes, stream));
+  const gpu::BatchLayout& layout = lane.layout;
+  GEMM_ASSIGN_OR_RETURN(lane.device, gpu::PoolMemory::Allocate(layout.staging_bytes(), stream));
   PrepareLaunches(lane);
 
   // One H2D copy (operands and grouped descriptors), the launches, one D2H
@@ -329,7 +308,7 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   unsigned char* staging = lane.staging.data();
   CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start.get(), stream));
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(device, staging, lane.input_bytes, cudaMemcpyHostToDevice, stream));
+      cudaMemcpyAsync(device, staging, layout.input_bytes, cudaMemcpyHostToDevice, stream));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done.get(), stream));
   for (auto* events : {&lane.launch_done, &lane.reduce_start, &lane.reduce_end}) {
     while (events->size() < lane.launches.size()) {
@@ -341,8 +320,8 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
     if (absl::Status st = EnqueueLaunch(lane, li); !st.ok()) return st;
     CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li].get(), stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + lane.input_bytes, device + lane.input_bytes,
-                                       lane.output_bytes, cudaMemcpyDeviceToHost, stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + layout.input_bytes, device + layout.input_bytes,
+                                       layout.output_bytes, cudaMemcpyDeviceToHost, stream));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done.get(), stream));
   GEMM_RETURN_IF_ERROR(lane.device.Free());
   FreeOperandCopies(lane);
@@ -350,98 +329,15 @@ absl::Status CudaExecutor::Enqueue(Lane& lane) {
   return absl::OkStatus();
 }
 
-void CudaExecutor::PlaceOperands(Lane& lane) {
-  // Members of a strided batch sit at a fixed stride per operand, so one
-  // launch covers them. A grouped launch's descriptors follow the operands
-  // in the input region, so the one H2D copy carries them too.
-  const Batch& batch = lane.batch;
-  lane.launches.resize(batch.launches.size());
-  size_t in = 0, out = 0;
-  for (size_t li = 0; li < batch.launches.size(); ++li) {
-    const LaunchGroup& g = batch.launches[li];
-    const GemmProblemRef& first = *g.problems.front();
-    const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
-    const size_t a_stride = RoundUp(first.a.bytes(), kAlign);
-    const size_t b_stride = RoundUp(first.b.bytes(), kAlign);
-    const size_t d_bytes = first.shape.m * first.shape.n * SizeOf(first.shape.output_dtype);
-    const size_t d_stride = RoundUp(d_bytes, kAlign);
-    for (const GemmProblemRef* p : g.problems) {
-      Placement& pl = lane.placement[p];
-      pl.has_c = p->beta != 0.0 && p->c.present();
-      if (!strided) {
-        if (!ResidentData(p->a)) {
-          pl.a = in;
-          in += RoundUp(p->a.bytes(), kAlign);
-        }
-        if (!ResidentData(p->b)) {
-          pl.b = in;
-          in += RoundUp(p->b.bytes(), kAlign);
-        }
-        if (pl.has_c && !ResidentData(p->c)) {
-          pl.c = in;
-          in += RoundUp(p->d_bytes(), kAlign);
-        }
-        pl.d = out;
-        out += RoundUp(p->d_bytes(), kAlign);
-      }
-    }
-    if (strided) {
-      // Members share each resident operand (the plan's batch key includes
-      // it): one device copy read by every member, batch stride 0.
-      const size_t count = g.problems.size();
-      const size_t a_step = ResidentData(first.a) ? 0 : a_stride;
-      const size_t b_step = ResidentData(first.b) ? 0 : b_stride;
-      const bool has_c = lane.placement[&first].has_c;
-      const size_t c_step = has_c && !ResidentData(first.c) ? d_stride : 0;
-      const size_t a0 = in, b0 = a0 + count * a_step, c0 = b0 + count * b_step;
-      in = c0 + count * c_step;
-      for (size_t i = 0; i < count; ++i) {
-        Placement& pl = lane.placement[g.problems[i]];
-        pl.a = a0 + i * a_step;
-        pl.b = b0 + i * b_step;
-        pl.c = c0 + i * c_step;
-        pl.d = out + i * d_stride;
-      }
-      out += count * d_stride;
-    }
-    if (g.kind == LaunchGroup::Kind::kGrouped) {
-      if (const size_t bytes = gk::GroupedGemm::WorkspaceSize(g.problems.size()); bytes > 0) {
-        lane.launches[li].descriptors = in;
-        in += RoundUp(bytes, kAlign);
-      }
-    }
-  }
-  lane.input_bytes = RoundUp(in, kAlign);
-  lane.output_bytes = out;
-}
-
 absl::Status CudaExecutor::StageInputs(Lane& lane) {
-  const size_t total = lane.input_bytes + lane.output_bytes;
+  const size_t total = lane.layout.staging_bytes();
   if (lane.staging.size() < total) {
     // Grow geometrically so that a lane reallocates only a few times.
     const size_t size = std::max(total, 2 * lane.staging.size());
     GEMM_RETURN_IF_ERROR(lane.staging.Free());
     GEMM_ASSIGN_OR_RETURN(lane.staging, gpu::PinnedBuffer::Allocate(size));
   }
-  unsigned char* staging = lane.staging.data();
-  // The one host copy on the way in.
-  for (const auto& [p, pl] : lane.placement) {
-    if (!ResidentData(p->a)) ParallelCopy(staging + pl.a, p->a.data, p->a.bytes());
-    if (!ResidentData(p->b)) ParallelCopy(staging + pl.b, p->b.data, p->b.bytes());
-    // A resident C is in D's layout already (request validation checks it).
-    if (!pl.has_c || ResidentData(p->c)) continue;
-    if (p->c.layout == p->shape.layout_d) {
-      ParallelCopy(staging + pl.c, p->c.data, p->c.bytes());
-    } else {
-      // The kernel reads C in D's layout: transpose while staging.
-      const MatrixRef to{nullptr, p->c.rows, p->c.cols, p->shape.layout_d, p->c.dtype};
-      const size_t e = SizeOf(p->c.dtype);
-      const auto* src = static_cast<const unsigned char*>(p->c.data);
-      for (uint64_t r = 0; r < p->c.rows; ++r)
-        for (uint64_t c = 0; c < p->c.cols; ++c)
-          std::memcpy(staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
-    }
-  }
+  gpu::StageInputs(lane.layout, lane.staging.data());
   return absl::OkStatus();
 }
 
@@ -489,34 +385,36 @@ gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
 void CudaExecutor::PrepareLaunches(Lane& lane) {
   const Batch& batch = lane.batch;
   unsigned char* dev = lane.device.bytes();
-  unsigned char* out_dev = dev + lane.input_bytes;
+  const gpu::BatchLayout& layout = lane.layout;
+  unsigned char* out_dev = dev + layout.input_bytes;
   for (size_t li = 0; li < batch.launches.size(); ++li) {
     const LaunchGroup& g = batch.launches[li];
+    const gpu::LaunchLayout& where = layout.launches[li];
     LaunchState& ls = lane.launches[li];
     const GemmProblemRef& p = *g.problems.front();
-    ls.owner = lane.item_of.at(&p);
-    const Placement& pl = lane.placement.at(&p);
+    const Placement& pl = layout.problem(li, 0).placement;
     if (g.kind == LaunchGroup::Kind::kGrouped) {
       gk::GroupedGemmArguments args;
       args.allow_tf32 = p.shape.allow_tf32;
-      for (const GemmProblemRef* q : g.problems) {
-        const Placement& ql = lane.placement.at(q);
-        args.problems.push_back(gk::GroupedMemberOf(KernelArguments(*q, ql, ql, 1, dev, out_dev)));
+      for (size_t i = 0; i < where.count; ++i) {
+        const gpu::ProblemLayout& q = layout.problem(li, i);
+        args.problems.push_back(gk::GroupedMemberOf(
+            KernelArguments(*q.problem, q.placement, q.placement, 1, dev, out_dev)));
       }
       ls.group = std::make_unique<gk::GroupedGemm>();
       ls.status = gk::GroupedGemm::CanImplement(args);
       // The descriptors are written into staging here and reach the device
       // with the operands: nothing blocks on the hot path.
       if (ls.status.ok())
-        ls.status = ls.descriptors == kNoWorkspace
+        ls.status = where.descriptors == gpu::kNoDescriptors
                         ? ls.group->Initialize(args, nullptr)
-                        : ls.group->InitializeDeferred(args, dev + ls.descriptors,
-                                                       lane.staging.data() + ls.descriptors);
+                        : ls.group->InitializeDeferred(args, dev + where.descriptors,
+                                                       lane.staging.data() + where.descriptors);
       continue;
     }
     const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
     const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
-    const Placement& pl2 = count > 1 ? lane.placement.at(g.problems[1]) : pl;
+    const Placement& pl2 = count > 1 ? layout.problem(li, 1).placement : pl;
     ls.args = KernelArguments(p, pl, pl2, count, dev, out_dev);
     ls.gemm = std::make_unique<gk::Gemm>();
     ls.status = gk::Gemm::CanImplement(ls.args);
@@ -561,8 +459,8 @@ absl::Status CudaExecutor::EnqueueLaunch(Lane& lane, size_t li) {
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
   const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
   ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
-  for (const GemmProblemRef* q : g.problems) {
-    const size_t item = lane.item_of.at(q);
+  for (size_t i = 0; i < g.problems.size(); ++i) {
+    const size_t item = lane.layout.problem(li, i).item;
     // This launch's requests fail; the rest of the batch goes on.
     if (!ls.status.ok()) {
       lane.item_status[item] = ls.status;
@@ -620,13 +518,8 @@ absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
   if (!(compute > 0)) return absl::ZeroDuration();
   // Bytes that travel: what is staged (resident operands are not) and every
   // result.
-  double in = 0, out = 0;
-  for (const GemmProblemRef& p : item.problems) {
-    if (!ResidentData(p.a)) in += p.a.bytes();
-    if (!ResidentData(p.b)) in += p.b.bytes();
-    if (p.beta != 0.0 && p.c.present() && !ResidentData(p.c)) in += p.c.bytes();
-    out += p.d_bytes();
-  }
+  const gpu::TransferBytes bytes = gpu::StagedBytes(item);
+  const double in = bytes.in, out = bytes.out;
   double seconds = compute;
   if (host_copy_rate_ > 0) seconds += (in + out) / host_copy_rate_;
   if (h2d_rate_ > 0) seconds += in / h2d_rate_;
@@ -706,12 +599,7 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
   for (float ms : launch_ms) compute_ms += ms;
 
   // The one host copy on the way out: staging into each response.
-  if (batch_status.ok()) {
-    for (const auto& [p, pl] : lane.placement) {
-      if (!lane.item_status[lane.item_of.at(p)].ok()) continue;
-      ParallelCopy(p->d, lane.staging.data() + lane.input_bytes + pl.d, p->d_bytes());
-    }
-  }
+  if (batch_status.ok()) gpu::CopyOutResults(lane.layout, lane.staging.data(), lane.item_status);
   for (size_t i = 0; i < batch.items.size(); ++i) {
     WorkItem& item = *batch.items[i];
     ExecutionReport& r = item.report;
@@ -723,11 +611,11 @@ std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Fi
     r.transfer = r.h2d + r.d2h;
     r.compute = absl::Milliseconds(compute_ms);
     if (i == 0) {
-      r.h2d_bytes = lane.input_bytes;
-      r.d2h_bytes = lane.output_bytes;
+      r.h2d_bytes = lane.layout.input_bytes;
+      r.d2h_bytes = lane.layout.output_bytes;
     }
     for (size_t li = 0; li < lane.launches.size(); ++li)
-      if (lane.launches[li].owner == i)
+      if (lane.layout.launches[li].owner == i)
         r.launches.emplace_back(lane.launches[li].label, absl::Milliseconds(launch_ms[li]));
   }
   std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> outcomes;

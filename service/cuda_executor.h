@@ -101,10 +101,9 @@ class CudaExecutor : public Executor {
   // Stages, launches and enqueues the copies of `batch` on `lane`; on error
   // the batch's items are completed with it.
   absl::Status Enqueue(Lane& lane);
-  // The steps of Enqueue: where every operand goes in the lane's buffers;
-  // the one host copy into staging; each launch's kernel chosen and set up
-  // (grouped descriptors written into staging); each launch enqueued.
-  void PlaceOperands(Lane& lane);
+  // The steps of Enqueue after the batch's layout: the one host copy into
+  // staging; each launch's kernel chosen and set up (grouped descriptors
+  // written into staging); each launch enqueued.
   absl::Status StageInputs(Lane& lane);
   void PrepareLaunches(Lane& lane);
   absl::Status EnqueueLaunch(Lane& lane, size_t launch);
