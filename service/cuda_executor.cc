@@ -18,8 +18,10 @@
 #include "common/parallel_copy.h"
 #include "common/status_macros.h"
 #include "service/cuda/batch_layout.h"
+#include "service/cuda/calibration.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/device.h"
+#include "service/cuda/kernel_arguments.h"
 #include "service/cuda/resources.h"
 #include "service/resident_matrix.h"
 
@@ -29,43 +31,9 @@ namespace {
 namespace gk = gemm_kernels;
 using gpu::CudaStatus;
 
+using gpu::KernelArguments;
+using gpu::KernelFamily;
 using gpu::Placement;
-using gpu::ResidentData;
-
-gk::DataType KernelType(DType t) {
-  switch (t) {
-    case DType::kBf16:
-      return gk::DataType::kBF16;
-    case DType::kFp16:
-      return gk::DataType::kF16;
-    case DType::kFp32:
-      break;
-  }
-  return gk::DataType::kF32;
-}
-
-gk::Layout KernelLayout(Layout l) {
-  return l == Layout::kRowMajor ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
-}
-
-// op(X) as the kernel sees it: a transposed operand is the same bytes read in
-// the other layout.
-gk::Layout OperandLayout(Layout stored, bool transposed) {
-  const bool row = (stored == Layout::kRowMajor) != transposed;
-  return row ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
-}
-
-const char* KernelFamily(gk::KernelKind k) {
-  switch (k) {
-    case gk::KernelKind::kSm90TmaWgmma:
-      return "sm90_wgmma";
-    case gk::KernelKind::kPortableSimt:
-      return "portable_simt";
-    case gk::KernelKind::kNone:
-      break;
-  }
-  return "none";
-}
 
 // A matrix registered with RegisterMatrix, in device memory. No host copy is
 // kept. cudaMalloc and cudaFree (not the stream pool): registration is rare
@@ -341,47 +309,6 @@ absl::Status CudaExecutor::StageInputs(Lane& lane) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The kernel's view of `count` problems starting with `p` at `pl` (the
-// second member at `pl2` gives the batch strides) in the lane's device
-// buffer `dev`, whose output region starts at `out_dev`.
-gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
-                                  const Placement& pl2, int64_t count, unsigned char* dev,
-                                  unsigned char* out_dev) {
-  const GemmShape& s = p.shape;
-  auto stride = [count](size_t first, size_t second, DType t) -> int64_t {
-    return count > 1 ? static_cast<int64_t>((second - first) / SizeOf(t)) : 0;
-  };
-  auto operand = [dev](const MatrixRef& m, size_t offset) -> const void* {
-    const void* resident = ResidentData(m);
-    return resident != nullptr ? resident : dev + offset;
-  };
-  gk::GemmArguments args;
-  args.m = static_cast<int64_t>(s.m);
-  args.n = static_cast<int64_t>(s.n);
-  args.k = static_cast<int64_t>(s.k);
-  args.batch_count = count;
-  args.a = {operand(p.a, pl.a), KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
-            static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2.a, s.input_dtype)};
-  args.b = {operand(p.b, pl.b), KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
-            static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.input_dtype)};
-  const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
-  args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
-            stride(pl.d, pl2.d, s.output_dtype)};
-  args.c = args.d;
-  if (pl.has_c) {
-    args.c.ptr = operand(p.c, pl.c);
-    args.c.batch_stride = stride(pl.c, pl2.c, s.output_dtype);
-  }
-  args.alpha = static_cast<float>(p.alpha);
-  args.beta = pl.has_c ? static_cast<float>(p.beta) : 0.0f;
-  args.allow_tf32 = s.allow_tf32;
-  return args;
-}
-
-}  // namespace
-
 void CudaExecutor::PrepareLaunches(Lane& lane) {
   const Batch& batch = lane.batch;
   unsigned char* dev = lane.device.bytes();
@@ -635,149 +562,13 @@ void CudaExecutor::ReleaseLane(Lane* lane) {
   if (on_done) on_done();
 }
 
-void CudaExecutor::CalibrateCopies() {
-  // What PredictRunTime charges for moving a request's bytes: pinned copies
-  // each way on a lane's stream, as batches make them, and the host copy into
-  // pinned staging. 64 MiB each, median of 5 after a warm-up; a failed
-  // measurement stays 0 (left out of predictions).
-  const size_t bytes = size_t{64} << 20;
-  std::vector<unsigned char> pageable(bytes);
-  for (size_t i = 0; i < bytes; ++i) pageable[i] = static_cast<unsigned char>(i * 131 + (i >> 12));
-  void *pinned = nullptr, *dev = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  cudaStream_t stream = lanes_.front()->stream.get();
-  const bool ok = cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault) == cudaSuccess &&
-                  cudaMalloc(&dev, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
-                  cudaEventCreate(&e1) == cudaSuccess;
-  auto median_rate = [bytes](std::vector<double> seconds) {
-    if (seconds.empty()) return 0.0;
-    std::sort(seconds.begin(), seconds.end());
-    const double s = seconds[seconds.size() / 2];
-    return s > 0 ? bytes / s : 0.0;
-  };
-  auto copy_rate = [&](void* dst, const void* src, cudaMemcpyKind kind) {
-    std::vector<double> seconds;
-    for (int i = 0; i < 6; ++i) {
-      float ms = 0;
-      if (cudaEventRecord(e0, stream) != cudaSuccess ||
-          cudaMemcpyAsync(dst, src, bytes, kind, stream) != cudaSuccess ||
-          cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-        return 0.0;
-      if (i > 0) seconds.push_back(ms / 1e3);
-    }
-    return median_rate(seconds);
-  };
-  if (ok) {
-    std::memcpy(pinned, pageable.data(), bytes);
-    h2d_rate_ = copy_rate(dev, pinned, cudaMemcpyHostToDevice);
-    d2h_rate_ = copy_rate(pinned, dev, cudaMemcpyDeviceToHost);
-    std::vector<double> seconds;
-    for (int i = 0; i < 5; ++i) {
-      const absl::Time t0 = absl::Now();
-      std::memcpy(pinned, pageable.data(), bytes);
-      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
-    }
-    host_copy_rate_ = median_rate(seconds);
-  }
-  cudaGetLastError();
-  if (pinned) cudaFreeHost(pinned);
-  cudaFree(dev);
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-}
-
 void CudaExecutor::Calibrate() {
-  // Rates of our own kernels on random data, and the device copy bandwidth.
-  // A failed measurement is left out rather than guessed.
-  struct Case {
-    const char* kind;
-    DType in;
-    bool tf32;
-    int n;
-  };
-  const Case cases[] = {{"bf16", DType::kBf16, false, 4096},
-                        {"fp16", DType::kFp16, false, 4096},
-                        {"tf32", DType::kFp32, true, 4096},
-                        {"fp32", DType::kFp32, false, 2048}};
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (const Case& c : cases) {
-    const size_t elems = size_t(c.n) * c.n;
-    const size_t bytes = elems * SizeOf(c.in);
-    std::vector<float> values(elems);
-    for (float& v : values) v = dist(rng);
-    std::vector<unsigned char> host(bytes);
-    FromFloat(c.in, values.data(), host.data(), elems);
-    void *a = nullptr, *b = nullptr, *d = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    bool ok = cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
-              cudaMalloc(&d, elems * 4) == cudaSuccess &&
-              cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
-    gk::GemmArguments args;
-    args.m = args.n = args.k = c.n;
-    args.a = {a, KernelType(c.in), gk::Layout::kRowMajor, c.n, 0};
-    args.b = {b, KernelType(c.in), gk::Layout::kColMajor, c.n, 0};
-    args.d = {d, gk::DataType::kF32, gk::Layout::kRowMajor, c.n, 0};
-    args.c = args.d;
-    args.allow_tf32 = c.tf32;
-    gk::Gemm gemm;
-    ok = ok && gemm.Initialize(args).ok();
-    std::vector<float> times;
-    for (int i = 0; ok && i < 7; ++i) {
-      cudaEventRecord(e0);
-      ok = gemm.Run(nullptr).ok();
-      cudaEventRecord(e1);
-      float ms = 0;
-      ok = ok && cudaEventSynchronize(e1) == cudaSuccess &&
-           cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-      if (i >= 2) times.push_back(ms);  // the first runs are warm-up
-    }
-    if (ok && !times.empty()) {
-      std::sort(times.begin(), times.end());
-      const double seconds = times[times.size() / 2] / 1e3;
-      info_.peak_rates.push_back({c.kind, 2.0 * c.n * double(c.n) * c.n / seconds,
-                                  absl::StrCat("measured at start-up: ", gemm.kernel_name(), " ",
-                                               c.n, "^3, median of 5")});
-    }
-    cudaGetLastError();
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(d);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-  }
-  // Memory: a 1 GiB device-to-device copy moves 2 GiB (read + write).
-  const size_t bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess &&
-      cudaMemset(src, 1, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
-      cudaEventCreate(&e1) == cudaSuccess) {
-    std::vector<float> times;
-    for (int i = 0; i < 5; ++i) {
-      cudaEventRecord(e0);
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
-      cudaEventRecord(e1);
-      float ms = 0;
-      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
-          i > 0)
-        times.push_back(ms);
-    }
-    if (!times.empty()) {
-      std::sort(times.begin(), times.end());
-      info_.peak_rates.push_back({"memory", 2.0 * bytes / (times[times.size() / 2] / 1e3),
-                                  "measured at start-up: 1 GiB device copy, median of 4"});
-    }
-  }
-  cudaGetLastError();
-  cudaFree(src);
-  cudaFree(dst);
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  CalibrateCopies();
+  const gpu::Calibration measured = gpu::Calibrate(options_.device, lanes_.front()->stream.get());
+  info_.peak_rates.insert(info_.peak_rates.end(), measured.peak_rates.begin(),
+                          measured.peak_rates.end());
+  h2d_rate_ = measured.copies.h2d;
+  d2h_rate_ = measured.copies.d2h;
+  host_copy_rate_ = measured.copies.host_copy;
 }
 
 }  // namespace gemm

@@ -96,8 +96,9 @@ class CudaExecutor : public Executor {
  private:
   explicit CudaExecutor(const Options& options);
   absl::Status Init();
+  // Measures the device (service/cuda/calibration.h) into info_ and the
+  // copy rates.
   void Calibrate();
-  void CalibrateCopies();
   // Stages, launches and enqueues the copies of `batch` on `lane`; on error
   // the batch's items are completed with it.
   absl::Status Enqueue(Lane& lane);
