@@ -21,6 +21,7 @@
 #include "service/cuda/calibration.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/device.h"
+#include "service/cuda/device_matrix.h"
 #include "service/cuda/kernel_arguments.h"
 #include "service/cuda/resources.h"
 #include "service/resident_matrix.h"
@@ -34,47 +35,6 @@ using gpu::CudaStatus;
 using gpu::KernelArguments;
 using gpu::KernelFamily;
 using gpu::Placement;
-
-// A matrix registered with RegisterMatrix, in device memory. No host copy is
-// kept. cudaMalloc and cudaFree (not the stream pool): registration is rare
-// and the memory lives long.
-class DeviceResidentMatrix final : public ResidentMatrix {
- public:
-  // The memory is freed when the last holder is done with the matrix: a
-  // request's kernels have finished before the request completes.
-  DeviceResidentMatrix(const MatrixRef& view, gpu::DeviceMemory memory)
-      : ResidentMatrix(view, memory.get()),
-        memory_(std::move(memory)),
-        device_(memory_.get()),
-        ordinal_(memory_.device()) {}
-
-  // Chunks of an upload, straight from gRPC's buffers to the device. A
-  // pageable copy may return before its DMA is done, and the lanes' streams
-  // do not wait for the legacy stream, so each write waits for it.
-  absl::Status Write(uint64_t offset, const void* src, uint64_t n) override {
-    if (offset > bytes() || n > bytes() - offset)
-      return absl::OutOfRangeError("write past the end of a device matrix");
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-    absl::Status st = CudaStatus(
-        cudaMemcpy(static_cast<char*>(device_) + offset, src, n, cudaMemcpyHostToDevice),
-        "writing a resident matrix");
-    if (st.ok()) st = CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "writing a resident matrix");
-    return st;
-  }
-  absl::Status Read(uint64_t offset, void* dst, uint64_t n) const override {
-    if (offset > bytes() || n > bytes() - offset)
-      return absl::OutOfRangeError("read past the end of a device matrix");
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-    return CudaStatus(
-        cudaMemcpy(dst, static_cast<const char*>(device_) + offset, n, cudaMemcpyDeviceToHost),
-        "reading a resident matrix");
-  }
-
- private:
-  gpu::DeviceMemory memory_;
-  void* const device_;
-  const int ordinal_;
-};
 
 void CUDART_CB HostDone(void* lane);
 
@@ -456,24 +416,12 @@ absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::AllocateResident(
     const MatrixRef& shape) const {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  auto memory = gpu::DeviceMemory::Allocate(shape.bytes(), options_.device);
-  if (!memory.ok()) {
-    cudaGetLastError();
-    return memory.status();
-  }
-  MatrixRef view = shape;
-  view.data = nullptr;
-  view.resident = nullptr;
-  return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, std::move(*memory)));
+  return gpu::AllocateDeviceMatrix(shape, options_.device);
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
     const MatrixRef& source) const {
-  auto made = AllocateResident(source);
-  if (!made.ok()) return made.status();
-  if (absl::Status st = (*made)->Write(0, source.data, source.bytes()); !st.ok()) return st;
-  return made;
+  return gpu::CopyToDeviceMatrix(source, options_.device);
 }
 
 void CudaExecutor::OnLaneDone(Lane* lane) {
