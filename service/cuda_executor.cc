@@ -2,211 +2,23 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cstring>
-#include <map>
-#include <random>
-#include <set>
-#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
-#include "common/dtype.h"
-#include "kernels/gemm.h"
-#include "kernels/grouped_gemm.h"
-#include "common/parallel_copy.h"
-#include "service/resident_matrix.h"
+#include "common/status_macros.h"
+#include "service/cuda/batch_layout.h"
+#include "service/cuda/calibration.h"
+#include "service/cuda/cuda_status.h"
+#include "service/cuda/device.h"
+#include "service/cuda/device_matrix.h"
+#include "service/cuda/lane.h"
+#include "service/cuda/reducing_stream.h"
 
 namespace gemm {
-namespace {
-
-namespace gk = gemm_kernels;
-
-// Operand starts are aligned for TMA (16 bytes) and for full DRAM bursts.
-constexpr size_t kAlign = 256;
-// A launch without grouped descriptors in the lane's input region.
-constexpr size_t kNoWorkspace = SIZE_MAX;
-
-size_t RoundUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
-#define CUDA_RETURN_IF_ERROR(expr)                                   \
-  do {                                                               \
-    if (absl::Status st_ = CudaStatus((expr), #expr); !st_.ok()) return st_; \
-  } while (0)
-
-gk::DataType KernelType(DType t) {
-  switch (t) {
-    case DType::kBf16:
-      return gk::DataType::kBF16;
-    case DType::kFp16:
-      return gk::DataType::kF16;
-    case DType::kFp32:
-      break;
-  }
-  return gk::DataType::kF32;
-}
-
-gk::Layout KernelLayout(Layout l) {
-  return l == Layout::kRowMajor ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
-}
-
-// op(X) as the kernel sees it: a transposed operand is the same bytes read in
-// the other layout.
-gk::Layout OperandLayout(Layout stored, bool transposed) {
-  const bool row = (stored == Layout::kRowMajor) != transposed;
-  return row ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
-}
-
-const char* KernelFamily(gk::KernelKind k) {
-  switch (k) {
-    case gk::KernelKind::kSm90TmaWgmma:
-      return "sm90_wgmma";
-    case gk::KernelKind::kPortableSimt:
-      return "portable_simt";
-    case gk::KernelKind::kNone:
-      break;
-  }
-  return "none";
-}
-
-// Where one problem's operands sit in the lane's buffers. A resident operand
-// is not staged: the kernel reads its device copy.
-struct Placement {
-  size_t a = 0, b = 0, c = 0;  // offsets in the input region
-  size_t d = 0;                // offset in the output region
-  bool has_c = false;
-};
-
-// The device copy of a resident operand, or nullptr for one that is staged.
-const void* ResidentData(const MatrixRef& m) {
-  return m.resident != nullptr ? m.resident->device_data() : nullptr;
-}
-
-// A matrix registered with RegisterMatrix, in device memory. No host copy is
-// kept. cudaMalloc and cudaFree (not the stream pool): registration is rare
-// and the memory lives long.
-class DeviceResidentMatrix final : public ResidentMatrix {
- public:
-  DeviceResidentMatrix(const MatrixRef& view, void* device, int ordinal)
-      : ResidentMatrix(view, device), device_(device), ordinal_(ordinal) {}
-  // The last holder is done with it: a request's kernels have finished before
-  // the request completes.
-  ~DeviceResidentMatrix() override {
-    cudaSetDevice(ordinal_);
-    cudaFree(device_);
-  }
-
-  // Chunks of an upload, straight from gRPC's buffers to the device. A
-  // pageable copy may return before its DMA is done, and the lanes' streams
-  // do not wait for the legacy stream, so each write waits for it.
-  absl::Status Write(uint64_t offset, const void* src, uint64_t n) override {
-    if (offset > bytes() || n > bytes() - offset)
-      return absl::OutOfRangeError("write past the end of a device matrix");
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-    absl::Status st = CudaStatus(
-        cudaMemcpy(static_cast<char*>(device_) + offset, src, n, cudaMemcpyHostToDevice),
-        "writing a resident matrix");
-    if (st.ok()) st = CudaStatus(cudaStreamSynchronize(cudaStreamLegacy), "writing a resident matrix");
-    return st;
-  }
-  absl::Status Read(uint64_t offset, void* dst, uint64_t n) const override {
-    if (offset > bytes() || n > bytes() - offset)
-      return absl::OutOfRangeError("read past the end of a device matrix");
-    CUDA_RETURN_IF_ERROR(cudaSetDevice(ordinal_));
-    return CudaStatus(
-        cudaMemcpy(dst, static_cast<const char*>(device_) + offset, n, cudaMemcpyDeviceToHost),
-        "reading a resident matrix");
-  }
-
- private:
-  void* const device_;
-  const int ordinal_;
-};
-
-void CUDART_CB HostDone(void* lane);
-
-}  // namespace
-
-// One planned launch of a lane's batch, from set-up to completion.
-struct LaunchState {
-  std::unique_ptr<gk::Gemm> gemm;          // single and strided-batched launches
-  std::unique_ptr<gk::GroupedGemm> group;  // grouped launches
-  gk::GemmArguments args;                  // kept for a reducing launch's set-up
-  bool reducing = false;                   // stream-K / split-K, on the reducing stream
-  bool on_reduce_stream = false;           // it ran there (it had a workspace)
-  size_t reducing_workspace = 0;           // its bytes
-  size_t descriptors = kNoWorkspace;       // grouped: offset in the input region
-  // TF32 operands that are not K-major are copied into K-major order here
-  // (stream-ordered pool memory, freed after the batch) so the launch takes
-  // the tensor cores; null when none is needed or the allocation failed (then
-  // the strict-fp32 kernel runs).
-  void* operand_copies = nullptr;
-  absl::Status status;                     // set-up or launch failure: its requests fail
-  std::string label;                       // metrics: "<plan kind>/<kernel family>"
-  size_t owner = 0;                        // the item its time is reported on
-};
-
-struct CudaExecutor::Lane {
-  CudaExecutor* owner = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t start = nullptr, h2d_done = nullptr, d2h_done = nullptr;
-  std::vector<cudaEvent_t> launch_done;  // one per launch, grown as needed
-  // Per launch too: the start and end of a launch on the reducing stream. The
-  // lane's own interval for it also holds the wait behind other lanes'
-  // reducing launches, which is not this launch's compute time.
-  std::vector<cudaEvent_t> reduce_start, reduce_end;
-  unsigned char* staging = nullptr;
-  size_t staging_size = 0;
-  unsigned char* device = nullptr;  // this batch's device buffer, from the stream pool
-
-  // The batch in flight and what Finish needs to know about it.
-  Batch batch;
-  std::map<const GemmProblemRef*, Placement> placement;
-  size_t input_bytes = 0;   // input region size; the output region follows
-  size_t output_bytes = 0;
-  std::vector<LaunchState> launches;  // alive until the batch ends
-  std::map<const GemmProblemRef*, size_t> item_of;
-  std::vector<std::set<std::string>> item_kernels;
-  std::vector<absl::Status> item_status;
-
-  void Reset() {
-    batch = Batch();
-    placement.clear();
-    launches.clear();
-    item_of.clear();
-    item_kernels.clear();
-    item_status.clear();
-    input_bytes = output_bytes = 0;
-    device = nullptr;
-  }
-};
-
-namespace {
-
-void CUDART_CB HostDone(void* arg) {
-  // Runs on a CUDA-internal thread, which must not call CUDA: hand over.
-  auto* lane = static_cast<CudaExecutor::Lane*>(arg);
-  lane->owner->OnLaneDone(lane);
-}
-
-}  // namespace
 
 CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
 
-int CudaExecutor::DeviceCount() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the error a missing driver leaves behind
-    return 0;
-  }
-  return n;
-}
+int CudaExecutor::DeviceCount() { return gpu::VisibleDeviceCount(); }
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options& options) {
   if (options.streams < 1) return absl::InvalidArgumentError("streams must be at least 1");
@@ -222,40 +34,40 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options
 
 absl::Status CudaExecutor::Init() {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  cudaDeviceProp prop;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options_.device));
+  GEMM_ASSIGN_OR_RETURN(const gpu::DeviceProperties prop, gpu::QueryDevice(options_.device));
   info_.backend = "cuda";
   info_.devices.push_back(DeviceDescription{prop.name, absl::StrCat(prop.major, ".", prop.minor),
-                                            static_cast<uint32_t>(prop.multiProcessorCount),
-                                            prop.totalGlobalMem, 0});
+                                            prop.multiprocessors, prop.total_memory, 0});
   info_.kernels = {"sm90_tma_wgmma (bf16, fp16, tf32; Hopper)",
                    "portable_simt (strict fp32; any sm_80+ GPU)"};
-  // The grouped kernel is sm_90a machine code: compute capability 9.0 only.
-  grouped_ = options_.grouped_launches && prop.major == 9 && prop.minor == 0;
+  grouped_ = options_.grouped_launches && gpu::RunsGroupedKernel(prop);
   if (grouped_) info_.kernels.push_back("sm90_tma_wgmma_grouped (bf16, fp16; mixed shapes)");
+  GEMM_RETURN_IF_ERROR(gpu::KeepFreedPoolMemory(options_.device));
 
-  // Keep freed device memory in the stream-ordered pool instead of returning
-  // it to the driver, so that steady-state batches allocate nothing new.
-  cudaMemPool_t pool;
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
-  uint64_t threshold = UINT64_MAX;
-  CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
-
-  cudaStream_t reduce = nullptr;
-  CUDA_RETURN_IF_ERROR(cudaStreamCreate(&reduce));  // blocking: see reduce_stream_
-  reduce_stream_ = reduce;
+  GEMM_ASSIGN_OR_RETURN(reducer_, gpu::ReducingStream::Create());
+  gpu::LaneOptions lane_options;
+  lane_options.device = options_.device;
+  lane_options.reducing_schedules = options_.reducing_schedules;
+  lane_options.reducing_min_flops = options_.reducing_min_flops;
+  lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
   for (int i = 0; i < options_.streams; ++i) {
-    auto lane = std::make_unique<Lane>();
-    lane->owner = this;
-    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&lane->stream, cudaStreamNonBlocking));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->start));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->h2d_done));
-    CUDA_RETURN_IF_ERROR(cudaEventCreate(&lane->d2h_done));
+    GEMM_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Lane> lane,
+                          gpu::Lane::Create(lane_options, reducer_.get(),
+                                            [this](gpu::Lane* done) { OnLaneDone(done); }));
     absl::MutexLock lock(&mu_);
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
   return absl::OkStatus();
+}
+
+void CudaExecutor::Calibrate() {
+  const gpu::Calibration measured = gpu::Calibrate(options_.device, lanes_.front()->stream());
+  info_.peak_rates.insert(info_.peak_rates.end(), measured.peak_rates.begin(),
+                          measured.peak_rates.end());
+  h2d_rate_ = measured.copies.h2d;
+  d2h_rate_ = measured.copies.d2h;
+  host_copy_rate_ = measured.copies.host_copy;
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -267,56 +79,21 @@ CudaExecutor::~CudaExecutor() {
   }
   if (completion_thread_.joinable()) completion_thread_.join();
   cudaSetDevice(options_.device);
-  if (reduce_stream_ != nullptr) {
-    auto reduce = static_cast<cudaStream_t>(reduce_stream_);
-    absl::MutexLock lock(&reduce_mu_);
-    if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
-    cudaStreamSynchronize(reduce);
-    cudaStreamDestroy(reduce);
-  }
+  // The reducing workspace goes back to the pool before the pool is trimmed.
+  reducer_.reset();
   // Give the pool's cached blocks back to the driver: the device is shared.
   ReleaseCachedMemory().IgnoreError();
-  for (auto& lane : lanes_) {
-    for (const auto* events : {&lane->launch_done, &lane->reduce_start, &lane->reduce_end})
-      for (cudaEvent_t e : *events) cudaEventDestroy(e);
-    cudaEventDestroy(lane->start);
-    cudaEventDestroy(lane->h2d_done);
-    cudaEventDestroy(lane->d2h_done);
-    cudaStreamDestroy(lane->stream);
-    if (lane->staging) cudaFreeHost(lane->staging);
-  }
+  lanes_.clear();
 }
 
 absl::StatusOr<uint64_t> CudaExecutor::DeviceBytesInUse(int device) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
-  size_t free_bytes = 0, total = 0;
-  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total));
-  return total - free_bytes;
+  return gpu::DeviceBytesInUse(device);
 }
 
-absl::Status CudaExecutor::ReleaseCachedMemory() {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
-  cudaMemPool_t pool;
-  CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, options_.device));
-  CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
-  return absl::OkStatus();
-}
-
-namespace {
-
-// Stream-ordered: after every launch of the lane that reads them.
-void FreeOperandCopies(CudaExecutor::Lane& lane) {
-  for (LaunchState& ls : lane.launches) {
-    if (ls.operand_copies != nullptr) cudaFreeAsync(ls.operand_copies, lane.stream);
-    ls.operand_copies = nullptr;
-  }
-}
-
-}  // namespace
+absl::Status CudaExecutor::ReleaseCachedMemory() { return gpu::TrimPool(options_.device); }
 
 void CudaExecutor::Execute(Batch batch) {
-  Lane* lane;
+  gpu::Lane* lane;
   {
     absl::MutexLock lock(&mu_);
     // The batcher keeps at most max_concurrent_batches() in flight, so a lane
@@ -328,325 +105,13 @@ void CudaExecutor::Execute(Batch batch) {
     ++busy_lanes_;
   }
   lane->Reset();
-  lane->batch = std::move(batch);
-  if (absl::Status st = Enqueue(*lane); !st.ok()) {
-    // Nothing was enqueued after the failing call; wait for what was, then
-    // answer every request of the batch with the error.
-    cudaStreamSynchronize(lane->stream);
-    if (lane->device) cudaFreeAsync(lane->device, lane->stream);
-    FreeOperandCopies(*lane);
-    for (auto& item : lane->batch.items) item->Complete(st);
+  if (absl::Status st = lane->Enqueue(std::move(batch)); !st.ok()) {
+    // Wait for what was enqueued, then answer every request of the batch
+    // with the error.
+    lane->Abandon();
+    for (auto& item : lane->batch().items) item->Complete(st);
     ReleaseLane(lane);
   }
-}
-
-absl::Status CudaExecutor::Enqueue(Lane& lane) {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  const Batch& batch = lane.batch;
-  lane.item_kernels.resize(batch.items.size());
-  lane.item_status.assign(batch.items.size(), absl::OkStatus());
-  for (size_t i = 0; i < batch.items.size(); ++i)
-    for (const GemmProblemRef& p : batch.items[i]->problems) lane.item_of[&p] = i;
-
-  PlaceOperands(lane);
-  if (absl::Status st = StageInputs(lane); !st.ok()) return st;
-  // The device buffer's address is needed before the launches are set up:
-  // tensor maps and grouped descriptors name it.
-  void* device = nullptr;
-  CUDA_RETURN_IF_ERROR(
-      cudaMallocAsync(&device, lane.input_bytes + lane.output_bytes, lane.stream));
-  lane.device = static_cast<unsigned char*>(device);
-  PrepareLaunches(lane);
-
-  // One H2D copy (operands and grouped descriptors), the launches, one D2H
-  // copy, then the host callback.
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.start, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.device, lane.staging, lane.input_bytes,
-                                       cudaMemcpyHostToDevice, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.h2d_done, lane.stream));
-  for (auto* events : {&lane.launch_done, &lane.reduce_start, &lane.reduce_end}) {
-    while (events->size() < lane.launches.size()) {
-      cudaEvent_t e;
-      CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
-      events->push_back(e);
-    }
-  }
-  for (size_t li = 0; li < lane.launches.size(); ++li) {
-    if (absl::Status st = EnqueueLaunch(lane, li); !st.ok()) return st;
-    CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.launch_done[li], lane.stream));
-  }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lane.staging + lane.input_bytes,
-                                       lane.device + lane.input_bytes, lane.output_bytes,
-                                       cudaMemcpyDeviceToHost, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaEventRecord(lane.d2h_done, lane.stream));
-  CUDA_RETURN_IF_ERROR(cudaFreeAsync(lane.device, lane.stream));
-  lane.device = nullptr;
-  FreeOperandCopies(lane);
-  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(lane.stream, HostDone, &lane));
-  return absl::OkStatus();
-}
-
-void CudaExecutor::PlaceOperands(Lane& lane) {
-  // Members of a strided batch sit at a fixed stride per operand, so one
-  // launch covers them. A grouped launch's descriptors follow the operands
-  // in the input region, so the one H2D copy carries them too.
-  const Batch& batch = lane.batch;
-  lane.launches.resize(batch.launches.size());
-  size_t in = 0, out = 0;
-  for (size_t li = 0; li < batch.launches.size(); ++li) {
-    const LaunchGroup& g = batch.launches[li];
-    const GemmProblemRef& first = *g.problems.front();
-    const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
-    const size_t a_stride = RoundUp(first.a.bytes(), kAlign);
-    const size_t b_stride = RoundUp(first.b.bytes(), kAlign);
-    const size_t d_bytes = first.shape.m * first.shape.n * SizeOf(first.shape.output_dtype);
-    const size_t d_stride = RoundUp(d_bytes, kAlign);
-    for (const GemmProblemRef* p : g.problems) {
-      Placement& pl = lane.placement[p];
-      pl.has_c = p->beta != 0.0 && p->c.present();
-      if (!strided) {
-        if (!ResidentData(p->a)) {
-          pl.a = in;
-          in += RoundUp(p->a.bytes(), kAlign);
-        }
-        if (!ResidentData(p->b)) {
-          pl.b = in;
-          in += RoundUp(p->b.bytes(), kAlign);
-        }
-        if (pl.has_c && !ResidentData(p->c)) {
-          pl.c = in;
-          in += RoundUp(p->d_bytes(), kAlign);
-        }
-        pl.d = out;
-        out += RoundUp(p->d_bytes(), kAlign);
-      }
-    }
-    if (strided) {
-      // Members share each resident operand (the plan's batch key includes
-      // it): one device copy read by every member, batch stride 0.
-      const size_t count = g.problems.size();
-      const size_t a_step = ResidentData(first.a) ? 0 : a_stride;
-      const size_t b_step = ResidentData(first.b) ? 0 : b_stride;
-      const bool has_c = lane.placement[&first].has_c;
-      const size_t c_step = has_c && !ResidentData(first.c) ? d_stride : 0;
-      const size_t a0 = in, b0 = a0 + count * a_step, c0 = b0 + count * b_step;
-      in = c0 + count * c_step;
-      for (size_t i = 0; i < count; ++i) {
-        Placement& pl = lane.placement[g.problems[i]];
-        pl.a = a0 + i * a_step;
-        pl.b = b0 + i * b_step;
-        pl.c = c0 + i * c_step;
-        pl.d = out + i * d_stride;
-      }
-      out += count * d_stride;
-    }
-    if (g.kind == LaunchGroup::Kind::kGrouped) {
-      if (const size_t bytes = gk::GroupedGemm::WorkspaceSize(g.problems.size()); bytes > 0) {
-        lane.launches[li].descriptors = in;
-        in += RoundUp(bytes, kAlign);
-      }
-    }
-  }
-  lane.input_bytes = RoundUp(in, kAlign);
-  lane.output_bytes = out;
-}
-
-absl::Status CudaExecutor::StageInputs(Lane& lane) {
-  const size_t total = lane.input_bytes + lane.output_bytes;
-  if (lane.staging_size < total) {
-    // Grow geometrically so that a lane reallocates only a few times.
-    const size_t size = std::max(total, 2 * lane.staging_size);
-    if (lane.staging) CUDA_RETURN_IF_ERROR(cudaFreeHost(lane.staging));
-    lane.staging = nullptr;
-    lane.staging_size = 0;
-    CUDA_RETURN_IF_ERROR(cudaHostAlloc(reinterpret_cast<void**>(&lane.staging), size,
-                                       cudaHostAllocDefault));
-    lane.staging_size = size;
-  }
-  // The one host copy on the way in.
-  for (const auto& [p, pl] : lane.placement) {
-    if (!ResidentData(p->a)) ParallelCopy(lane.staging + pl.a, p->a.data, p->a.bytes());
-    if (!ResidentData(p->b)) ParallelCopy(lane.staging + pl.b, p->b.data, p->b.bytes());
-    // A resident C is in D's layout already (request validation checks it).
-    if (!pl.has_c || ResidentData(p->c)) continue;
-    if (p->c.layout == p->shape.layout_d) {
-      ParallelCopy(lane.staging + pl.c, p->c.data, p->c.bytes());
-    } else {
-      // The kernel reads C in D's layout: transpose while staging.
-      const MatrixRef to{nullptr, p->c.rows, p->c.cols, p->shape.layout_d, p->c.dtype};
-      const size_t e = SizeOf(p->c.dtype);
-      const auto* src = static_cast<const unsigned char*>(p->c.data);
-      for (uint64_t r = 0; r < p->c.rows; ++r)
-        for (uint64_t c = 0; c < p->c.cols; ++c)
-          std::memcpy(lane.staging + pl.c + to.offset(r, c), src + p->c.offset(r, c), e);
-    }
-  }
-  return absl::OkStatus();
-}
-
-namespace {
-
-// The kernel's view of `count` problems starting with `p` at `pl` (the
-// second member at `pl2` gives the batch strides) in the lane's device
-// buffer `dev`, whose output region starts at `out_dev`.
-gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
-                                  const Placement& pl2, int64_t count, unsigned char* dev,
-                                  unsigned char* out_dev) {
-  const GemmShape& s = p.shape;
-  auto stride = [count](size_t first, size_t second, DType t) -> int64_t {
-    return count > 1 ? static_cast<int64_t>((second - first) / SizeOf(t)) : 0;
-  };
-  auto operand = [dev](const MatrixRef& m, size_t offset) -> const void* {
-    const void* resident = ResidentData(m);
-    return resident != nullptr ? resident : dev + offset;
-  };
-  gk::GemmArguments args;
-  args.m = static_cast<int64_t>(s.m);
-  args.n = static_cast<int64_t>(s.n);
-  args.k = static_cast<int64_t>(s.k);
-  args.batch_count = count;
-  args.a = {operand(p.a, pl.a), KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
-            static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2.a, s.input_dtype)};
-  args.b = {operand(p.b, pl.b), KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
-            static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.input_dtype)};
-  const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
-  args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
-            stride(pl.d, pl2.d, s.output_dtype)};
-  args.c = args.d;
-  if (pl.has_c) {
-    args.c.ptr = operand(p.c, pl.c);
-    args.c.batch_stride = stride(pl.c, pl2.c, s.output_dtype);
-  }
-  args.alpha = static_cast<float>(p.alpha);
-  args.beta = pl.has_c ? static_cast<float>(p.beta) : 0.0f;
-  args.allow_tf32 = s.allow_tf32;
-  return args;
-}
-
-}  // namespace
-
-void CudaExecutor::PrepareLaunches(Lane& lane) {
-  const Batch& batch = lane.batch;
-  unsigned char* dev = lane.device;
-  unsigned char* out_dev = dev + lane.input_bytes;
-  for (size_t li = 0; li < batch.launches.size(); ++li) {
-    const LaunchGroup& g = batch.launches[li];
-    LaunchState& ls = lane.launches[li];
-    const GemmProblemRef& p = *g.problems.front();
-    ls.owner = lane.item_of.at(&p);
-    const Placement& pl = lane.placement.at(&p);
-    if (g.kind == LaunchGroup::Kind::kGrouped) {
-      gk::GroupedGemmArguments args;
-      args.allow_tf32 = p.shape.allow_tf32;
-      for (const GemmProblemRef* q : g.problems) {
-        const Placement& ql = lane.placement.at(q);
-        args.problems.push_back(gk::GroupedMemberOf(KernelArguments(*q, ql, ql, 1, dev, out_dev)));
-      }
-      ls.group = std::make_unique<gk::GroupedGemm>();
-      ls.status = gk::GroupedGemm::CanImplement(args);
-      // The descriptors are written into staging here and reach the device
-      // with the operands: nothing blocks on the hot path.
-      if (ls.status.ok())
-        ls.status = ls.descriptors == kNoWorkspace
-                        ? ls.group->Initialize(args, nullptr)
-                        : ls.group->InitializeDeferred(args, dev + ls.descriptors,
-                                                       lane.staging + ls.descriptors);
-      continue;
-    }
-    const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
-    const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
-    const Placement& pl2 = count > 1 ? lane.placement.at(g.problems[1]) : pl;
-    ls.args = KernelArguments(p, pl, pl2, count, dev, out_dev);
-    ls.gemm = std::make_unique<gk::Gemm>();
-    ls.status = gk::Gemm::CanImplement(ls.args);
-    if (!ls.status.ok()) continue;
-    if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
-        p.shape.flops() >= options_.reducing_min_flops) {
-      // Nonzero only where the heuristic picks stream-K or split-K with a
-      // workspace. Paired split-K needs none, and its CTAs wait only on the
-      // other CTA of their cluster, which the hardware schedules with them:
-      // it runs on the lanes beside other kernels like data-parallel.
-      ls.reducing_workspace = gk::Gemm::WorkspaceSize(ls.args);
-      ls.reducing = ls.reducing_workspace > 0 &&
-                    ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
-    }
-    if (const size_t bytes = gk::Gemm::OperandCopyBytes(ls.args); bytes > 0) {
-      if (cudaMallocAsync(&ls.operand_copies, bytes, lane.stream) != cudaSuccess) {
-        cudaGetLastError();
-        ls.operand_copies = nullptr;
-      }
-    }
-    // A reducing launch is set up when it is enqueued, in turn with the others.
-    if (!ls.reducing)
-      ls.status = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
-                                      gk::ScheduleHint::kAuto, ls.operand_copies);
-  }
-}
-
-absl::Status CudaExecutor::EnqueueLaunch(Lane& lane, size_t li) {
-  LaunchState& ls = lane.launches[li];
-  const LaunchGroup& g = lane.batch.launches[li];
-  if (ls.status.ok()) {
-    if (ls.group) {
-      ls.status = ls.group->Run(lane.stream);
-    } else if (ls.reducing) {
-      ls.status = EnqueueReducing(lane, li);
-    } else {
-      ls.status = ls.gemm->Run(lane.stream);
-    }
-  }
-  const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
-  const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
-  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
-  for (const GemmProblemRef* q : g.problems) {
-    const size_t item = lane.item_of.at(q);
-    // This launch's requests fail; the rest of the batch goes on.
-    if (!ls.status.ok()) {
-      lane.item_status[item] = ls.status;
-    } else {
-      lane.item_kernels[item].insert(kernel);
-    }
-  }
-  // A failed launch leaves CUDA's last-error state set; it is reported above.
-  if (!ls.status.ok()) cudaGetLastError();
-  return absl::OkStatus();
-}
-
-absl::Status CudaExecutor::EnqueueReducing(Lane& lane, size_t li) {
-  LaunchState& ls = lane.launches[li];
-  auto reduce = static_cast<cudaStream_t>(reduce_stream_);
-  {
-    absl::MutexLock lock(&reduce_mu_);
-    if (reduce_workspace_bytes_ < ls.reducing_workspace) {
-      // Stream-ordered on the reducing stream: the old workspace is freed
-      // after the last launch that used it.
-      if (reduce_workspace_ != nullptr) cudaFreeAsync(reduce_workspace_, reduce);
-      reduce_workspace_ = nullptr;
-      reduce_workspace_bytes_ = 0;
-      if (cudaMallocAsync(&reduce_workspace_, ls.reducing_workspace, reduce) == cudaSuccess) {
-        reduce_workspace_bytes_ = ls.reducing_workspace;
-      } else {
-        cudaGetLastError();
-        reduce_workspace_ = nullptr;
-      }
-    }
-    // Without a workspace the launch is data-parallel, on the lane.
-    if (reduce_workspace_ != nullptr) {
-      absl::Status st = ls.gemm->Initialize(ls.args, reduce_workspace_, gk::TileHint::kAuto,
-                                            gk::ScheduleHint::kAuto, ls.operand_copies);
-      if (st.ok()) st = CudaStatus(cudaStreamWaitEvent(reduce, lane.h2d_done, 0), "reducing launch");
-      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_start[li], reduce), "reducing launch");
-      if (st.ok()) st = ls.gemm->Run(reduce);
-      if (st.ok()) st = CudaStatus(cudaEventRecord(lane.reduce_end[li], reduce), "reducing launch");
-      if (!st.ok()) return st;
-      ls.on_reduce_stream = true;
-      return CudaStatus(cudaStreamWaitEvent(lane.stream, lane.reduce_end[li], 0), "reducing launch");
-    }
-  }
-  absl::Status st = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto,
-                                        gk::ScheduleHint::kAuto, ls.operand_copies);
-  if (st.ok()) st = ls.gemm->Run(lane.stream);
-  return st;
 }
 
 absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
@@ -654,52 +119,32 @@ absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
   if (!(compute > 0)) return absl::ZeroDuration();
   // Bytes that travel: what is staged (resident operands are not) and every
   // result.
-  double in = 0, out = 0;
-  for (const GemmProblemRef& p : item.problems) {
-    if (!ResidentData(p.a)) in += p.a.bytes();
-    if (!ResidentData(p.b)) in += p.b.bytes();
-    if (p.beta != 0.0 && p.c.present() && !ResidentData(p.c)) in += p.c.bytes();
-    out += p.d_bytes();
-  }
+  const gpu::TransferBytes bytes = gpu::StagedBytes(item);
   double seconds = compute;
-  if (host_copy_rate_ > 0) seconds += (in + out) / host_copy_rate_;
-  if (h2d_rate_ > 0) seconds += in / h2d_rate_;
-  if (d2h_rate_ > 0) seconds += out / d2h_rate_;
+  if (host_copy_rate_ > 0) seconds += (bytes.in + bytes.out) / host_copy_rate_;
+  if (h2d_rate_ > 0) seconds += bytes.in / h2d_rate_;
+  if (d2h_rate_ > 0) seconds += bytes.out / d2h_rate_;
   return absl::Seconds(seconds);
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::AllocateResident(
     const MatrixRef& shape) const {
-  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-  const uint64_t bytes = shape.bytes();
-  void* device = nullptr;
-  if (cudaError_t e = cudaMalloc(&device, bytes); e != cudaSuccess) {
-    cudaGetLastError();
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "could not allocate ", bytes, " bytes of device memory: ", cudaGetErrorString(e)));
-  }
-  MatrixRef view = shape;
-  view.data = nullptr;
-  view.resident = nullptr;
-  return std::shared_ptr<ResidentMatrix>(new DeviceResidentMatrix(view, device, options_.device));
+  return gpu::AllocateDeviceMatrix(shape, options_.device);
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
     const MatrixRef& source) const {
-  auto made = AllocateResident(source);
-  if (!made.ok()) return made.status();
-  if (absl::Status st = (*made)->Write(0, source.data, source.bytes()); !st.ok()) return st;
-  return made;
+  return gpu::CopyToDeviceMatrix(source, options_.device);
 }
 
-void CudaExecutor::OnLaneDone(Lane* lane) {
+void CudaExecutor::OnLaneDone(gpu::Lane* lane) {
   absl::MutexLock lock(&mu_);
   finished_lanes_.push_back(lane);
 }
 
 void CudaExecutor::CompletionLoop() {
   while (true) {
-    Lane* lane;
+    gpu::Lane* lane;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -710,7 +155,7 @@ void CudaExecutor::CompletionLoop() {
       lane = finished_lanes_.front();
       finished_lanes_.pop_front();
     }
-    auto outcomes = Finish(*lane);
+    gpu::Outcomes outcomes = lane->Finish();
     // The lane is free before the answers go out, so that a client's next
     // request finds the executor idle rather than just about to be.
     ReleaseLane(lane);
@@ -718,62 +163,8 @@ void CudaExecutor::CompletionLoop() {
   }
 }
 
-std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> CudaExecutor::Finish(
-    Lane& lane) {
-  Batch& batch = lane.batch;
-  // A kernel fault surfaces here; it fails the whole batch.
-  absl::Status batch_status = CudaStatus(cudaEventSynchronize(lane.d2h_done), "batch");
-  float h2d_ms = 0, d2h_ms = 0;
-  std::vector<float> launch_ms(lane.launches.size(), 0.0f);
-  if (batch_status.ok()) {
-    cudaEventElapsedTime(&h2d_ms, lane.start, lane.h2d_done);
-    cudaEvent_t prev = lane.h2d_done;
-    for (size_t i = 0; i < lane.launches.size(); ++i) {
-      if (lane.launches[i].on_reduce_stream) {
-        cudaEventElapsedTime(&launch_ms[i], lane.reduce_start[i], lane.reduce_end[i]);
-      } else {
-        cudaEventElapsedTime(&launch_ms[i], prev, lane.launch_done[i]);
-      }
-      prev = lane.launch_done[i];
-    }
-    cudaEventElapsedTime(&d2h_ms, prev, lane.d2h_done);
-  }
-  float compute_ms = 0;
-  for (float ms : launch_ms) compute_ms += ms;
-
-  // The one host copy on the way out: staging into each response.
-  if (batch_status.ok()) {
-    for (const auto& [p, pl] : lane.placement) {
-      if (!lane.item_status[lane.item_of.at(p)].ok()) continue;
-      ParallelCopy(p->d, lane.staging + lane.input_bytes + pl.d, p->d_bytes());
-    }
-  }
-  for (size_t i = 0; i < batch.items.size(); ++i) {
-    WorkItem& item = *batch.items[i];
-    ExecutionReport& r = item.report;
-    r.backend = "cuda";
-    if (r.device < 0) r.device = options_.device;
-    r.kernel = absl::StrJoin(lane.item_kernels[i], ",");
-    r.h2d = absl::Milliseconds(h2d_ms);
-    r.d2h = absl::Milliseconds(d2h_ms);
-    r.transfer = r.h2d + r.d2h;
-    r.compute = absl::Milliseconds(compute_ms);
-    if (i == 0) {
-      r.h2d_bytes = lane.input_bytes;
-      r.d2h_bytes = lane.output_bytes;
-    }
-    for (size_t li = 0; li < lane.launches.size(); ++li)
-      if (lane.launches[li].owner == i)
-        r.launches.emplace_back(lane.launches[li].label, absl::Milliseconds(launch_ms[li]));
-  }
-  std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> outcomes;
-  for (size_t i = 0; i < batch.items.size(); ++i)
-    outcomes.emplace_back(batch.items[i], !batch_status.ok() ? batch_status : lane.item_status[i]);
-  return outcomes;
-}
-
-void CudaExecutor::ReleaseLane(Lane* lane) {
-  std::function<void()> on_done = std::move(lane->batch.on_done);
+void CudaExecutor::ReleaseLane(gpu::Lane* lane) {
+  std::function<void()> on_done = std::move(lane->batch().on_done);
   lane->Reset();
   {
     absl::MutexLock lock(&mu_);
@@ -781,151 +172,6 @@ void CudaExecutor::ReleaseLane(Lane* lane) {
     --busy_lanes_;
   }
   if (on_done) on_done();
-}
-
-void CudaExecutor::CalibrateCopies() {
-  // What PredictRunTime charges for moving a request's bytes: pinned copies
-  // each way on a lane's stream, as batches make them, and the host copy into
-  // pinned staging. 64 MiB each, median of 5 after a warm-up; a failed
-  // measurement stays 0 (left out of predictions).
-  const size_t bytes = size_t{64} << 20;
-  std::vector<unsigned char> pageable(bytes);
-  for (size_t i = 0; i < bytes; ++i) pageable[i] = static_cast<unsigned char>(i * 131 + (i >> 12));
-  void *pinned = nullptr, *dev = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  cudaStream_t stream = lanes_.front()->stream;
-  const bool ok = cudaHostAlloc(&pinned, bytes, cudaHostAllocDefault) == cudaSuccess &&
-                  cudaMalloc(&dev, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
-                  cudaEventCreate(&e1) == cudaSuccess;
-  auto median_rate = [bytes](std::vector<double> seconds) {
-    if (seconds.empty()) return 0.0;
-    std::sort(seconds.begin(), seconds.end());
-    const double s = seconds[seconds.size() / 2];
-    return s > 0 ? bytes / s : 0.0;
-  };
-  auto copy_rate = [&](void* dst, const void* src, cudaMemcpyKind kind) {
-    std::vector<double> seconds;
-    for (int i = 0; i < 6; ++i) {
-      float ms = 0;
-      if (cudaEventRecord(e0, stream) != cudaSuccess ||
-          cudaMemcpyAsync(dst, src, bytes, kind, stream) != cudaSuccess ||
-          cudaEventRecord(e1, stream) != cudaSuccess || cudaEventSynchronize(e1) != cudaSuccess ||
-          cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
-        return 0.0;
-      if (i > 0) seconds.push_back(ms / 1e3);
-    }
-    return median_rate(seconds);
-  };
-  if (ok) {
-    std::memcpy(pinned, pageable.data(), bytes);
-    h2d_rate_ = copy_rate(dev, pinned, cudaMemcpyHostToDevice);
-    d2h_rate_ = copy_rate(pinned, dev, cudaMemcpyDeviceToHost);
-    std::vector<double> seconds;
-    for (int i = 0; i < 5; ++i) {
-      const absl::Time t0 = absl::Now();
-      std::memcpy(pinned, pageable.data(), bytes);
-      seconds.push_back(absl::ToDoubleSeconds(absl::Now() - t0));
-    }
-    host_copy_rate_ = median_rate(seconds);
-  }
-  cudaGetLastError();
-  if (pinned) cudaFreeHost(pinned);
-  cudaFree(dev);
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-}
-
-void CudaExecutor::Calibrate() {
-  // Rates of our own kernels on random data, and the device copy bandwidth.
-  // A failed measurement is left out rather than guessed.
-  struct Case {
-    const char* kind;
-    DType in;
-    bool tf32;
-    int n;
-  };
-  const Case cases[] = {{"bf16", DType::kBf16, false, 4096},
-                        {"fp16", DType::kFp16, false, 4096},
-                        {"tf32", DType::kFp32, true, 4096},
-                        {"fp32", DType::kFp32, false, 2048}};
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (const Case& c : cases) {
-    const size_t elems = size_t(c.n) * c.n;
-    const size_t bytes = elems * SizeOf(c.in);
-    std::vector<float> values(elems);
-    for (float& v : values) v = dist(rng);
-    std::vector<unsigned char> host(bytes);
-    FromFloat(c.in, values.data(), host.data(), elems);
-    void *a = nullptr, *b = nullptr, *d = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    bool ok = cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess &&
-              cudaMalloc(&d, elems * 4) == cudaSuccess &&
-              cudaMemcpy(a, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaMemcpy(b, host.data(), bytes, cudaMemcpyHostToDevice) == cudaSuccess &&
-              cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
-    gk::GemmArguments args;
-    args.m = args.n = args.k = c.n;
-    args.a = {a, KernelType(c.in), gk::Layout::kRowMajor, c.n, 0};
-    args.b = {b, KernelType(c.in), gk::Layout::kColMajor, c.n, 0};
-    args.d = {d, gk::DataType::kF32, gk::Layout::kRowMajor, c.n, 0};
-    args.c = args.d;
-    args.allow_tf32 = c.tf32;
-    gk::Gemm gemm;
-    ok = ok && gemm.Initialize(args).ok();
-    std::vector<float> times;
-    for (int i = 0; ok && i < 7; ++i) {
-      cudaEventRecord(e0);
-      ok = gemm.Run(nullptr).ok();
-      cudaEventRecord(e1);
-      float ms = 0;
-      ok = ok && cudaEventSynchronize(e1) == cudaSuccess &&
-           cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-      if (i >= 2) times.push_back(ms);  // the first runs are warm-up
-    }
-    if (ok && !times.empty()) {
-      std::sort(times.begin(), times.end());
-      const double seconds = times[times.size() / 2] / 1e3;
-      info_.peak_rates.push_back({c.kind, 2.0 * c.n * double(c.n) * c.n / seconds,
-                                  absl::StrCat("measured at start-up: ", gemm.kernel_name(), " ",
-                                               c.n, "^3, median of 5")});
-    }
-    cudaGetLastError();
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(d);
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
-  }
-  // Memory: a 1 GiB device-to-device copy moves 2 GiB (read + write).
-  const size_t bytes = size_t{1} << 30;
-  void *src = nullptr, *dst = nullptr;
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  if (cudaMalloc(&src, bytes) == cudaSuccess && cudaMalloc(&dst, bytes) == cudaSuccess &&
-      cudaMemset(src, 1, bytes) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
-      cudaEventCreate(&e1) == cudaSuccess) {
-    std::vector<float> times;
-    for (int i = 0; i < 5; ++i) {
-      cudaEventRecord(e0);
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice);
-      cudaEventRecord(e1);
-      float ms = 0;
-      if (cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess &&
-          i > 0)
-        times.push_back(ms);
-    }
-    if (!times.empty()) {
-      std::sort(times.begin(), times.end());
-      info_.peak_rates.push_back({"memory", 2.0 * bytes / (times[times.size() / 2] / 1e3),
-                                  "measured at start-up: 1 GiB device copy, median of 4"});
-    }
-  }
-  cudaGetLastError();
-  cudaFree(src);
-  cudaFree(dst);
-  if (e0) cudaEventDestroy(e0);
-  if (e1) cudaEventDestroy(e1);
-  CalibrateCopies();
 }
 
 }  // namespace gemm

@@ -20,6 +20,12 @@
 // two at once could deadlock the device: they all run on one stream of the
 // executor, one after another, with one workspace, and the lane waits for
 // its launch there.
+//
+// The parts are in service/cuda/: batch_layout (where a batch's operands and
+// results sit in a lane's buffers; plain C++), lane, reducing_stream,
+// calibration, device_matrix (resident matrices), device (what is asked of
+// the runtime about the device) and resources (owners of streams, events,
+// pinned and device memory).
 #ifndef GEMM_SERVICE_CUDA_EXECUTOR_H_
 #define GEMM_SERVICE_CUDA_EXECUTOR_H_
 
@@ -33,6 +39,11 @@
 #include "service/executor.h"
 
 namespace gemm {
+
+namespace gpu {
+class Lane;
+class ReducingStream;
+}  // namespace gpu
 
 class CudaExecutor : public Executor {
  public:
@@ -86,35 +97,18 @@ class CudaExecutor : public Executor {
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
 
-  // Implementation details follow.
-  struct Lane;
-  // Called by the CUDA host callback when a lane's work is done (on a CUDA
-  // thread: it only hands the lane to the completion thread).
-  void OnLaneDone(Lane* lane);
-
  private:
   explicit CudaExecutor(const Options& options);
   absl::Status Init();
+  // Measures the device (service/cuda/calibration.h) into info_ and the copy
+  // rates.
   void Calibrate();
-  void CalibrateCopies();
-  // Stages, launches and enqueues the copies of `batch` on `lane`; on error
-  // the batch's items are completed with it.
-  absl::Status Enqueue(Lane& lane);
-  // The steps of Enqueue: where every operand goes in the lane's buffers;
-  // the one host copy into staging; each launch's kernel chosen and set up
-  // (grouped descriptors written into staging); each launch enqueued.
-  void PlaceOperands(Lane& lane);
-  absl::Status StageInputs(Lane& lane);
-  void PrepareLaunches(Lane& lane);
-  absl::Status EnqueueLaunch(Lane& lane, size_t launch);
-  // A stream-K / split-K launch on the reducing stream, after the lane's
-  // H2D copy; the lane waits for it.
-  absl::Status EnqueueReducing(Lane& lane, size_t launch);
+  // Called by a lane's host callback when its work is done (on a CUDA
+  // thread: it only hands the lane to the completion thread).
+  void OnLaneDone(gpu::Lane* lane);
   void CompletionLoop();
-  // Copies results out and fills reports; returns each request's outcome.
-  std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>> Finish(Lane& lane);
   // Returns the lane to the free list and tells the batcher.
-  void ReleaseLane(Lane* lane);
+  void ReleaseLane(gpu::Lane* lane);
 
   const Options options_;
   BackendInfo info_;
@@ -122,20 +116,13 @@ class CudaExecutor : public Executor {
   // Calibrated bytes/s: pinned H2D and D2H, and the host copy into staging;
   // 0 when not measured.
   double h2d_rate_ = 0, d2h_rate_ = 0, host_copy_rate_ = 0;
-  std::vector<std::unique_ptr<Lane>> lanes_;
-
-  // Every reducing launch runs here, in turn. A blocking stream: the kernel
-  // library zeroes the workspace's flags on the legacy default stream, which
-  // is then ordered between consecutive launches.
-  void* reduce_stream_ = nullptr;  // cudaStream_t
-  absl::Mutex reduce_mu_;
-  void* reduce_workspace_ ABSL_GUARDED_BY(reduce_mu_) = nullptr;
-  size_t reduce_workspace_bytes_ ABSL_GUARDED_BY(reduce_mu_) = 0;
+  // Where every reducing launch runs, in turn; the lanes hold a pointer.
+  std::unique_ptr<gpu::ReducingStream> reducer_;
+  std::vector<std::unique_ptr<gpu::Lane>> lanes_;
 
   absl::Mutex mu_;
-  absl::CondVar lane_free_;
-  std::deque<Lane*> free_lanes_ ABSL_GUARDED_BY(mu_);
-  std::deque<Lane*> finished_lanes_ ABSL_GUARDED_BY(mu_);
+  std::deque<gpu::Lane*> free_lanes_ ABSL_GUARDED_BY(mu_);
+  std::deque<gpu::Lane*> finished_lanes_ ABSL_GUARDED_BY(mu_);
   int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread completion_thread_;

@@ -1,0 +1,329 @@
+#include "service/cuda/batch_layout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "service/resident_matrix.h"
+
+namespace gemm {
+namespace gpu {
+namespace {
+
+// A resident matrix as the CUDA executor makes them: device_data() is set.
+// Its address is never read here.
+class FakeDeviceMatrix final : public ResidentMatrix {
+ public:
+  explicit FakeDeviceMatrix(const MatrixRef& view) : ResidentMatrix(view, &kDeviceCopy) {}
+
+ private:
+  static constexpr char kDeviceCopy = 0;
+};
+
+class BatchLayoutTest : public ::testing::Test {
+ protected:
+  // Host bytes that live as long as the test, filled with `fill`.
+  unsigned char* Buffer(uint64_t bytes, unsigned char fill = 0) {
+    buffers_.push_back(std::make_unique<std::vector<unsigned char>>(bytes, fill));
+    return buffers_.back()->data();
+  }
+
+  // D = A * B (+ C when with_c) with host operands.
+  GemmProblemRef Problem(uint64_t m, uint64_t n, uint64_t k, DType type = DType::kFp32,
+                         bool with_c = false) {
+    GemmProblemRef p;
+    p.shape.m = m;
+    p.shape.n = n;
+    p.shape.k = k;
+    p.shape.input_dtype = type;
+    p.shape.output_dtype = type;
+    p.a = MatrixA(p.shape, nullptr);
+    p.a.data = Buffer(p.a.bytes(), 1);
+    p.b = MatrixB(p.shape, nullptr);
+    p.b.data = Buffer(p.b.bytes(), 2);
+    if (with_c) {
+      p.beta = 1.0;
+      p.c = MatrixC(p.shape, nullptr);
+      p.c.data = Buffer(p.c.bytes(), 3);
+    }
+    p.d = Buffer(p.d_bytes());
+    return p;
+  }
+
+  // Makes `m` resident (on the device, as far as the layout can tell).
+  void MakeResident(MatrixRef& m) {
+    residents_.push_back(std::make_unique<FakeDeviceMatrix>(m));
+    m.resident = residents_.back().get();
+  }
+
+  static std::shared_ptr<WorkItem> Item(std::vector<GemmProblemRef> problems) {
+    auto item = std::make_shared<WorkItem>();
+    item->problems = std::move(problems);
+    return item;
+  }
+
+  static LaunchGroup Launch(LaunchGroup::Kind kind, std::vector<const GemmProblemRef*> problems) {
+    LaunchGroup g;
+    g.kind = kind;
+    g.problems = std::move(problems);
+    return g;
+  }
+
+  static BatchLayout LayOut(const Batch& batch, BatchLayoutOptions options = {}) {
+    auto layout = LayOutBatch(batch, options);
+    EXPECT_TRUE(layout.ok()) << layout.status();
+    return layout.ok() ? *std::move(layout) : BatchLayout();
+  }
+
+ private:
+  std::vector<std::unique_ptr<std::vector<unsigned char>>> buffers_;
+  std::vector<std::unique_ptr<FakeDeviceMatrix>> residents_;
+};
+
+// 3x5x7 fp32: A is 84 bytes, B 140, C and D 60; each takes one aligned slot.
+TEST_F(BatchLayoutTest, SingleLaunchesStageEachOperandInItsOwnAlignedSlot) {
+  Batch batch;
+  batch.items = {Item({Problem(3, 5, 7)}), Item({Problem(3, 5, 7, DType::kFp32, true)})};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+
+  ASSERT_EQ(layout.problems.size(), 2u);
+  const Placement& p0 = layout.problem(0, 0).placement;
+  EXPECT_EQ(p0.a, 0u);
+  EXPECT_EQ(p0.b, 256u);
+  EXPECT_FALSE(p0.has_c);
+  EXPECT_EQ(p0.d, 0u);
+  const Placement& p1 = layout.problem(1, 0).placement;
+  EXPECT_EQ(p1.a, 512u);
+  EXPECT_EQ(p1.b, 768u);
+  EXPECT_TRUE(p1.has_c);
+  EXPECT_EQ(p1.c, 1024u);
+  EXPECT_EQ(p1.d, 256u);
+  EXPECT_EQ(layout.input_bytes, 1280u);
+  EXPECT_EQ(layout.output_bytes, 512u);
+  EXPECT_EQ(layout.staging_bytes(), 1792u);
+}
+
+// C is read only when beta is nonzero: a C with beta 0 takes no slot.
+TEST_F(BatchLayoutTest, CWithBetaZeroIsNotStaged) {
+  GemmProblemRef p = Problem(4, 4, 4, DType::kFp32, true);
+  p.beta = 0.0;
+  Batch batch;
+  batch.items = {Item({p})};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+  EXPECT_FALSE(layout.problem(0, 0).placement.has_c);
+  EXPECT_EQ(layout.input_bytes, 2 * kOperandAlign);
+}
+
+// 10x10x10 fp32: 400 bytes per operand, a stride of 512. All A, then all B,
+// then all C; results at the same stride.
+TEST_F(BatchLayoutTest, StridedMembersSitAtAFixedStridePerOperand) {
+  Batch batch;
+  for (int i = 0; i < 3; ++i) batch.items.push_back(Item({Problem(10, 10, 10, DType::kFp32, true)}));
+  batch.launches = {Launch(LaunchGroup::Kind::kStridedBatched,
+                           {&batch.items[0]->problems[0], &batch.items[1]->problems[0],
+                            &batch.items[2]->problems[0]})};
+  const BatchLayout layout = LayOut(batch);
+
+  ASSERT_EQ(layout.launches.size(), 1u);
+  EXPECT_EQ(layout.launches[0].count, 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const ProblemLayout& m = layout.problem(0, i);
+    EXPECT_EQ(m.item, i);
+    EXPECT_EQ(m.placement.a, i * 512);
+    EXPECT_EQ(m.placement.b, 3 * 512 + i * 512);
+    EXPECT_EQ(m.placement.c, 6 * 512 + i * 512);
+    EXPECT_EQ(m.placement.d, i * 512);
+  }
+  EXPECT_EQ(layout.input_bytes, 9u * 512);
+  EXPECT_EQ(layout.output_bytes, 3u * 512);
+}
+
+TEST_F(BatchLayoutTest, ResidentOperandsAreNotStaged) {
+  GemmProblemRef single = Problem(8, 8, 8);
+  MakeResident(single.a);
+  Batch batch;
+  batch.items = {Item({single})};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+  EXPECT_EQ(layout.problem(0, 0).placement.b, 0u);  // B is the only staged operand
+  EXPECT_EQ(layout.input_bytes, kOperandAlign);
+}
+
+// Members of a strided batch share one resident B: stride 0, nothing staged.
+TEST_F(BatchLayoutTest, StridedMembersShareAResidentOperand) {
+  GemmProblemRef first = Problem(8, 8, 8);
+  MakeResident(first.b);
+  GemmProblemRef second = Problem(8, 8, 8);
+  second.b = first.b;
+  Batch batch;
+  batch.items = {Item({first, second})};
+  batch.launches = {Launch(LaunchGroup::Kind::kStridedBatched,
+                           {&batch.items[0]->problems[0], &batch.items[0]->problems[1]})};
+  const BatchLayout layout = LayOut(batch);
+  EXPECT_EQ(layout.problem(0, 0).placement.b, layout.problem(0, 1).placement.b);
+  EXPECT_EQ(layout.problem(0, 1).placement.a, kOperandAlign);
+  EXPECT_EQ(layout.input_bytes, 2 * kOperandAlign);  // the two A only
+}
+
+TEST_F(BatchLayoutTest, GroupedDescriptorsFollowTheirLaunchsOperands) {
+  Batch batch;
+  batch.items = {Item({Problem(3, 5, 7), Problem(4, 4, 4)}), Item({Problem(2, 2, 2)})};
+  batch.launches = {
+      Launch(LaunchGroup::Kind::kGrouped, {&batch.items[0]->problems[0], &batch.items[0]->problems[1]}),
+      Launch(LaunchGroup::Kind::kSingle, {&batch.items[1]->problems[0]})};
+  BatchLayoutOptions options;
+  size_t asked = 0;
+  options.grouped_descriptor_bytes = [&asked](size_t problems) {
+    asked = problems;
+    return 100 * problems;
+  };
+  const BatchLayout layout = LayOut(batch, options);
+  EXPECT_EQ(asked, 2u);
+  EXPECT_EQ(layout.launches[0].descriptors, 4 * kOperandAlign);  // after 2 x (A, B)
+  EXPECT_EQ(layout.launches[1].descriptors, kNoDescriptors);
+  // The single launch's operands come after the descriptors (200 -> 256).
+  EXPECT_EQ(layout.problem(1, 0).placement.a, 5 * kOperandAlign);
+  EXPECT_EQ(layout.input_bytes, 7 * kOperandAlign);
+
+  // No descriptor bytes, or no way to ask: nothing in the input region.
+  options.grouped_descriptor_bytes = [](size_t) { return size_t{0}; };
+  EXPECT_EQ(LayOut(batch, options).launches[0].descriptors, kNoDescriptors);
+  EXPECT_EQ(LayOut(batch).launches[0].descriptors, kNoDescriptors);
+  EXPECT_EQ(LayOut(batch).input_bytes, 6 * kOperandAlign);
+}
+
+// A launch is reported on the item of its first problem.
+TEST_F(BatchLayoutTest, EachProblemKnowsItsItemAndEachLaunchItsOwner) {
+  Batch batch;
+  batch.items = {Item({Problem(2, 2, 2)}), Item({Problem(4, 4, 4), Problem(2, 2, 2)})};
+  batch.launches = {
+      Launch(LaunchGroup::Kind::kSingle, {&batch.items[1]->problems[0]}),
+      Launch(LaunchGroup::Kind::kStridedBatched,
+             {&batch.items[1]->problems[1], &batch.items[0]->problems[0]})};
+  const BatchLayout layout = LayOut(batch);
+  ASSERT_EQ(layout.launches.size(), 2u);
+  EXPECT_EQ(layout.launches[0].owner, 1u);
+  EXPECT_EQ(layout.launches[1].owner, 1u);
+  EXPECT_EQ(layout.launches[1].first, 1u);
+  EXPECT_EQ(layout.problem(1, 0).problem, &batch.items[1]->problems[1]);
+  EXPECT_EQ(layout.problem(1, 1).item, 0u);
+}
+
+TEST_F(BatchLayoutTest, MalformedBatchesAreRefused) {
+  Batch batch;
+  batch.items = {Item({Problem(2, 2, 2)})};
+  batch.launches = {Launch(LaunchGroup::Kind::kSingle, {})};
+  EXPECT_EQ(LayOutBatch(batch, {}).status().code(), absl::StatusCode::kInvalidArgument);
+
+  const GemmProblemRef stranger = Problem(2, 2, 2);
+  batch.launches = {Launch(LaunchGroup::Kind::kSingle, {&stranger})};
+  EXPECT_EQ(LayOutBatch(batch, {}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Whatever the mix, staged regions are aligned, disjoint and inside their
+// region.
+TEST_F(BatchLayoutTest, RegionsAreAlignedDisjointAndInBounds) {
+  GemmProblemRef resident_a = Problem(33, 17, 9, DType::kBf16, true);
+  MakeResident(resident_a.a);
+  Batch batch;
+  batch.items = {Item({Problem(33, 17, 9, DType::kBf16, true), Problem(33, 17, 9, DType::kBf16, true)}),
+                 Item({Problem(5, 70, 3, DType::kFp16), resident_a}),
+                 Item({Problem(64, 1, 130), Problem(1, 1, 1)})};
+  batch.launches = {
+      Launch(LaunchGroup::Kind::kStridedBatched,
+             {&batch.items[0]->problems[0], &batch.items[0]->problems[1]}),
+      Launch(LaunchGroup::Kind::kGrouped,
+             {&batch.items[1]->problems[0], &batch.items[1]->problems[1]}),
+      Launch(LaunchGroup::Kind::kSingle, {&batch.items[2]->problems[0]}),
+      Launch(LaunchGroup::Kind::kSingle, {&batch.items[2]->problems[1]})};
+  BatchLayoutOptions options;
+  options.grouped_descriptor_bytes = [](size_t problems) { return 64 * problems; };
+  const BatchLayout layout = LayOut(batch, options);
+
+  std::vector<std::pair<size_t, size_t>> in, out;  // [begin, end)
+  for (const ProblemLayout& m : layout.problems) {
+    const GemmProblemRef& p = *m.problem;
+    const Placement& pl = m.placement;
+    if (!ResidentData(p.a)) in.emplace_back(pl.a, pl.a + p.a.bytes());
+    if (!ResidentData(p.b)) in.emplace_back(pl.b, pl.b + p.b.bytes());
+    if (pl.has_c && !ResidentData(p.c)) in.emplace_back(pl.c, pl.c + p.c.bytes());
+    out.emplace_back(pl.d, pl.d + p.d_bytes());
+  }
+  for (const LaunchLayout& l : layout.launches)
+    if (l.descriptors != kNoDescriptors) in.emplace_back(l.descriptors, l.descriptors + 64 * l.count);
+  EXPECT_EQ(in.size(), 15u);
+  EXPECT_EQ(out.size(), 6u);
+  EXPECT_EQ(layout.input_bytes % kOperandAlign, 0u);
+  for (auto* regions : {&in, &out}) {
+    std::sort(regions->begin(), regions->end());
+    const size_t limit = regions == &in ? layout.input_bytes : layout.output_bytes;
+    for (size_t i = 0; i < regions->size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ((*regions)[i].first % kOperandAlign, 0u);
+      EXPECT_LE((*regions)[i].second, limit);
+      if (i > 0) EXPECT_LE((*regions)[i - 1].second, (*regions)[i].first);
+    }
+  }
+}
+
+TEST_F(BatchLayoutTest, StagingCopiesOperandsAndTransposesC) {
+  // 2x3 fp32 D in row-major; C stored column-major.
+  GemmProblemRef p = Problem(2, 3, 1, DType::kFp32, true);
+  p.c.layout = Layout::kColMajor;
+  const float c_col_major[6] = {0, 3, 1, 4, 2, 5};  // (r, c) holds 3r + c
+  std::memcpy(const_cast<void*>(p.c.data), c_col_major, sizeof(c_col_major));
+  Batch batch;
+  batch.items = {Item({p})};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+  std::vector<unsigned char> staging(layout.staging_bytes(), 0xee);
+  StageInputs(layout, staging.data());
+
+  const ProblemLayout& m = layout.problem(0, 0);
+  const GemmProblemRef& q = *m.problem;
+  EXPECT_EQ(std::memcmp(staging.data() + m.placement.a, q.a.data, q.a.bytes()), 0);
+  EXPECT_EQ(std::memcmp(staging.data() + m.placement.b, q.b.data, q.b.bytes()), 0);
+  float staged_c[6];
+  std::memcpy(staged_c, staging.data() + m.placement.c, sizeof(staged_c));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(staged_c[i], static_cast<float>(i)) << i;
+}
+
+TEST_F(BatchLayoutTest, ResultsGoOutOnlyForItemsThatSucceeded) {
+  Batch batch;
+  batch.items = {Item({Problem(2, 2, 2)}), Item({Problem(2, 2, 2)})};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+  std::vector<unsigned char> staging(layout.staging_bytes(), 0);
+  for (const ProblemLayout& m : layout.problems)
+    std::memset(staging.data() + layout.input_bytes + m.placement.d, 0x40 + m.item, m.problem->d_bytes());
+
+  CopyOutResults(layout, staging.data(), {absl::OkStatus(), absl::InternalError("launch failed")});
+  const auto* d0 = static_cast<const unsigned char*>(batch.items[0]->problems[0].d);
+  const auto* d1 = static_cast<const unsigned char*>(batch.items[1]->problems[0].d);
+  const uint64_t bytes = batch.items[0]->problems[0].d_bytes();
+  EXPECT_TRUE(std::all_of(d0, d0 + bytes, [](unsigned char v) { return v == 0x40; }));
+  EXPECT_TRUE(std::all_of(d1, d1 + bytes, [](unsigned char v) { return v == 0; }));
+}
+
+TEST_F(BatchLayoutTest, StagedBytesLeaveResidentOperandsOut) {
+  GemmProblemRef p = Problem(4, 8, 16, DType::kFp32, true);  // A 256, B 512, C and D 128
+  WorkItem item;
+  item.problems = {p};
+  EXPECT_EQ(StagedBytes(item).in, 256 + 512 + 128);
+  EXPECT_EQ(StagedBytes(item).out, 128);
+  MakeResident(item.problems[0].b);
+  item.problems[0].beta = 0.0;  // C is then not read
+  EXPECT_EQ(StagedBytes(item).in, 256);
+  EXPECT_EQ(StagedBytes(item).out, 128);
+}
+
+}  // namespace
+}  // namespace gpu
+}  // namespace gemm

@@ -1,0 +1,38 @@
+// Start-up measurements of the CUDA executor's device: the rates of our own
+// GEMM kernels per input type, the device's memory bandwidth, and the
+// host<->device copy rates a batch's bytes move at. About 0.2 s. A failed
+// measurement is left out rather than guessed.
+#ifndef GEMM_SERVICE_CUDA_CALIBRATION_H_
+#define GEMM_SERVICE_CUDA_CALIBRATION_H_
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "service/executor.h"
+
+namespace gemm {
+namespace gpu {
+
+// Bytes per second; 0 when not measured.
+struct CopyRates {
+  double h2d = 0;        // pinned host to device
+  double d2h = 0;        // device to pinned host
+  double host_copy = 0;  // pageable host memory into pinned staging
+};
+
+struct Calibration {
+  // "bf16", "fp16", "tf32", "fp32" (GEMM FLOP/s) and "memory" (bytes/s).
+  std::vector<PeakRate> peak_rates;
+  CopyRates copies;
+};
+
+// Measures `device`, which must be current. The kernels and the device copy
+// run on the legacy default stream; the host<->device copies on
+// `copy_stream`, a lane's stream, as batches make them.
+Calibration Calibrate(int device, cudaStream_t copy_stream);
+
+}  // namespace gpu
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_CUDA_CALIBRATION_H_

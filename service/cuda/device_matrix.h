@@ -1,0 +1,30 @@
+// Resident matrices in device memory, for the CUDA executor's
+// CreateResident and AllocateResident: no host copy is kept, and launches
+// read them in place. cudaMalloc and cudaFree, not the stream pool:
+// registration is rare and the memory lives long.
+#ifndef GEMM_SERVICE_CUDA_DEVICE_MATRIX_H_
+#define GEMM_SERVICE_CUDA_DEVICE_MATRIX_H_
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "common/gemm_problem.h"
+#include "service/resident_matrix.h"
+
+namespace gemm {
+namespace gpu {
+
+// A matrix of `shape`'s size and type on `device` (made current), its bytes
+// not set yet (they arrive by Write); shape.data is ignored.
+// RESOURCE_EXHAUSTED when the device is out of memory.
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateDeviceMatrix(const MatrixRef& shape,
+                                                                      int device);
+
+// A device copy of `source`.
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> CopyToDeviceMatrix(const MatrixRef& source,
+                                                                    int device);
+
+}  // namespace gpu
+}  // namespace gemm
+
+#endif  // GEMM_SERVICE_CUDA_DEVICE_MATRIX_H_

@@ -1,0 +1,289 @@
+#include "service/cuda/lane.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "service/cuda/cuda_status.h"
+#include "service/cuda/kernel_arguments.h"
+
+namespace gemm {
+namespace gpu {
+
+namespace gk = gemm_kernels;
+
+absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(const LaneOptions& options,
+                                                   ReducingStream* reducer, DoneCallback on_done) {
+  std::unique_ptr<Lane> lane(new Lane(options, reducer, std::move(on_done)));
+  GEMM_ASSIGN_OR_RETURN(lane->stream_, Stream::Create(cudaStreamNonBlocking));
+  GEMM_ASSIGN_OR_RETURN(lane->start_, Event::Create());
+  GEMM_ASSIGN_OR_RETURN(lane->h2d_done_, Event::Create());
+  GEMM_ASSIGN_OR_RETURN(lane->d2h_done_, Event::Create());
+  return lane;
+}
+
+void CUDART_CB Lane::HostDone(void* arg) {
+  // Runs on a CUDA-internal thread, which must not call CUDA: hand over.
+  auto* lane = static_cast<Lane*>(arg);
+  lane->on_done_(lane);
+}
+
+void Lane::Reset() {
+  batch_ = Batch();
+  layout_ = BatchLayout();
+  launches_.clear();
+  item_kernels_.clear();
+  item_status_.clear();
+  device_ = PoolMemory();
+}
+
+absl::Status Lane::Enqueue(Batch batch) {
+  batch_ = std::move(batch);
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  item_kernels_.resize(batch_.items.size());
+  item_status_.assign(batch_.items.size(), absl::OkStatus());
+  BatchLayoutOptions layout_options;
+  layout_options.grouped_descriptor_bytes = [](size_t problems) {
+    return gk::GroupedGemm::WorkspaceSize(problems);
+  };
+  GEMM_ASSIGN_OR_RETURN(layout_, LayOutBatch(batch_, layout_options));
+  launches_.resize(batch_.launches.size());
+  GEMM_RETURN_IF_ERROR(GrowStaging(layout_.staging_bytes()));
+  StageInputs(layout_, staging_.data());
+  // The device buffer's address is needed before the launches are set up:
+  // tensor maps and grouped descriptors name it.
+  cudaStream_t stream = stream_.get();
+  GEMM_ASSIGN_OR_RETURN(device_, PoolMemory::Allocate(layout_.staging_bytes(), stream));
+  PrepareLaunches();
+
+  // One H2D copy (operands and grouped descriptors), the launches, one D2H
+  // copy, then the host callback.
+  unsigned char* device = device_.bytes();
+  unsigned char* staging = staging_.data();
+  const size_t in = layout_.input_bytes;
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staging, in, cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(h2d_done_.get(), stream));
+  GEMM_RETURN_IF_ERROR(GrowLaunchEvents(launches_.size()));
+  for (size_t li = 0; li < launches_.size(); ++li) {
+    EnqueueLaunch(li);
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(launch_done_[li].get(), stream));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + in, device + in, layout_.output_bytes,
+                                       cudaMemcpyDeviceToHost, stream));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_done_.get(), stream));
+  GEMM_RETURN_IF_ERROR(device_.Free());
+  FreeOperandCopies();
+  CUDA_RETURN_IF_ERROR(cudaLaunchHostFunc(stream, HostDone, this));
+  return absl::OkStatus();
+}
+
+void Lane::Abandon() {
+  cudaStreamSynchronize(stream_.get());
+  device_.Free().IgnoreError();
+  FreeOperandCopies();
+}
+
+absl::Status Lane::GrowStaging(size_t bytes) {
+  if (staging_.size() >= bytes) return absl::OkStatus();
+  // Grow geometrically so that a lane reallocates only a few times.
+  const size_t size = std::max(bytes, 2 * staging_.size());
+  GEMM_RETURN_IF_ERROR(staging_.Free());
+  GEMM_ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(size));
+  return absl::OkStatus();
+}
+
+absl::Status Lane::GrowLaunchEvents(size_t launches) {
+  for (auto* events : {&launch_done_, &reduce_start_, &reduce_end_}) {
+    while (events->size() < launches) {
+      GEMM_ASSIGN_OR_RETURN(Event e, Event::Create());
+      events->push_back(std::move(e));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Lane::FreeOperandCopies() {
+  for (LaunchState& ls : launches_) ls.operand_copies.Free().IgnoreError();
+}
+
+void Lane::PrepareLaunches() {
+  for (size_t li = 0; li < batch_.launches.size(); ++li) {
+    if (batch_.launches[li].kind == LaunchGroup::Kind::kGrouped) {
+      PrepareGrouped(li);
+    } else {
+      PrepareGemm(li);
+    }
+  }
+}
+
+void Lane::PrepareGrouped(size_t li) {
+  const LaunchLayout& where = layout_.launches[li];
+  LaunchState& ls = launches_[li];
+  unsigned char* dev = device_.bytes();
+  unsigned char* out_dev = dev + layout_.input_bytes;
+  gk::GroupedGemmArguments args;
+  args.allow_tf32 = layout_.problem(li, 0).problem->shape.allow_tf32;
+  for (size_t i = 0; i < where.count; ++i) {
+    const ProblemLayout& q = layout_.problem(li, i);
+    args.problems.push_back(
+        gk::GroupedMemberOf(KernelArguments(*q.problem, q.placement, q.placement, 1, dev, out_dev)));
+  }
+  ls.group = std::make_unique<gk::GroupedGemm>();
+  ls.status = gk::GroupedGemm::CanImplement(args);
+  if (!ls.status.ok()) return;
+  // The descriptors are written into staging here and reach the device with
+  // the operands: nothing blocks on the hot path.
+  ls.status = where.descriptors == kNoDescriptors
+                  ? ls.group->Initialize(args, nullptr)
+                  : ls.group->InitializeDeferred(args, dev + where.descriptors,
+                                                 staging_.data() + where.descriptors);
+}
+
+void Lane::PrepareGemm(size_t li) {
+  const LaunchGroup& g = batch_.launches[li];
+  LaunchState& ls = launches_[li];
+  unsigned char* dev = device_.bytes();
+  const ProblemLayout& first = layout_.problem(li, 0);
+  const GemmProblemRef& p = *first.problem;
+  const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
+  const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
+  const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
+  ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
+  ls.gemm = std::make_unique<gk::Gemm>();
+  ls.status = gk::Gemm::CanImplement(ls.args);
+  if (!ls.status.ok()) return;
+  if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
+      p.shape.flops() >= options_.reducing_min_flops) {
+    // Nonzero only where the heuristic picks stream-K or split-K with a
+    // workspace. Paired split-K needs none, and its CTAs wait only on the
+    // other CTA of their cluster, which the hardware schedules with them: it
+    // runs on the lanes beside other kernels like data-parallel.
+    ls.reducing_workspace = gk::Gemm::WorkspaceSize(ls.args);
+    ls.reducing = ls.reducing_workspace > 0 &&
+                  ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
+  }
+  if (const size_t bytes = gk::Gemm::OperandCopyBytes(ls.args); bytes > 0) {
+    auto copies = PoolMemory::Allocate(bytes, stream_.get());
+    if (copies.ok()) {
+      ls.operand_copies = *std::move(copies);
+    } else {
+      cudaGetLastError();  // without the copies the strict-fp32 kernel runs
+    }
+  }
+  // A reducing launch is set up when it is enqueued, in turn with the others.
+  if (!ls.reducing)
+    ls.status = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto, gk::ScheduleHint::kAuto,
+                                    ls.operand_copies.get());
+}
+
+void Lane::EnqueueLaunch(size_t li) {
+  LaunchState& ls = launches_[li];
+  const LaunchGroup& g = batch_.launches[li];
+  if (ls.status.ok()) {
+    if (ls.group) {
+      ls.status = ls.group->Run(stream_.get());
+    } else if (ls.reducing) {
+      ls.status = EnqueueReducing(li);
+    } else {
+      ls.status = ls.gemm->Run(stream_.get());
+    }
+  }
+  const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
+  const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
+  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
+  for (size_t i = 0; i < layout_.launches[li].count; ++i) {
+    const size_t item = layout_.problem(li, i).item;
+    // This launch's requests fail; the rest of the batch goes on.
+    if (!ls.status.ok()) {
+      item_status_[item] = ls.status;
+    } else {
+      item_kernels_[item].insert(kernel);
+    }
+  }
+  // A failed launch leaves CUDA's last-error state set; it is reported above.
+  if (!ls.status.ok()) cudaGetLastError();
+}
+
+absl::Status Lane::EnqueueReducing(size_t li) {
+  LaunchState& ls = launches_[li];
+  ReducingLaunch launch;
+  launch.gemm = ls.gemm.get();
+  launch.args = &ls.args;
+  launch.operand_copies = ls.operand_copies.get();
+  launch.workspace_bytes = ls.reducing_workspace;
+  launch.inputs_ready = h2d_done_.get();
+  launch.start = reduce_start_[li].get();
+  launch.end = reduce_end_[li].get();
+  launch.lane = stream_.get();
+  bool ran = false;
+  absl::Status st = reducer_->Enqueue(launch, &ran);
+  ls.on_reduce_stream = ran;
+  if (ran || !st.ok()) return st;
+  // Without a workspace the launch is data-parallel, on the lane.
+  st = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto, gk::ScheduleHint::kAuto,
+                           ls.operand_copies.get());
+  if (st.ok()) st = ls.gemm->Run(stream_.get());
+  return st;
+}
+
+Lane::Timings Lane::ReadTimings() const {
+  Timings t;
+  t.launch_ms.assign(launches_.size(), 0.0f);
+  cudaEventElapsedTime(&t.h2d_ms, start_.get(), h2d_done_.get());
+  cudaEvent_t prev = h2d_done_.get();
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    if (launches_[i].on_reduce_stream) {
+      cudaEventElapsedTime(&t.launch_ms[i], reduce_start_[i].get(), reduce_end_[i].get());
+    } else {
+      cudaEventElapsedTime(&t.launch_ms[i], prev, launch_done_[i].get());
+    }
+    prev = launch_done_[i].get();
+  }
+  cudaEventElapsedTime(&t.d2h_ms, prev, d2h_done_.get());
+  for (float ms : t.launch_ms) t.compute_ms += ms;
+  return t;
+}
+
+void Lane::FillReports(const Timings& t) {
+  for (size_t i = 0; i < batch_.items.size(); ++i) {
+    ExecutionReport& r = batch_.items[i]->report;
+    r.backend = "cuda";
+    if (r.device < 0) r.device = options_.device;
+    r.kernel = absl::StrJoin(item_kernels_[i], ",");
+    r.h2d = absl::Milliseconds(t.h2d_ms);
+    r.d2h = absl::Milliseconds(t.d2h_ms);
+    r.transfer = r.h2d + r.d2h;
+    r.compute = absl::Milliseconds(t.compute_ms);
+    if (i == 0) {
+      r.h2d_bytes = layout_.input_bytes;
+      r.d2h_bytes = layout_.output_bytes;
+    }
+    for (size_t li = 0; li < launches_.size(); ++li)
+      if (layout_.launches[li].owner == i)
+        r.launches.emplace_back(launches_[li].label, absl::Milliseconds(t.launch_ms[li]));
+  }
+}
+
+Outcomes Lane::Finish() {
+  // A kernel fault surfaces here; it fails the whole batch.
+  const absl::Status batch_status = CudaStatus(cudaEventSynchronize(d2h_done_.get()), "batch");
+  Timings t;
+  if (batch_status.ok()) {
+    t = ReadTimings();
+  } else {
+    t.launch_ms.assign(launches_.size(), 0.0f);
+  }
+  // The one host copy on the way out: staging into each response.
+  if (batch_status.ok()) CopyOutResults(layout_, staging_.data(), item_status_);
+  FillReports(t);
+  Outcomes outcomes;
+  for (size_t i = 0; i < batch_.items.size(); ++i)
+    outcomes.emplace_back(batch_.items[i], !batch_status.ok() ? batch_status : item_status_[i]);
+  return outcomes;
+}
+
+}  // namespace gpu
+}  // namespace gemm
