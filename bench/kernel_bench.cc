@@ -242,8 +242,8 @@ int main(int argc, char** argv) {
       {"bf16 64x512^3", DataType::kBF16, false, 64, 512, 512, 512},
       {"bf16 16x1024^3", DataType::kBF16, false, 16, 1024, 1024, 1024},
   };
-  std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS (round 1) | "
-              "2nd round | forced 128x256 | forced 128x128 | forced 128x128 pingpong | forced 128x64 | "
+  std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS (1st pass) | "
+              "2nd pass | forced 128x256 | forced 128x128 | forced 128x128 pingpong | forced 128x64 | "
               "rel diff vs cuBLAS |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const BenchCase& bc : cases) {

@@ -4,7 +4,7 @@
 // right for ratios but mixes both within any clock or power reading. This
 // binary runs one implementation alone, back to back, for a fixed wall time,
 // then the next, and writes each phase's window; nvidia-smi sampling beside it
-// (bench/run_power_probe_device.sh) says what SM clock, power and throttle
+// (bench/gpu.sh run power) says what SM clock, power and throttle
 // reasons each phase ran at. The question it answers: are the compute-bound
 // shapes held by the card's power limit, for cuBLAS and us alike?
 //

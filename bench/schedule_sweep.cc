@@ -508,7 +508,8 @@ int main(int argc, char** argv) {
   {
     // Row pitches of 2^17 and 2^15 bytes (K = 65536, 16384) against 128
     // bytes less: does a power-of-two pitch cost the K-heavy shapes? Not
-    // ours (round 13 call 8: 18.9 / 18.8 us, 60.2 / 60.1 us).
+    // ours (H200, 2026-12-02: 18.9 against 18.8 us, 60.2 against 60.1 us);
+    // cuBLAS lost 20-25% at the power-of-two pitch of 128 x 128 x 65536.
     const Shape tall_k2{1, 128, 128, 65472}, wide2{1, 256, 4096, 16320};
     run("splits 128x128x65472", tall_k2, SplitSweep(tall_k2, Sm90Tile::k128x128, {64, 128}));
     run("splits 256x4096x16320", wide2, SplitSweep(wide2, Sm90Tile::k128x128, {2}));
@@ -525,7 +526,8 @@ int main(int argc, char** argv) {
                                 {"tiles 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
                                 {"tiles 1000^3", Shape{1, 1000, 1000, 1000}},
                                 {"tiles 1000x1000x2000", Shape{1, 1000, 1000, 2000}},
-                                // Choices the round 11 refit of the stream-K cost moved.
+                                // Choices that moved when the stream-K cost was
+                                // refitted to measured launches (config/heuristic.cc).
                                 {"tiles 2304x2304x4096", Shape{1, 2304, 2304, 4096}},
                                 {"tiles 2560^3", Shape{1, 2560, 2560, 2560}},
                                 {"tiles 2816x2816x8192", Shape{1, 2816, 2816, 8192}},
@@ -566,7 +568,7 @@ int main(int argc, char** argv) {
     run(name, s, v);
   }
   // Stream-K back to back loses more to data-parallel than in isolation
-  // (round 6 call 3: 1920 x 1920 x 8192 on 128x256 tiles, 112 vs 93 us back
+  // (H200, 2026-11-29: 1920 x 1920 x 8192 on 128x256 tiles, 112 vs 93 us back
   // to back, 105 vs 101 us under ncu): each launch with and without
   // programmatic dependent launch, back to back and one at a time.
   for (const auto& [name, s] : {std::pair{"pdl 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
@@ -602,7 +604,7 @@ int main(int argc, char** argv) {
     // One at a time: no launch can start early on SMs a grid leaves free.
     run((name + " isolated").c_str(), s, v, kIsolatedPlan);
   }
-  // Where a launch's time goes between its CTAs (KERNEL_NOTES v8: our CTAs
+  // Where a launch's time goes between its CTAs (H200, 2026-12-01: our CTAs
   // on 1920 x 1920 x 8192 end 21k cycles apart on average, cuBLAS's 8.5k).
   for (const auto& [name, s] : {std::pair{"clock 1920x1920x8192", Shape{1, 1920, 1920, 8192}},
                                 {"clock 3072^3", Shape{1, 3072, 3072, 3072}}}) {
@@ -617,8 +619,8 @@ int main(int argc, char** argv) {
     }
   }
   // 128 x 128 x 65536 split-K takes ~18.5 us, where reading its 32 MB of
-  // operands through the same TMA ring alone takes ~11.8 us
-  // (bench/experiments/tall_k_stream.cu, round 14): per CTA, the k-loop and
+  // operands through the same TMA ring alone takes ~11.8 us (a kernel that
+  // only streams them, H200, 2026-12-02): per CTA, the k-loop and
   // the partial store, and with the grid's own sums the count and the sums
   // after it; the reduction kernel's share is outside the stamps.
   if (gemm_bench::CaseSelected("clock 128x128x65536", argc, argv)) {
@@ -635,7 +637,7 @@ int main(int argc, char** argv) {
     }
   }
   // 1000^3 on 128x64 tiles (128 CTAs, cuBLAS's split) ran 12.9 us against
-  // 8.8 for 1024^3 (round 7): where a CTA's time goes on each, beside
+  // 8.8 for 1024^3 (H200, 2026-11-30): where a CTA's time goes on each, beside
   // 128x128 (64 CTAs).
   for (const auto& [name, s] : {std::pair{"clock 1000^3", Shape{1, 1000, 1000, 1000}},
                                 {"clock 1024^3", Shape{1, 1024, 1024, 1024}},

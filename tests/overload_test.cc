@@ -15,8 +15,8 @@
 // Usage: overload_test [<gemm_cli>] [--reject_p99_ms=<ms>] [gtest flags]
 // tests/BUILD passes gemm_cli; run by hand, the binary finds gemm_cli next to
 // itself or at ../client/gemm_cli (bazel-bin's layout). No runfiles or
-// environment are needed; tests/bundle_overload.sh packs both for another
-// host.
+// environment are needed; bench/gpu.sh's overload suite bundles both for
+// another host.
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -540,7 +540,7 @@ TEST_F(OverloadTest, ShutdownUnderLoadAnswersEveryCall) {
 
 namespace {
 
-// gemm_cli next to this binary (a bundle, tests/bundle_overload.sh) or where
+// gemm_cli next to this binary (bench/gpu.sh's overload bundle) or where
 // bazel-bin puts it (../client/gemm_cli); "" if neither is there.
 std::string CliBesideThisBinary() {
   char self[4096];

@@ -3,6 +3,14 @@
 Each .cu file becomes one position-independent object through a genrule; the
 objects link into a cc_library whose public headers are plain C++, so no CUDA
 type reaches code outside kernels/.
+
+The same genrule keeps ptxas's resource report (-Xptxas=-v: registers, stack,
+spill bytes per function and architecture) as a second output,
+<object>.ptxas.log, and every cuda_library gets a test, <name>_ptxas_check,
+that fails when a report holds a serialized-wgmma warning (C75xx) or a
+function with non-zero spill stores or loads. -v only prints: with and
+without it every cubin section is the same but .note.nv.tkinfo, the note that
+records ptxas's options.
 """
 
 NVCC = "/usr/local/cuda/bin/nvcc"
@@ -23,6 +31,7 @@ CUDA_COPTS = [
     "-Xcompiler=-fPIC",
     "-Xcompiler=-Wall",
     "-Xptxas=-warn-spills",
+    "-Xptxas=-v",
     "-I.",
     "-I$(GENDIR)",
 ]
@@ -38,17 +47,33 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = 
       nvcc_flags: extra nvcc flags.
     """
     objs = []
+    logs = []
     for src in srcs:
         obj = "_objs/%s/%s" % (name, src.replace(".cu", ".pic.o"))
+        log = obj + ".ptxas.log"
+        nvcc = " ".join([NVCC, "-c", "$(location %s)" % src, "-o", "$(location %s)" % obj] +
+                        CUDA_ARCH_FLAGS + CUDA_COPTS + nvcc_flags)
+
+        # nvcc's whole output goes to the log. A failed compile prints it all;
+        # a good one prints all but ptxas's per-function info lines, so
+        # warnings show in the build as before.
         native.genrule(
             name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
             srcs = [src] + hdrs + cuda_hdrs,
-            outs = [obj],
-            cmd = " ".join([NVCC, "-c", "$(location %s)" % src, "-o", "$@"] +
-                           CUDA_ARCH_FLAGS + CUDA_COPTS + nvcc_flags),
+            outs = [obj, log],
+            cmd = ("if ! %s >$(location %s) 2>&1; then cat $(location %s) >&2; exit 1; fi; " % (nvcc, log, log) +
+                   "grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(location %s) >&2 || true" % log),
             testonly = testonly,
         )
         objs.append(obj)
+        logs.append(log)
+    native.sh_test(
+        name = name + "_ptxas_check",
+        size = "small",
+        srcs = ["//tools/build_defs:ptxas_check.sh"],
+        args = ["$(location %s)" % log for log in logs],
+        data = logs,
+    )
     native.cc_library(
         name = name,
         srcs = objs,
