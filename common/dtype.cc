@@ -95,6 +95,7 @@ bool VectorConversionsSupported() {
 }
 
 void ToFloatVia(ConversionPath path, DType t, const void* src, float* dst, size_t n) {
+  if (n == 0) return;  // src and dst may then be null, which memcpy must not see
   if (t == DType::kFp32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;
@@ -111,6 +112,7 @@ void ToFloatVia(ConversionPath path, DType t, const void* src, float* dst, size_
 }
 
 void FromFloatVia(ConversionPath path, DType t, const float* src, void* dst, size_t n) {
+  if (n == 0) return;  // src and dst may then be null, which memcpy must not see
   if (t == DType::kFp32) {
     std::memcpy(dst, src, n * sizeof(float));
     return;

@@ -42,7 +42,7 @@ void ExpectWidenSame(DType t, const std::vector<uint16_t>& codes, size_t offset,
                      size_t dst_offset) {
   const size_t n = codes.size();
   std::vector<unsigned char> src(2 * n + offset + 1);
-  std::memcpy(src.data() + offset, codes.data(), 2 * n);
+  if (n > 0) std::memcpy(src.data() + offset, codes.data(), 2 * n);
   std::vector<float> vec(n + dst_offset + 1, BitsFloat(0xdeadbeef));
   std::vector<float> ref(n + dst_offset + 1, BitsFloat(0xdeadbeef));
   ToFloatVia(ConversionPath::kVector, t, src.data() + offset, vec.data() + dst_offset, n);
