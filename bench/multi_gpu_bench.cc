@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/gemm_client.h"
+#include "common/dtype.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/cuda_executor.h"
 #include "service/server.h"
@@ -135,15 +136,7 @@ bool LooksWrong(const std::string& d, bool bf16) {
   if (d.size() < es) return true;
   for (int i = 0; i < 2; ++i) {
     const char* p = d.data() + (i == 0 ? 0 : d.size() - es);
-    uint32_t bits = 0;
-    if (bf16) {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      bits = uint32_t{h} << 16;
-    } else {
-      std::memcpy(&bits, p, 4);
-    }
-    std::memcpy(&f[i], &bits, 4);
+    ToFloat(bf16 ? DType::kBf16 : DType::kFp32, p, &f[i], 1);
   }
   return !std::isfinite(f[0]) || !std::isfinite(f[1]) || (f[0] == 0 && f[1] == 0);
 }

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "common/chunk_wire.h"
 #include "gemm/v1/gemm.pb.h"
 

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "common/proto_enums.h"
 
 namespace gemm {
@@ -17,13 +17,6 @@ namespace {
 // Spreads calls over every resolved address; with a single address it
 // behaves like the default pick_first.
 constexpr char kServiceConfig[] = R"({"loadBalancingConfig":[{"round_robin":{}}]})";
-
-std::optional<std::string_view> FindMetadata(
-    const std::multimap<grpc::string_ref, grpc::string_ref>& md, std::string_view key) {
-  auto it = md.find(grpc::string_ref(key.data(), key.size()));
-  if (it == md.end()) return std::nullopt;
-  return std::string_view(it->second.data(), it->second.size());
-}
 
 absl::Status ValidateOptions(const ClientOptions& o, bool need_target) {
   if (need_target && o.target.empty()) return absl::InvalidArgumentError("target is empty");
@@ -249,8 +242,7 @@ std::optional<absl::Duration> Client::RetryDelay(const CallOptions& options, int
                                                  const grpc::ClientContext& ctx,
                                                  absl::Time deadline) {
   if (!options.retry) return std::nullopt;
-  const Pushback pushback =
-      ParsePushback(FindMetadata(ctx.GetServerTrailingMetadata(), kRetryPushbackKey));
+  const Pushback pushback = PushbackFromTrailers(ctx.GetServerTrailingMetadata());
   double uniform;
   {
     absl::MutexLock lock(&mu_);

@@ -10,7 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/gemm_client.h"
-#include "client/grpc_status.h"
+#include "common/grpc_status.h"
 #include "common/proto_enums.h"
 
 namespace gemm {

@@ -2,12 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 
 namespace gemm {
 
@@ -47,19 +43,6 @@ absl::Duration BackoffDelay(const RetryPolicy& p, int retry, double uniform) {
   const double u = std::clamp(uniform, 0.0, 1.0);
   const double factor = 1.0 + p.jitter * (2.0 * u - 1.0);
   return absl::Seconds(std::max(0.0, base_s * factor));
-}
-
-Pushback ParsePushback(std::optional<std::string_view> value) {
-  Pushback out;
-  if (!value.has_value()) return out;
-  int64_t ms = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::string_view(value->data(), value->size())), &ms) || ms < 0) {
-    out.kind = Pushback::Kind::kDontRetry;
-    return out;
-  }
-  out.kind = Pushback::Kind::kDelay;
-  out.delay = absl::Milliseconds(ms);
-  return out;
 }
 
 std::optional<absl::Duration> NextRetryDelay(const RetryPolicy& policy, int attempts_made,

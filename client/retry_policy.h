@@ -8,16 +8,12 @@
 #define GEMM_CLIENT_RETRY_POLICY_H_
 
 #include <optional>
-#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/grpc_status.h"
 
 namespace gemm {
-
-// Trailing metadata key with which the server asks the client to wait before
-// retrying: a decimal number of milliseconds; negative means "do not retry".
-inline constexpr std::string_view kRetryPushbackKey = "grpc-retry-pushback-ms";
 
 struct RetryPolicy {
   // Attempts in all, the first included; 1 disables retries.
@@ -42,22 +38,9 @@ bool IsRetryableCode(absl::StatusCode code);
 // attempt), with `uniform` in [0, 1) choosing the jitter.
 absl::Duration BackoffDelay(const RetryPolicy& policy, int retry, double uniform);
 
-// The server's pushback hint, parsed from the value of kRetryPushbackKey.
-struct Pushback {
-  enum class Kind {
-    kAbsent,     // no hint: use the policy's backoff
-    kDelay,      // wait exactly `delay`
-    kDontRetry,  // negative or unparseable: the server asks not to retry
-  };
-  Kind kind = Kind::kAbsent;
-  absl::Duration delay = absl::ZeroDuration();
-};
-
-// `value` is std::nullopt when the key is absent.
-Pushback ParsePushback(std::optional<std::string_view> value);
-
 // Decides whether to retry after attempt number `attempts_made` (1-based)
-// failed with `status`. Returns the delay to wait, or std::nullopt when the
+// failed with `status`, given the server's `pushback` (Pushback and its
+// parsing live in common/grpc_status.h). Returns the delay to wait, or std::nullopt when the
 // call should end with `status`: not retryable, attempts used up, the server
 // said not to, or the retry would start at or after `deadline`.
 std::optional<absl::Duration> NextRetryDelay(const RetryPolicy& policy, int attempts_made,

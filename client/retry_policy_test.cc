@@ -64,21 +64,6 @@ TEST(RetryPolicyTest, JitterSpansPlusMinusTheFraction) {
   EXPECT_EQ(BackoffDelay(p, 1, 0.0), absl::ZeroDuration());
 }
 
-TEST(PushbackTest, Parsing) {
-  EXPECT_EQ(ParsePushback(std::nullopt).kind, Pushback::Kind::kAbsent);
-  Pushback p = ParsePushback("250");
-  EXPECT_EQ(p.kind, Pushback::Kind::kDelay);
-  EXPECT_EQ(p.delay, absl::Milliseconds(250));
-  p = ParsePushback(" 0 ");
-  EXPECT_EQ(p.kind, Pushback::Kind::kDelay);
-  EXPECT_EQ(p.delay, absl::ZeroDuration());
-  EXPECT_EQ(ParsePushback("-1").kind, Pushback::Kind::kDontRetry);
-  EXPECT_EQ(ParsePushback("soon").kind, Pushback::Kind::kDontRetry);
-  EXPECT_EQ(ParsePushback("").kind, Pushback::Kind::kDontRetry);
-  EXPECT_EQ(ParsePushback("12ms").kind, Pushback::Kind::kDontRetry);
-  EXPECT_EQ(ParsePushback("99999999999999999999999").kind, Pushback::Kind::kDontRetry);
-}
-
 class NextRetryDelayTest : public ::testing::Test {
  protected:
   const RetryPolicy policy_ = NoJitter();

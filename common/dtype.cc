@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "common/dtype_x86.h"
+
 namespace gemm {
 namespace {
 
@@ -18,18 +20,6 @@ float BitsFloat(uint32_t u) {
 }
 
 }  // namespace
-
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kFp32:
-      return "fp32";
-    case DType::kFp16:
-      return "fp16";
-    case DType::kBf16:
-      return "bf16";
-  }
-  return "unknown";
-}
 
 float Bf16ToFloat(uint16_t b) { return BitsFloat(uint32_t{b} << 16); }
 
@@ -73,12 +63,10 @@ uint16_t FloatToHalf(float f) {
   return sign | static_cast<uint16_t>(half_units + up);
 }
 
-void ToFloat(DType t, const void* src, float* dst, size_t n) {
+namespace {
+
+void ToFloatScalar(DType t, const void* src, float* dst, size_t n) {
   const auto* bytes = static_cast<const unsigned char*>(src);
-  if (t == DType::kFp32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
   for (size_t i = 0; i < n; ++i) {
     uint16_t v;
     std::memcpy(&v, bytes + 2 * i, 2);
@@ -86,16 +74,67 @@ void ToFloat(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
-void FromFloat(DType t, const float* src, void* dst, size_t n) {
+void FromFloatScalar(DType t, const float* src, void* dst, size_t n) {
   auto* bytes = static_cast<unsigned char*>(dst);
-  if (t == DType::kFp32) {
-    std::memcpy(dst, src, n * sizeof(float));
-    return;
-  }
   for (size_t i = 0; i < n; ++i) {
     const uint16_t v = t == DType::kFp16 ? FloatToHalf(src[i]) : FloatToBf16(src[i]);
     std::memcpy(bytes + 2 * i, &v, 2);
   }
+}
+
+// Below this many elements the scalar loop is as fast as the vector one's
+// dispatch (the CPU backend converts transposed operands one element at a
+// time).
+constexpr size_t kVectorMin = 16;
+
+}  // namespace
+
+bool VectorConversionsSupported() {
+  static const bool supported = dtype_internal::X86ConversionsSupported();
+  return supported;
+}
+
+void ToFloatVia(ConversionPath path, DType t, const void* src, float* dst, size_t n) {
+  if (n == 0) return;  // src and dst may then be null, which memcpy must not see
+  if (t == DType::kFp32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  if (path == ConversionPath::kVector && VectorConversionsSupported()) {
+    if (t == DType::kFp16) {
+      dtype_internal::HalfToFloatX86(src, dst, n);
+    } else {
+      dtype_internal::Bf16ToFloatX86(src, dst, n);
+    }
+    return;
+  }
+  ToFloatScalar(t, src, dst, n);
+}
+
+void FromFloatVia(ConversionPath path, DType t, const float* src, void* dst, size_t n) {
+  if (n == 0) return;  // src and dst may then be null, which memcpy must not see
+  if (t == DType::kFp32) {
+    std::memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  if (path == ConversionPath::kVector && VectorConversionsSupported()) {
+    if (t == DType::kFp16) {
+      dtype_internal::FloatToHalfX86(src, dst, n);
+    } else {
+      dtype_internal::FloatToBf16X86(src, dst, n);
+    }
+    return;
+  }
+  FromFloatScalar(t, src, dst, n);
+}
+
+void ToFloat(DType t, const void* src, float* dst, size_t n) {
+  ToFloatVia(n >= kVectorMin ? ConversionPath::kVector : ConversionPath::kScalar, t, src, dst, n);
+}
+
+void FromFloat(DType t, const float* src, void* dst, size_t n) {
+  FromFloatVia(n >= kVectorMin ? ConversionPath::kVector : ConversionPath::kScalar, t, src, dst,
+               n);
 }
 
 }  // namespace gemm

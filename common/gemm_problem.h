@@ -9,10 +9,9 @@
 #include <cstdint>
 
 #include "common/dtype.h"
+#include "common/types.h"
 
 namespace gemm {
-
-enum class Layout { kRowMajor, kColMajor };
 
 // A matrix stored on the server by RegisterMatrix (service/resident_matrix.h).
 class ResidentMatrix;

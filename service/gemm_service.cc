@@ -13,15 +13,13 @@
 #include "absl/time/time.h"
 #include "common/proto_enums.h"
 #include "service/caller_identity.h"
-#include "service/grpc_status.h"
+#include "common/grpc_status.h"
 #include "service/request_validation.h"
 #include "service/transfer_service.h"
 #include "service/version.h"
 
 namespace gemm {
 namespace {
-
-constexpr char kPushbackKey[] = "grpc-retry-pushback-ms";
 
 absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   const auto d = context.deadline();
@@ -81,8 +79,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       service->metrics()->RecordRequest("Gemm", static_cast<int>(st.code()),
                                         service->clock()->Now() - received);
       if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
-        context_->AddTrailingMetadata(kPushbackKey,
-                                      std::to_string(absl::ToInt64Milliseconds(pushback)));
+        SetRetryPushback(context_, pushback);
       Finish(ToGrpcStatus(st));
     }
   }
@@ -460,7 +457,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
   }
   // Over the budget, waiting does not help: tell the client not to retry.
   if (st.code() == absl::StatusCode::kResourceExhausted)
-    context->AddTrailingMetadata(kPushbackKey, "-1");
+    SetRetryPushback(context, absl::Milliseconds(-1));  // negative: do not retry
   metrics_->RecordRequest("RegisterMatrix", static_cast<int>(st.code()),
                           clock_->Now() - received);
   auto* reactor = context->DefaultReactor();
@@ -487,7 +484,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
     st = registered.status();
   }
   if (st.code() == absl::StatusCode::kResourceExhausted)
-    context->AddTrailingMetadata(kPushbackKey, "-1");
+    SetRetryPushback(context, absl::Milliseconds(-1));  // negative: do not retry
   metrics_->RecordRequest("BeginUpload", static_cast<int>(st.code()), clock_->Now() - received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));

@@ -11,7 +11,7 @@
 #include "common/chunk_wire.h"
 #include "gemm/v1/gemm.pb.h"
 #include "service/caller_identity.h"
-#include "service/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace gemm {
 namespace {
