@@ -295,10 +295,13 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   EXPECT_EQ(a.status.error_code(), grpc::StatusCode::UNAVAILABLE) << a.status.error_message();
   EXPECT_EQ(b.status.error_code(), grpc::StatusCode::UNAVAILABLE) << b.status.error_message();
   EXPECT_EQ(b.response.results_size(), 0);
-  executor_->Open();  // the batch in flight ends, so that Shutdown can stop the batcher
+  // The server drops B from its queue (its OnCancel, or Abandon after the
+  // drain) on its own time; only then does A's batch end, so that the
+  // batcher, which Shutdown stops next, cannot take B first.
+  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 0; }));
+  executor_->Open();
   shutdown.join();
   EXPECT_EQ(executor_->items_run(), 1) << "B never reached the executor";
-  EXPECT_EQ(QueueDepth(server_.get()), 0);
 }
 
 }  // namespace
