@@ -47,7 +47,9 @@ class Batcher {
   ~Batcher();
 
   // Stops forming batches and waits until the batches in flight are done.
-  // Whatever is still queued stays there.
+  // Whatever is still queued stays there. The batcher notices within its
+  // wait for work (50 ms on the queue's clock): on a FakeClock that never
+  // moves, close the queue first so that the wait ends.
   void Stop();
 
   int in_flight() const;

@@ -1,18 +1,18 @@
 #include "service/batcher.h"
 
-#include <atomic>
+#include <algorithm>
 #include <deque>
-#include <thread>
 
 #include <gtest/gtest.h>
 
-#include "absl/synchronization/notification.h"
+#include "service/clock.h"
 
 namespace gemm {
 namespace {
 
 // An executor that holds each batch until the test finishes it, so that the
-// test decides when the backend is busy.
+// test decides when the backend is busy. Once told to (FinishAll), it also
+// finishes every later batch as it arrives.
 class FakeExecutor : public Executor {
  public:
   explicit FakeExecutor(int slots) : slots_(slots) { info_.backend = "fake"; }
@@ -20,28 +20,48 @@ class FakeExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   int max_concurrent_batches() const override { return slots_; }
   void Execute(Batch batch) override {
-    absl::MutexLock lock(&mu_);
-    batches_.push_back(std::move(batch));
-    dispatched_at_.push_back(absl::Now());
+    {
+      absl::MutexLock lock(&mu_);
+      ++held_;
+      most_held_ = std::max(most_held_, held_);
+      batches_.push_back(std::move(batch));
+      if (!finish_all_) return;
+    }
+    Finish(batch_count() - 1);
   }
 
   // Waits for the `n`-th batch (0-based) to arrive and returns its item count.
-  size_t WaitBatch(size_t n, absl::Duration timeout = absl::Seconds(10)) {
+  size_t WaitBatch(size_t n, absl::Duration timeout = absl::Seconds(30)) {
     absl::MutexLock lock(&mu_);
     auto arrived = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return batches_.size() > n; };
     if (!mu_.AwaitWithTimeout(absl::Condition(&arrived), timeout)) return 0;
     return batches_[n].items.size();
   }
 
-  // Completes every item of batch `n` and reports the batch done.
+  // Completes every item of batch `n` and reports the batch done; once only.
   void Finish(size_t n) {
     Batch batch;
     {
       absl::MutexLock lock(&mu_);
-      batch = std::move(batches_[n]);
+      if (!batches_[n].on_done) return;  // finished already
+      batch.items = batches_[n].items;
+      batch.on_done = std::move(batches_[n].on_done);
+      batches_[n].on_done = nullptr;
+      --held_;
     }
     for (auto& item : batch.items) item->Complete(absl::OkStatus());
     batch.on_done();
+  }
+
+  // Finishes every batch held now and every later one on arrival.
+  void FinishAll() {
+    size_t n;
+    {
+      absl::MutexLock lock(&mu_);
+      finish_all_ = true;
+      n = batches_.size();
+    }
+    for (size_t i = 0; i < n; ++i) Finish(i);
   }
 
   size_t batch_count() {
@@ -52,9 +72,10 @@ class FakeExecutor : public Executor {
     absl::MutexLock lock(&mu_);
     return batches_[n];
   }
-  absl::Time dispatched_at(size_t n) {
+  // The most batches it ever held unfinished at once.
+  int most_held() {
     absl::MutexLock lock(&mu_);
-    return dispatched_at_[n];
+    return most_held_;
   }
 
  private:
@@ -62,9 +83,15 @@ class FakeExecutor : public Executor {
   BackendInfo info_;
   absl::Mutex mu_;
   std::deque<Batch> batches_ ABSL_GUARDED_BY(mu_);
-  std::vector<absl::Time> dispatched_at_ ABSL_GUARDED_BY(mu_);
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
+  int most_held_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finish_all_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// Every wait of the batcher's queue runs on the fake clock, which moves only
+// when a test advances it: a batch that lingered for the delay bound would
+// never be dispatched, so a dispatch without Advance proves it did not wait,
+// and no assertion depends on how fast the machine is.
 class BatcherTest : public ::testing::Test {
  protected:
   void Start(BatcherOptions options, int slots) {
@@ -73,21 +100,17 @@ class BatcherTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    // Stop() waits for the batches in flight, and the batcher may still
-    // dispatch one after the test's last look (a slow build shows it): keep
-    // finishing whatever arrives until Stop() returns.
-    std::atomic<bool> stopped{false};
-    std::thread stopper([this, &stopped] {
-      batcher_->Stop();
-      stopped.store(true);
-    });
-    while (!stopped.load()) {
-      for (size_t i = 0; i < executor_->batch_count(); ++i)
-        if (executor_->batch(i).on_done) executor_->Finish(i);
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    stopper.join();
+    // Stop() waits for the batches in flight: finish those and any later
+    // one. Closing the queue ends the batcher's wait for work, which on the
+    // fake clock would otherwise last until the clock moved.
+    executor_->FinishAll();
+    queue_.Close();
+    batcher_->Stop();
   }
+
+  // The deadline of the batcher's wait for a first request, when it began
+  // that wait at the current fake time (Batcher::Run waits 50 ms at a time).
+  absl::Time PollDeadline() const { return clock_.Now() + absl::Milliseconds(50); }
 
   std::shared_ptr<WorkItem> Push(uint64_t n, int priority = 0, double alpha = 1.0) {
     auto item = std::make_shared<WorkItem>();
@@ -110,7 +133,8 @@ class BatcherTest : public ::testing::Test {
   // what is left in it.
   absl::Mutex mu_;
   std::vector<absl::Status> statuses_;
-  RequestQueue queue_{RequestQueue::Options{}, Clock::Real()};
+  FakeClock clock_;
+  RequestQueue queue_{RequestQueue::Options{}, &clock_};
   ServiceMetrics metrics_;
   std::unique_ptr<FakeExecutor> executor_;
   std::unique_ptr<Batcher> batcher_;
@@ -118,12 +142,11 @@ class BatcherTest : public ::testing::Test {
 
 TEST_F(BatcherTest, IdleBackendGetsARequestAtOnce) {
   BatcherOptions o;
-  o.max_queue_delay = absl::Seconds(5);  // would be obvious if it lingered
+  o.max_queue_delay = absl::Seconds(5);  // never reached: the clock stays put
   Start(o, 1);
-  const absl::Time t0 = absl::Now();
-  Push(64);
+  auto item = Push(64);
   EXPECT_EQ(executor_->WaitBatch(0), 1u);
-  EXPECT_LT(executor_->dispatched_at(0) - t0, absl::Seconds(1));
+  EXPECT_EQ(item->report.queue_wait, absl::ZeroDuration());
 }
 
 TEST_F(BatcherTest, RequestsArrivingWhileBusyShareTheNextBatch) {
@@ -133,9 +156,9 @@ TEST_F(BatcherTest, RequestsArrivingWhileBusyShareTheNextBatch) {
   Push(64);
   ASSERT_EQ(executor_->WaitBatch(0), 1u);
   for (int i = 0; i < 10; ++i) Push(64);
-  absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(executor_->batch_count(), 1u) << "the only slot is busy";
   executor_->Finish(0);
+  // All ten in one batch: none left while the slot was busy.
   ASSERT_EQ(executor_->WaitBatch(1), 10u);
   // Ten identical problems: one strided-batched launch.
   const Batch& b = executor_->batch(1);
@@ -152,12 +175,11 @@ TEST_F(BatcherTest, IdlenessIsJudgedWhenTheRequestArrives) {
   Start(o, 2);
   Push(64);
   ASSERT_EQ(executor_->WaitBatch(0), 1u);
-  absl::SleepFor(absl::Milliseconds(20));  // the batcher now waits for work, busy
+  // The batcher now waits for work, with one batch in flight.
+  ASSERT_TRUE(clock_.AwaitWaiter(PollDeadline()));
   executor_->Finish(0);
-  const absl::Time t0 = absl::Now();
   Push(64);
-  ASSERT_EQ(executor_->WaitBatch(1), 1u);
-  EXPECT_LT(executor_->dispatched_at(1) - t0, absl::Seconds(1));
+  ASSERT_EQ(executor_->WaitBatch(1), 1u);  // without the clock moving
 }
 
 TEST_F(BatcherTest, LingersUpToTheDelayBoundWhenNotDispatchingIdle) {
@@ -165,12 +187,17 @@ TEST_F(BatcherTest, LingersUpToTheDelayBoundWhenNotDispatchingIdle) {
   o.dispatch_when_idle = false;
   o.max_queue_delay = absl::Milliseconds(40);
   Start(o, 1);
-  const absl::Time t0 = absl::Now();
-  Push(64);
+  const absl::Time t0 = clock_.Now();
+  auto item = Push(64);
+  // Lingering: waiting until 40 ms after the request was queued.
+  ASSERT_TRUE(clock_.AwaitWaiter(t0 + absl::Milliseconds(40)));
+  clock_.Advance(absl::Milliseconds(39));
+  // Woken by the jump, it re-checks and waits for the rest.
+  ASSERT_TRUE(clock_.AwaitWaiter(t0 + absl::Milliseconds(40)));
+  EXPECT_EQ(executor_->batch_count(), 0u);
+  clock_.Advance(absl::Milliseconds(1));
   ASSERT_EQ(executor_->WaitBatch(0), 1u);
-  const absl::Duration waited = executor_->dispatched_at(0) - t0;
-  EXPECT_GE(waited, absl::Milliseconds(39));
-  EXPECT_LT(waited, absl::Seconds(2));
+  EXPECT_EQ(item->report.queue_wait, absl::Milliseconds(40));
 }
 
 TEST_F(BatcherTest, AFullBudgetEndsTheLingerEarly) {
@@ -179,10 +206,8 @@ TEST_F(BatcherTest, AFullBudgetEndsTheLingerEarly) {
   o.max_queue_delay = absl::Seconds(2);
   o.budget.max_requests = 4;
   Start(o, 1);
-  const absl::Time t0 = absl::Now();
   for (int i = 0; i < 6; ++i) Push(32);
-  ASSERT_EQ(executor_->WaitBatch(0), 4u);
-  EXPECT_LT(executor_->dispatched_at(0) - t0, absl::Seconds(1));
+  ASSERT_EQ(executor_->WaitBatch(0), 4u);  // without the clock moving
 }
 
 TEST_F(BatcherTest, BudgetBoundsBatchSizeInRequestsAndFlops) {
@@ -250,11 +275,14 @@ TEST_F(BatcherTest, KeepsAtMostTheExecutorsSlotsInFlight) {
   Start(o, 2);
   for (int i = 0; i < 5; ++i) Push(8);
   ASSERT_EQ(executor_->WaitBatch(1), 1u);
-  absl::SleepFor(absl::Milliseconds(30));
-  EXPECT_EQ(executor_->batch_count(), 2u);
   EXPECT_EQ(batcher_->in_flight(), 2);
-  executor_->Finish(0);
-  EXPECT_EQ(executor_->WaitBatch(2), 1u);
+  // Each finished batch lets exactly one more in.
+  for (size_t n = 0; n < 3; ++n) {
+    executor_->Finish(n);
+    ASSERT_EQ(executor_->WaitBatch(n + 2), 1u);
+  }
+  EXPECT_EQ(executor_->batch_count(), 5u);
+  EXPECT_EQ(executor_->most_held(), 2) << "more batches in flight than slots";
 }
 
 TEST(BatcherOptionsTest, ValidateNamesTheField) {

@@ -193,16 +193,13 @@ TEST(MultiDeviceExecutorTest, ABusyDeviceHoldsUpNeitherTheCallerNorTheOthers) {
   // Device 0 gets the first and third batches, device 1 the second and
   // fourth; Execute returns at once for all four.
   for (int i = 0; i < 4; ++i) f.multi->Execute(BatchOf({Item(1024)}));
-  for (int spins = 0; spins < 10000; ++spins) {
-    {
-      absl::MutexLock lock(&f.devices[1]->mu);
-      if (f.devices[1]->batches.size() == 2) break;
-    }
-    absl::SleepFor(absl::Milliseconds(1));
-  }
   {
-    absl::MutexLock lock(&f.devices[1]->mu);
-    EXPECT_EQ(f.devices[1]->batches.size(), 2u) << "device 1 waited for device 0";
+    // Waits for device 1's two batches (woken by its mutex, no polling).
+    FakeDevice* d1 = f.devices[1];
+    absl::MutexLock lock(&d1->mu);
+    auto both = [d1]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return d1->batches.size() == 2; };
+    d1->mu.AwaitWithTimeout(absl::Condition(&both), absl::Seconds(30));
+    EXPECT_EQ(d1->batches.size(), 2u) << "device 1 waited for device 0";
   }
   {
     absl::MutexLock lock(&f.devices[0]->mu);

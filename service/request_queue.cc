@@ -43,9 +43,18 @@ absl::Status AdmissionOptions::Validate() const {
 }
 
 RequestQueue::RequestQueue(Options options, const Clock* clock)
-    : options_(options), clock_(clock), last_pop_(clock->Now()) {}
+    : options_(options), clock_(clock), last_pop_(clock->Now()) {
+  // Timed waits run on the injected clock: when it jumps, waiters re-check.
+  wakeup_id_ = clock_->AddWakeup([this] {
+    absl::MutexLock lock(&mu_);
+    ready_.SignalAll();
+  });
+}
 
-RequestQueue::~RequestQueue() { Abandon(absl::UnavailableError("the server is shutting down")); }
+RequestQueue::~RequestQueue() {
+  clock_->RemoveWakeup(wakeup_id_);
+  Abandon(absl::UnavailableError("the server is shutting down"));
+}
 
 absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry, absl::Time now,
                                        absl::Duration* retry_after) const {
@@ -212,23 +221,23 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
   Dropped dropped;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time give_up = absl::Now() + wait;
+    const absl::Time give_up = clock_->Now() + wait;
     while (true) {
       DropDeadLocked(&dropped);
       if (!entries_.empty() || closed_) break;
-      if (ready_.WaitWithDeadline(&mu_, give_up)) break;
+      if (clock_->WaitWithDeadline(&ready_, &mu_, give_up)) break;
     }
     // Linger for more work while the batch is not full, bounded by the age of
-    // the oldest queued item (measured on the injected clock, waited out on
-    // the real one).
+    // the oldest queued item (both measured and waited out on the injected
+    // clock).
     const absl::Duration linger =
         entries_.empty() || closed_ ? absl::ZeroDuration() : linger_for();
     if (!entries_.empty() && !closed_ && linger > absl::ZeroDuration()) {
       absl::Time oldest = absl::InfiniteFuture();
       for (const Entry& e : entries_) oldest = std::min(oldest, e.item->enqueued);
-      const absl::Time linger_until = absl::Now() + (linger - (clock_->Now() - oldest));
+      const absl::Time linger_until = oldest + linger;
       while (!entries_.empty() && !closed_ && !BudgetFullLocked(budget)) {
-        if (ready_.WaitWithDeadline(&mu_, linger_until)) break;
+        if (clock_->WaitWithDeadline(&ready_, &mu_, linger_until)) break;
         DropDeadLocked(&dropped);
       }
     }

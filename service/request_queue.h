@@ -86,6 +86,8 @@ class RequestQueue {
   // Push checks again.
   absl::Status Precheck(const WorkItem& item, absl::Duration* retry_after = nullptr) const;
 
+  // Timed waits (`wait`, `linger`) are measured and waited out on the
+  // injected clock.
   // Waits up to `wait` for live items and returns up to `max_items` of them in
   // queue order (possibly none). Returns at once with none after Close() once
   // the queue is empty.
@@ -169,6 +171,7 @@ class RequestQueue {
 
   const Options options_;
   const Clock* clock_;
+  int64_t wakeup_id_ = 0;  // Clock::AddWakeup's, for the destructor
   mutable absl::Mutex mu_;
   absl::CondVar ready_;
   std::set<Entry> entries_ ABSL_GUARDED_BY(mu_);

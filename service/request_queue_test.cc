@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -116,9 +117,8 @@ TEST_F(RequestQueueTest, FullQueueRejectsAtOnceWithResourceExhausted) {
   ASSERT_TRUE(q->Push(Item()).ok());
   ASSERT_TRUE(q->Push(Item()).ok());
   auto rejected = Item();
-  const absl::Time t0 = absl::Now();
+  // Push has no timed wait: it answers on the calling thread at once.
   const absl::Status st = q->Push(rejected);
-  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(50));
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
   // A rejected item is answered by the caller, not completed by the queue.
   EXPECT_EQ(OutcomeOf(rejected).Calls(), 0);
@@ -264,10 +264,10 @@ TEST_F(RequestQueueTest, CloseRefusesPushesButQueuedItemsStillPop) {
   EXPECT_EQ(OutcomeOf(late).Calls(), 0);
   EXPECT_THAT(q->Pop(1, absl::Seconds(10)), ElementsAre(a));
   EXPECT_THAT(q->Pop(1, absl::Seconds(10)), ElementsAre(b));
-  // Closed and empty: Pop does not wait.
-  const absl::Time t0 = absl::Now();
+  // Closed and empty: Pop does not wait (on the fake clock, which never
+  // moves here, a wait would never end).
   EXPECT_THAT(q->Pop(1, absl::Seconds(10)), IsEmpty());
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(1));
+  EXPECT_EQ(clock_.waiters(), 0);
 }
 
 TEST_F(RequestQueueTest, AbandonCompletesEveryQueuedItem) {
@@ -296,39 +296,48 @@ TEST_F(RequestQueueTest, DestructionAnswersWhatIsStillQueued) {
   EXPECT_EQ(OutcomeOf(item).Status().code(), absl::StatusCode::kUnavailable);
 }
 
+// Pop's wait runs on the injected clock: it ends when that clock reaches
+// the deadline, not before.
 TEST_F(RequestQueueTest, PopTimesOutEmpty) {
   auto q = MakeQueue();
-  const absl::Time t0 = absl::Now();
-  EXPECT_THAT(q->Pop(4, absl::Milliseconds(30)), IsEmpty());
-  const absl::Duration waited = absl::Now() - t0;
-  EXPECT_GE(waited, absl::Milliseconds(25));
-  EXPECT_LT(waited, absl::Seconds(2));
+  const absl::Time deadline = clock_.Now() + absl::Milliseconds(30);
+  absl::Notification returned;
+  std::vector<std::shared_ptr<WorkItem>> got{Item()};
+  std::thread popper([&] {
+    got = q->Pop(4, absl::Milliseconds(30));
+    returned.Notify();
+  });
+  ASSERT_TRUE(clock_.AwaitWaiter(deadline));
+  clock_.Advance(absl::Milliseconds(29));
+  // Woken by the jump, it re-checks and waits again for the rest.
+  ASSERT_TRUE(clock_.AwaitWaiter(deadline));
+  EXPECT_FALSE(returned.HasBeenNotified());
+  clock_.Advance(absl::Milliseconds(1));
+  popper.join();
+  EXPECT_THAT(got, IsEmpty());
 }
 
 TEST_F(RequestQueueTest, PopWakesWhenAnItemArrives) {
   auto q = MakeQueue();
   auto item = Item();
-  std::thread pusher([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    ASSERT_TRUE(q->Push(item).ok());
-  });
-  const absl::Time t0 = absl::Now();
-  auto got = q->Pop(1, absl::Seconds(10));
-  pusher.join();
+  std::vector<std::shared_ptr<WorkItem>> got;
+  const absl::Time deadline = clock_.Now() + absl::Seconds(10);
+  std::thread popper([&] { got = q->Pop(1, absl::Seconds(10)); });
+  ASSERT_TRUE(clock_.AwaitWaiter(deadline));  // blocked in Pop
+  ASSERT_TRUE(q->Push(item).ok());
+  popper.join();  // without the clock moving
   EXPECT_THAT(got, ElementsAre(item));
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
 TEST_F(RequestQueueTest, CloseWakesAWaitingPop) {
   auto q = MakeQueue();
-  std::thread closer([&] {
-    absl::SleepFor(absl::Milliseconds(20));
-    q->Close();
-  });
-  const absl::Time t0 = absl::Now();
-  EXPECT_THAT(q->Pop(1, absl::Seconds(10)), IsEmpty());
-  closer.join();
-  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  std::vector<std::shared_ptr<WorkItem>> got{Item()};
+  const absl::Time deadline = clock_.Now() + absl::Seconds(10);
+  std::thread popper([&] { got = q->Pop(1, absl::Seconds(10)); });
+  ASSERT_TRUE(clock_.AwaitWaiter(deadline));
+  q->Close();
+  popper.join();  // without the clock moving
+  EXPECT_THAT(got, IsEmpty());
 }
 
 TEST_F(RequestQueueTest, QueueWaitIsMeasuredOnTheInjectedClock) {
@@ -377,12 +386,14 @@ TEST_F(RequestQueueTest, ConcurrentPushersAndPoppersCompleteEverything) {
   for (int t = 0; t < kPushers; ++t)
     for (int i = 0; i < kPerPusher; ++i) items[t].push_back(Item(i % 3, absl::InfiniteFuture(), 8));
   std::atomic<int> popped{0};
-  std::atomic<bool> stop{false};
   std::vector<std::thread> threads;
   for (int t = 0; t < 2; ++t) {
     threads.emplace_back([&] {
-      while (!stop.load()) {
-        for (auto& item : q->Pop(3, absl::Milliseconds(5))) {
+      // An unbounded Pop returns none only once the queue is closed and empty.
+      while (true) {
+        auto got = q->Pop(3, absl::InfiniteDuration());
+        if (got.empty()) break;
+        for (auto& item : got) {
           item->Complete(absl::OkStatus());
           popped.fetch_add(1);
         }
@@ -399,10 +410,9 @@ TEST_F(RequestQueueTest, ConcurrentPushersAndPoppersCompleteEverything) {
     });
   }
   for (auto& t : pushers) t.join();
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  while (q->queued() > 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-  stop.store(true);
+  q->Close();  // the poppers drain what is left, then stop
   for (auto& t : threads) t.join();
+  EXPECT_EQ(q->queued(), 0u);
   int completed = 0;
   for (auto& per : items)
     for (auto& item : per) {
