@@ -108,7 +108,8 @@ struct Sm90LaunchChoice {
   int l2_promotion = -1;
   // Experiments only (bench/schedule_sweep "clock"): device memory of grid x
   // kCtaClockWords words that each launch fills with per-CTA %globaltimer
-  // stamps and the SM id; nullptr otherwise.
+  // stamps and the SM id; nullptr otherwise. Needs a build with
+  // --define=gemm_kernel_stamps=1 (Sm90KernelStamps); other builds refuse it.
   unsigned long long* cta_clock = nullptr;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store

@@ -67,8 +67,9 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   const uint64_t desc_b0 = DescB<Cfg, kBKMajor>(ss.b[0], 0);
   using Steps = DescSteps<Cfg>;
   while (sched.Next(&w)) {
-    const bool stamp = unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
-    if (stamp) StampCta(p, CtaClockUnitWord(unit, 0), GlobalTimer());
+    const bool stamp =
+        kKernelStamps && unit < kCtaClockUnits && consumer == 0 && threadIdx.x % 128 == 0;
+    if (stamp) StampTime(p, CtaClockUnitWord(unit, 0));
     if constexpr (kGrouped) {
       // The member's EpilogueParams go to shared memory by cp.async while
       // the k-loop runs. NOTES: read from global memory after the k-loop,
@@ -129,21 +130,17 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       if (warp_leader) ReleaseStage(ss, stage, peer);
       AdvanceStage<Cfg>(stage, phase, 1);
     }
-    if (stamp) StampCta(p, CtaClockUnitWord(unit, 1), GlobalTimer());
+    if (stamp) StampTime(p, CtaClockUnitWord(unit, 1));
     if constexpr (!kGrouped) {
       if (w.role == UnitRole::kPartial) {
         StoreUnitPartial<Cfg>(p, ss, acc, w, consumer);
-        if (stamp) {
-          const unsigned long long t = GlobalTimer();
-          StampCta(p, CtaClockUnitWord(unit, 2), t);
-          StampCta(p, CtaClockUnitWord(unit, 3), t);
-        }
+        if (stamp) StampTime2(p, CtaClockUnitWord(unit, 2), CtaClockUnitWord(unit, 3));
         ++unit;
         continue;
       }
       if (w.role == UnitRole::kFinalize) AddUnitPartials<Cfg>(p, ss, acc, w, consumer);
       if (Cfg::kStagedStore_ && p.epi.tma_store) AcquireStaging(consumer);
-      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+      if (stamp) StampTime(p, CtaClockUnitWord(unit, 2));
       if (!idle) TileEpilogue<Cfg, Cfg::kRowChecks>(p.epi, &p.tma_d, acc, w.tile, consumer, ss);
     } else {
       TileCoord t = w.tile;
@@ -157,11 +154,11 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       } else {
         ptx::NamedBarrierSync(1 + consumer, 128);
       }
-      if (stamp) StampCta(p, CtaClockUnitWord(unit, 2), GlobalTimer());
+      if (stamp) StampTime(p, CtaClockUnitWord(unit, 2));
       TileEpilogue<Cfg>(ss.unit_epi[consumer][unit & 1], &p.group[w.tile.batch].tma_d, acc, t,
                         consumer, ss);
     }
-    if (stamp) StampCta(p, CtaClockUnitWord(unit, 3), GlobalTimer());
+    if (stamp) StampTime(p, CtaClockUnitWord(unit, 3));
     ++unit;
   }
   // The staging buffer stays ours until the last stores have read it.

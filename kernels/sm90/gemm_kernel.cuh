@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(
       (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
-    StampCta(p, 0, GlobalTimer());
-    StampCta(p, 4, SmId());
+    StampTime(p, 0);
+    StampSmId(p, 4);
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
       // With A multicast both CTAs' consumers free each stage (ReleaseStage).
@@ -102,14 +102,14 @@ __global__ void __launch_bounds__(
   }
   ptx::GridDependencyWait();
   ptx::LaunchDependents();
-  if (threadIdx.x == 0) StampCta(p, 5, GlobalTimer());
+  if (threadIdx.x == 0) StampTime(p, 5);
   // The producer gives registers to the consumers (KernelConfig::kConsumerRegs).
   if (warpgroup == 0) {
     ptx::SetMaxNRegDec<Cfg::kProducerRegs>();
     if (threadIdx.x == 0) {
       ProducerLoop<Cfg, kAKMajor, kBKMajor, kGrouped>(p, ss, first_problem);
-      StampCta(p, 1, GlobalTimer());
-    } else if (threadIdx.x == 32 && p.cta_clock != nullptr) {
+      StampTime(p, 1);
+    } else if (threadIdx.x == 32 && StampsOn(p)) {
       // An idle producer warp watches the first stage land (word 7). It
       // starts polling long before the first load is issued, so phase 0 is
       // the one it sees complete; a CTA without units loads nothing.
@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(
       WorkUnit w;
       if (sched.Next(&w)) {
         ptx::MbarWait(&ss.full[0], 0);
-        StampCta(p, 7, GlobalTimer());
+        StampTime(p, 7);
       }
     }
   } else {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(
         if (p.grid_counters != nullptr) SumPartialsInGrid<Cfg>(p, ss);
       }
     }
-    if (threadIdx.x % 128 == 0) StampCta(p, 1 + warpgroup, GlobalTimer());
+    if (threadIdx.x % 128 == 0) StampTime(p, 1 + warpgroup);
   }
   // A multicast: the peer's consumers arrive on this CTA's empty barriers
   // up to their last stage, so neither CTA exits before both are done. The

@@ -100,7 +100,7 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
         loaded_problem = t.batch;
       }
     }
-    if (!issued) StampCta(p, 6, GlobalTimer());
+    if (!issued) StampTime(p, 6);
     issued = true;
     for (int kb = w.k_begin; kb < w.k_end; ++kb) {
       // The first pass over the ring finds every stage free: waiting on the

@@ -286,6 +286,13 @@ bool PrepareKernel(const KernelInfo& info, std::string* error) {
   return true;
 }
 
+// A launch that asks for per-CTA stamps needs a build that has them.
+bool StampsAvailable(const unsigned long long* cta_clock, std::string* error) {
+  if (cta_clock == nullptr || sm90::kKernelStamps) return true;
+  *error = "per-CTA stamps (cta_clock) need a build with --define=gemm_kernel_stamps=1";
+  return false;
+}
+
 std::string TileName(const Sm90TileShape& shape, const KernelInfo& info) {
   return std::to_string(shape.bm) + "x" + std::to_string(shape.bn) + "x" +
          std::to_string(info.bk) + "_s" + std::to_string(info.stages);
@@ -331,6 +338,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     *error = why;
     return nullptr;
   }
+  if (!StampsAvailable(choice.cta_clock, error)) return nullptr;
   const bool tf32 = p.in_dtype == DataType::kF32;
   const int es = static_cast<int>(DataTypeSize(p.in_dtype));
   const Sm90TileShape shape = ShapeOf(tile);
@@ -543,6 +551,8 @@ std::optional<Sm90Tile> Sm90TileOf(TileHint hint) {
   return std::nullopt;
 }
 
+bool Sm90KernelStamps() { return sm90::kKernelStamps; }
+
 bool Sm90GroupedHasTile(Sm90Tile tile) {
   return GroupedInfoFor<__nv_bfloat16>(tile, true, true).has_value();
 }
@@ -574,6 +584,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     *error = "grouped launch needs problems and a workspace";
     return nullptr;
   }
+  if (!StampsAvailable(cta_clock, error)) return nullptr;
   const NormalizedProblem& first = problems[0];
   const std::optional<KernelInfo> info =
       first.in_dtype == DataType::kBF16
