@@ -48,7 +48,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   KernelScheduler<kGrouped> sched(p, ScheduleShapes<Cfg, kGrouped>(p, ss));
   WorkUnit w;
   const bool warp_leader = threadIdx.x % 32 == 0;
-  const int peer = !kGrouped && p.multicast_a ? MulticastRank() ^ 1 : -1;
+  const int peer = !kGrouped && p.mode == LaunchMode::kMulticastA ? MulticastRank() ^ 1 : -1;
   int stage = 0;
   uint32_t phase = 0;
   int unit = 0;  // cta_clock words of the first kCtaClockUnits units

@@ -233,7 +233,7 @@ __device__ __forceinline__ void StoreUnitPartial(const KernelParams& p, SharedSt
                                                  const float (&acc)[Cfg::kAccRegs],
                                                  const WorkUnit& w, int consumer) {
   if constexpr (Cfg::kBN_ == 128) {
-    if (p.cluster_pairs) {
+    if (p.mode == LaunchMode::kSplitKPaired) {
       PairStorePartial<Cfg>(p, ss, acc, w, consumer);
       return;
     }
@@ -248,7 +248,7 @@ __device__ __forceinline__ void AddUnitPartials(const KernelParams& p, SharedSto
                                                 float (&acc)[Cfg::kAccRegs], const WorkUnit& w,
                                                 int consumer) {
   if constexpr (Cfg::kBN_ == 128) {
-    if (p.cluster_pairs) {
+    if (p.mode == LaunchMode::kSplitKPaired) {
       PairReducePartial<Cfg>(p, ss, acc, w, consumer);
       return;
     }

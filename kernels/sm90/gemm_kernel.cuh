@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
       // With A multicast both CTAs' consumers free each stage (ReleaseStage).
-      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals * (p.multicast_a ? 2 : 1));
+      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals * (p.mode == LaunchMode::kMulticastA ? 2 : 1));
     }
     ptx::MbarInit(&ss.mainloop_done[0], 4);
     ptx::MbarInit(&ss.mainloop_done[1], 4);
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(
   __syncthreads();
   // Paired split-K, A multicast: the peer's barriers are initialized before
   // anyone arrives on them remotely or multicasts into its ring.
-  if (p.cluster_pairs || p.multicast_a) ptx::ClusterSync();
+  if (LaunchedAsPairs(p.mode)) ptx::ClusterSync();
   // NOTES: launched with programmatic stream serialization, this grid's CTAs
   // may start while the previous kernel in the stream drains; the setup above
   // overlaps its tail. Before the wait nothing reads memory that a kernel may
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(
   // up to their last stage, so neither CTA exits before both are done. The
   // cluster barrier is .aligned: each warp reconverges first (the producer
   // warp's lanes took different roles above).
-  if (p.multicast_a) {
+  if (p.mode == LaunchMode::kMulticastA) {
     __syncwarp();
     ptx::ClusterSync();
   }

@@ -9,6 +9,7 @@
 
 #include "kernels/scheduler/grouped_tile_scheduler.h"
 #include "kernels/sm90/epilogue_values.cuh"
+#include "kernels/sm90/launch_mode.h"
 
 namespace gemm_kernels::sm90 {
 
@@ -41,25 +42,18 @@ struct KernelParams {  // 64-byte aligned through its CUtensorMap members
   int64_t sk_tiles;
   float* partials;  // workspace: one BM x BN fp32 tile per slot
   int* flags;       // workspace: kFlagWordsPerSlot per slot (one per consumer); 0 between launches
-  // Split-K with a separate reduction kernel: every stream-K unit stores its
-  // partial (StreamKScheduler::partials_only); flags is nullptr.
-  int partials_only;
-  // Split-K whose partials the GEMM grid sums itself (SumPartialsInGrid;
-  // Sm90LaunchChoice::reduce_in_grid), else nullptr: [0] counts the CTAs
+  // How this launch walks and reduces its tiles (launch_mode.h). Paired
+  // split-K: the partial goes through distributed shared memory
+  // (PairStorePartial / PairReducePartial). A multicast: the cluster's two
+  // CTAs take neighbouring n-tiles of one m-tile (KernelScheduler<false>,
+  // LoadAHalfMulticast). Stored partials (kSplitKReduceKernel,
+  // kSplitKGridSum): every stream-K unit stores its partial
+  // (StreamKScheduler::partials_only) and flags is nullptr.
+  LaunchMode mode;
+  // kSplitKGridSum (SumPartialsInGrid), else nullptr: [0] counts the CTAs
   // whose partials are stored, [1] those done summing; both 0 between
-  // launches. Set only with partials_only and one CTA per (tile, split).
+  // launches. One CTA per (tile, split).
   int* grid_counters;
-  // Paired split-K (128-wide kernels, launched as 2-CTA clusters): CTA 2t
-  // holds tile t's first k-range, 2t + 1 its second and the epilogue; the
-  // partial goes through distributed shared memory (PairStorePartial /
-  // PairReducePartial); partials and flags are nullptr.
-  int cluster_pairs;
-  // A multicast (data-parallel, cooperative tiles, 192x192 with K-major A;
-  // launched as 2-CTA clusters): the two CTAs of a cluster take
-  // neighbouring n-tiles of one m-tile, and each loads half of the A rows
-  // of every k-block into both CTAs' rings (KernelScheduler<false>,
-  // LoadAHalfMulticast).
-  int multicast_a;
   // Experiments only (Sm90LaunchChoice::cta_clock; nullptr otherwise):
   // kCtaClockWords words per CTA.
   unsigned long long* cta_clock;

@@ -23,11 +23,14 @@ __device__ __forceinline__ int MulticastRank() { return int(blockIdx.x % 2); }
 template <>
 struct KernelScheduler<false> : StreamKScheduler {
   __device__ KernelScheduler(const KernelParams& p, const GroupedProblemShape*)
-      : StreamKScheduler(p.tiles_m, p.multicast_a ? PairColumns(p.tiles_n) : p.tiles_n, p.batch,
+      : StreamKScheduler(p.tiles_m, Multicast(p) ? PairColumns(p.tiles_n) : p.tiles_n, p.batch,
                          p.group_m, p.k_blocks, p.sk_tiles,
-                         p.multicast_a ? gridDim.x / 2 : gridDim.x,
-                         p.multicast_a ? blockIdx.x / 2 : blockIdx.x, p.partials_only != 0),
-        pair_rank_(p.multicast_a ? MulticastRank() : -1) {}
+                         Multicast(p) ? gridDim.x / 2 : gridDim.x,
+                         Multicast(p) ? blockIdx.x / 2 : blockIdx.x, StoresEveryPartial(p.mode)),
+        pair_rank_(Multicast(p) ? MulticastRank() : -1) {}
+  static __device__ bool Multicast(const KernelParams& p) {
+    return p.mode == LaunchMode::kMulticastA;
+  }
   __device__ bool Next(WorkUnit* w) {
     if (!StreamKScheduler::Next(w)) return false;
     if (pair_rank_ >= 0) w->tile = PairMember(w->tile, pair_rank_);

@@ -84,7 +84,8 @@ __device__ void ProducerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   int stage = 0;
   uint32_t phase = 0;
   bool issued = false;  // cta_clock word 6: the first load
-  const int multicast_rank = !kGrouped && p.multicast_a ? MulticastRank() : -1;
+  const int multicast_rank =
+      !kGrouped && p.mode == LaunchMode::kMulticastA ? MulticastRank() : -1;
   while (sched.Next(&w)) {
     const TileCoord& t = w.tile;
     const CUtensorMap* tma_a = &p.tma_a;

@@ -20,6 +20,20 @@ namespace gemm_kernels {
 namespace {
 
 using sm90::KernelParams;
+using sm90::LaunchMode;
+using sm90::LaunchModeTraits;
+using sm90::TraitsOf;
+
+// The mode of a dense launch choice (before MakeSm90Plan's checks of it).
+LaunchMode ModeOf(const Sm90LaunchChoice& c) {
+  if (c.schedule == Sm90Schedule::kDataParallel || c.sk_tiles == 0)
+    return c.multicast_a ? LaunchMode::kMulticastA : LaunchMode::kDataParallel;
+  if (c.schedule == Sm90Schedule::kStreamK) return LaunchMode::kStreamK;
+  if (c.cluster_pairs) return LaunchMode::kSplitKPaired;
+  if (c.separate_reduction)
+    return c.reduce_in_grid ? LaunchMode::kSplitKGridSum : LaunchMode::kSplitKReduceKernel;
+  return LaunchMode::kSplitK;
+}
 
 PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -179,7 +193,7 @@ class Sm90Plan final : public KernelPlan {
     // enqueued here.
     cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_,
                                   info_.threads, info_.smem_bytes, stream,
-                                  params_.cluster_pairs || params_.multicast_a ? 2 : 1, pdl_);
+                                  TraitsOf(params_.mode).cluster, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
       e = LaunchKernel(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
                         reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
@@ -393,7 +407,9 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   kp.epi = MakeEpilogue(p);
   if (!MapOutput(p, plan->info_, kp.tma_a, &kp.tma_d, &kp.epi, error)) return nullptr;
 
-  const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
+  const LaunchMode mode = ModeOf(choice);
+  const LaunchModeTraits traits = TraitsOf(mode);
+  const bool reducing = traits.k_ranges;
   const int64_t all_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
   if (choice.cluster_pairs) {
     if (tile != Sm90Tile::k128x128 || choice.schedule != Sm90Schedule::kSplitK ||
@@ -409,7 +425,6 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
                "the device holds " + std::to_string(pairs);
       return nullptr;
     }
-    kp.cluster_pairs = 1;
   }
   if (choice.multicast_a) {
     // The 192-row tile splits A into two 96-row halves, which MN-major A
@@ -422,16 +437,14 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
           "even grid";
       return nullptr;
     }
-    kp.multicast_a = 1;
   }
   // Paired split-K keeps its partials in shared memory: no workspace.
-  const bool uses_workspace = reducing && !choice.cluster_pairs;
+  const bool uses_workspace = traits.workspace;
   if (uses_workspace && (workspace == nullptr || tile == Sm90Tile::k128x128PingPong)) {
     *error = "stream-K/split-K needs a workspace and cooperative consumers";
     return nullptr;
   }
-  const bool separate = reducing && choice.schedule == Sm90Schedule::kSplitK &&
-                        choice.separate_reduction;
+  const bool separate = traits.partials_only;
   if (separate && (choice.grid != choice.sk_tiles * choice.splits || choice.sk_tiles != all_tiles)) {
     *error = "split-K with a separate reduction needs one CTA per (tile, split)";
     return nullptr;
@@ -444,20 +457,20 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   }
   // Summed in the grid: every CTA waits for all the others' partials.
-  const bool in_grid = separate && choice.reduce_in_grid;
+  const bool in_grid = traits.grid_counters;
   if (in_grid && choice.grid > sms) {
     *error = "split-K summed in the grid: " + std::to_string(choice.grid) +
              " CTAs must be resident at once, the device has " + std::to_string(sms) + " SMs";
     return nullptr;
   }
   kp.sk_tiles = reducing ? choice.sk_tiles : 0;
-  kp.partials_only = separate ? 1 : 0;
-  kp.flags = uses_workspace && !separate ? static_cast<int*>(workspace) : nullptr;
+  kp.mode = mode;
+  kp.flags = traits.flags ? static_cast<int*>(workspace) : nullptr;
   kp.grid_counters = in_grid ? static_cast<int*>(workspace) : nullptr;
   kp.partials = uses_workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
                                                           ScheduleFlagBytes(choice))
                                : nullptr;
-  if (separate && !in_grid) {
+  if (traits.reduction_kernel) {
     const SplitKReducePlan rp =
         PlanSplitKReduce(choice.sk_tiles, shape.bm, shape.bn, choice.splits, sms);
     sm90::SplitKReduceParams& r = plan->reduce_params_;
@@ -646,6 +659,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
   std::memset(&kp, 0, sizeof(kp));
   kp.group = reinterpret_cast<const sm90::GroupedProblem*>(ws);
   kp.group_shapes = reinterpret_cast<const GroupedProblemShape*>(ws + desc_bytes);
+  kp.mode = LaunchMode::kGrouped;
   kp.num_problems = static_cast<int>(problems.size());
   kp.group_tiles = tiles;
   kp.cta_clock = cta_clock;
