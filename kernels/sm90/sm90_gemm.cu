@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_info.h"
 #include "kernels/sm90/gemm_kernel.cuh"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/split_k_reduce.cuh"
@@ -65,7 +66,7 @@ bool OperandParams(const NormalizedOperand& op, int64_t mn, int64_t k, int64_t b
 
 // NOTES: L2 promotion. With 256 B each 128-byte box row's miss also brings
 // the next 128 bytes of the row (the next k-block) into the L2. A/B in one
-// binary (round 14 call 11, four alternations each), 128 B against 256 B:
+// binary (H200, four alternations each), 128 B against 256 B:
 // grouped lists +1-4% (64 problems 107.2-108.5 -> 111.9-113.5 TFLOP/s),
 // 128 x 128 x 65536 split-K 128 +4% (113-114 -> 116-118), skinny split-K
 // with the reduction kernel unchanged, 256 x 4096 x 16384 (in-kernel
@@ -263,7 +264,7 @@ CUtensorMapDataType TmaDataType(DataType t) {
 // third encode.
 // NOTES: TMA stores clip a box at the tensor's last column only to 16-byte
 // granularity: with N = 1 and padded rows, the 7 elements after each row's
-// first were written (gemm_gpu_test's stray-write check, round 9 call 5).
+// first were written (gemm_gpu_test's stray-write check).
 // Hence N a multiple of 8 (16 bytes of 16-bit elements).
 bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtensorMap& tma_a,
                CUtensorMap* tma_d, sm90::EpilogueParams* epi, std::string* error) {
@@ -283,9 +284,9 @@ bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtenso
 }
 
 bool PrepareKernel(const KernelInfo& info, std::string* error) {
-  int device = 0, smem_optin = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  DeviceInfo dev;
+  if (!CurrentDeviceInfo(&dev, error)) return false;
+  const int smem_optin = dev.smem_optin_bytes;
   if (static_cast<size_t>(smem_optin) < info.smem_bytes) {
     *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
              "kernel needs " + std::to_string(info.smem_bytes);
@@ -452,9 +453,9 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   // Both ways of summing stored partials size themselves by the SMs.
   int sms = 1;
   if (separate) {
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    DeviceInfo dev;
+    if (!CurrentDeviceInfo(&dev, error)) return nullptr;
+    sms = dev.num_sms;
   }
   // Summed in the grid: every CTA waits for all the others' partials.
   const bool in_grid = traits.grid_counters;
