@@ -24,7 +24,7 @@ namespace gemm_kernels::sm90 {
 // NOTES: skinny 7 x 8192 x 8192 (split-K 4, 128x256) went from 3.05-3.07 to
 // 3.14-3.16 TB/s. In grouped launches (the last tile-row of members with
 // M % 128 in [1, 64]) the same skip cost 2-3% and raised DRAM reads by 9%
-// (round 10 call 1); a likely cause is that CTAs drawing such tiles run
+//; a likely cause is that CTAs drawing such tiles run
 // ahead of the round-robin walk, so the tiles in flight span more problems
 // than the L2 keeps.
 template <class Cfg, bool kGrouped>
@@ -61,7 +61,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
   // shuffle of the consumer index was meant to mark it warp-uniform; the
   // SASS still moves each descriptor from a per-thread register to a
   // uniform one before every wgmma, and shuffling the k-range as well did
-  // not change that (round 16 call 7).
+  // not change that.
   const int consumer_u = __shfl_sync(0xffffffffu, consumer, 0);
   const uint64_t desc_a0 = DescA<Cfg, kAKMajor>(ss.a[0], consumer_u, 0);
   const uint64_t desc_b0 = DescB<Cfg, kBKMajor>(ss.b[0], 0);
@@ -74,7 +74,7 @@ __device__ void ConsumerLoop(const KernelParams& p, SharedStorage<Cfg>& ss, int 
       // The member's EpilogueParams go to shared memory by cp.async while
       // the k-loop runs. NOTES: read from global memory after the k-loop,
       // they cost the epilogue a round trip with the tensor cores idle
-      // (~0.3 us in a one-tile CTA, round 9 call 3), and the compiler sinks
+      // (~0.3 us in a one-tile CTA), and the compiler sinks
       // loads hoisted into registers back to their use.
       const int tid = threadIdx.x % 128;
       if (tid < kEpiChunks) {

@@ -110,10 +110,10 @@ __device__ __forceinline__ void ReducePartials(const KernelParams& p, float (&ac
 // complete and flush, and then holds SMs the next GEMM waits for. Here the
 // same CTAs, all resident at once (grid <= SMs, as for the stream-K fixup),
 // sum the partials after a grid-wide count: no second launch. Measured
-// (round 14 calls 5-6): 0-1.5 us faster where each CTA's share is one pass
+//: 0-1.5 us faster where each CTA's share is one pass
 // of its threads, not the 2-4 us predicted, since the partials still drain
 // to L2 before the count and come back for the sums; 7-8 us slower with
-// many passes, so the heuristic takes it only with one (KERNEL_NOTES v15).
+// many passes, so the heuristic takes it only with one (kernels/DESIGN.md).
 
 // Named barrier over all consumer warpgroups (ids 1-3 are per consumer).
 constexpr int kAllConsumersBarrier = 4;
@@ -173,7 +173,7 @@ __device__ void SumPartialsInGrid(const KernelParams& p, SharedStorage<Cfg>& ss)
 // over the SM-to-SM network: no workspace and no flags, and each CTA waits
 // only on its cluster peer, which the hardware schedules with it. Built to
 // remove what split-K 2 costs beyond its halved k-loop, it measured 0.35-0.9
-// us slower than the workspace fixup (bench/KERNEL_NOTES.md v7), so the
+// us slower than the workspace fixup (kernels/DESIGN.md), so the
 // heuristic uses it only where there is no workspace.
 
 // Where consumer `consumer`'s half-partial sits in the partial CTA's ring:

@@ -86,7 +86,7 @@ __global__ void __launch_bounds__(
   // write: the operands, C and the workspace only after it. A grouped launch
   // also reads its problem descriptors and shapes here and fetches its first
   // problem's tensor maps (measured 1.0 us and 1.1 us of a one-tile CTA's
-  // 8.9 us, round 8 call 4): the plan's contract (sm90_gemm.h) is that they
+  // 8.9 us): the plan's contract (sm90_gemm.h) is that they
   // are written by a copy, never a kernel, and a copy ahead of this launch
   // in the stream completes before the launch starts. The next grid may start
   // launching at once: it waits for our completion too, and can only take an

@@ -19,7 +19,7 @@ namespace gemm_kernels::sm90 {
 // kStagedStore: a staging buffer for the whole output tile follows the ring
 // (one stage fewer pays for it), for the staged TileEpilogue; see KernelConfigFor.
 // kBN == 192 is the square 192x192 tile on three consumer warpgroups.
-// NOTES: cuBLAS runs 192x192 on 3072^3 and 4224^3 (round 7 call 1): 96 MMA
+// NOTES: cuBLAS runs 192x192 on 3072^3 and 4224^3: 96 MMA
 // columns per operand byte against 85 for 128x256, and 3072^3 falls into
 // two nearly full waves (256 tiles on 132 SMs) where 128x256 needs stream-K.
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong = false,
@@ -54,8 +54,8 @@ struct KernelConfig {
   // ones) without spilling. The producer gets 48: at 40 the A-multicast
   // kernels spilled 4 bytes. NOTES: a producer at 48 beside two consumers at
   // 232 (512 of 504) hung every launch, and in each CTA only one consumer
-  // warpgroup was seen waiting (round 12 call 2): the other sat in
-  // setmaxnreg.inc for registers the CTA did not have (round 13 call 1: a
+  // warpgroup was seen waiting: the other sat in
+  // setmaxnreg.inc for registers the CTA did not have (a
   // probe of the protocol alone hangs at 48 + 2 x 232 and passes at 40 +
   // 2 x 232; the kernels at 48 + 2 x 224 pass every test).
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
@@ -98,8 +98,7 @@ struct StagingArea<0> {};
 // Staged stores exist in the 128-wide cooperative kernels with 16-bit
 // inputs, where a 32 KB buffer costs one of six stages. NOTES: the 128x256
 // kernels would give up one of four stages for 64 KB: grouped 128 problems
-// (memory-bound) lost 3-4% with it, grouped 32 (K = 2048) gained 3% (round 9
-// calls 1-2), so they keep the register path.
+// (memory-bound) lost 3-4% with it, grouped 32 (K = 2048) gained 3% (H200), so they keep the register path.
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
 using KernelConfigFor = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong,
                                      kBN == 128 && !kPingPong && sizeof(In) == 2>;
