@@ -162,8 +162,9 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
   double best_cost = EstimatedCost(best, m, n, batch, num_sms);
   for (Sm90Tile t : {Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
     // NOTES: the tiles share BK, so K scales every estimate alike, except
-    // that 128x64 measured faster only with whole k-blocks (H200): 1024^3 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against
-    // 11.3 and 1000 x 1024 x 1000 13.0 against 10.6 (K = 1000: a k-tail,
+    // that 128x64 measured faster only with whole k-blocks (H200): 1024^3
+    // 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against 11.3 and
+    // 1000 x 1024 x 1000 13.0 against 10.6 (K = 1000: a k-tail,
     // and rows of 2000 bytes, which no 128-byte box row lines up with).
     if (t == Sm90Tile::k128x64 && k % 64 != 0) continue;
     const double c = EstimatedCost(t, m, n, batch, num_sms);
@@ -194,8 +195,8 @@ constexpr double kReduceIters = 2.0;
 constexpr double kStreamKFixedIters = 10.0;
 // NOTES: stream-K CTAs work at scattered k positions of their tiles, where
 // data-parallel waves move through k in near lockstep, so they reuse operands
-// through L2 only while the operands stay resident. Measured (H200): as modelled up to 75 MB of A and B (4224^3, 2304 x 2304 x
-// 8192), but 2816 x 2816 x 8192 (92 MB, every tile stream-K) ran 1.13-1.26x
+// through L2 only while the operands stay resident. Measured (H200): as
+// modelled up to 75 MB of A and B (4224^3, 2304 x 2304 x 8192), but 2816 x 2816 x 8192 (92 MB, every tile stream-K) ran 1.13-1.26x
 // the modelled stream-K ranges on the three tiles (128x256: 227.6 us
 // against 192.6 data-parallel). Past kStreamKResidentBytes the ranges cost
 // kStreamKOutOfL2Factor times their iterations.
