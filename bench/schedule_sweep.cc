@@ -350,6 +350,10 @@ std::vector<std::string> UnitRoles(const Shape& s, const Sm90LaunchChoice& c) {
 
 // PrintClock of launch choice `c` on `s`.
 bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
+  if (!gemm_kernels::Sm90KernelStamps()) {
+    std::printf("\n%s: skipped (per-CTA stamps need --define=gemm_kernel_stamps=1)\n", name);
+    return true;
+  }
   gemm_bench::DenseSets sets(s.m, s.n, s.k, SweepSetsOptions(s));
   if (!sets.Allocate()) return false;
   DeviceMemory stamps, ws;
@@ -368,6 +372,10 @@ bool RunClock(const char* name, const Shape& s, Sm90LaunchChoice c) {
 // K fixed; bf16, A row-major, B column-major, D row-major; rotating sets.
 bool RunGroupedClock(const char* name, int count, int m_lo, int m_hi, int n, int k,
                      uint64_t seed, Sm90Tile tile) {
+  if (!gemm_kernels::Sm90KernelStamps()) {
+    std::printf("\n%s: skipped (per-CTA stamps need --define=gemm_kernel_stamps=1)\n", name);
+    return true;
+  }
   std::vector<int> rows = gemm_bench::GroupedRows(count, m_lo, m_hi, seed);
   int64_t tiles = 0;
   for (const int m : rows) tiles += gemm_kernels::TileCount(tile, m, n, 1);

@@ -3,13 +3,14 @@
 #include <cuda_runtime.h>
 
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/copy/kmajor_copy.h"
+#include "kernels/device_info.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/portable/simt_gemm.h"
 #include "kernels/problem.h"
@@ -51,37 +52,10 @@ absl::Status CheckMatrix(const char* name, const MatrixDesc& md, int64_t rows, i
   return absl::OkStatus();
 }
 
-struct DeviceInfo {
-  int major = 0;
-  int minor = 0;
-  int num_sms = 0;
-  int max_pairs = 0;  // Sm90MaxPairClusters (Hopper only)
-};
-
-absl::Status CurrentDeviceInfo(DeviceInfo* out) {
-  static std::mutex mu;
-  static std::vector<DeviceInfo> cache;
-  int device = 0;
-  cudaError_t e = cudaGetDevice(&device);
-  if (e != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("cudaGetDevice: ", cudaGetErrorString(e)));
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<int>(cache.size()) <= device) cache.resize(device + 1);
-  DeviceInfo& info = cache[device];
-  if (info.num_sms == 0) {
-    cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("cudaGetDeviceProperties: ", cudaGetErrorString(e)));
-    }
-    info.major = prop.major;
-    info.minor = prop.minor;
-    info.num_sms = prop.multiProcessorCount;
-    if (prop.major == 9 && prop.minor == 0) info.max_pairs = Sm90MaxPairClusters();
-  }
-  *out = info;
+// The current device, as a Status.
+absl::Status CurrentDevice(DeviceInfo* out) {
+  std::string error;
+  if (!CurrentDeviceInfo(out, &error)) return absl::FailedPreconditionError(error);
   return absl::OkStatus();
 }
 
@@ -151,14 +125,23 @@ Sm90RowAlignment RowAlignmentOf(const NormalizedProblem& p) {
   return rows;
 }
 
-// The Hopper launch (tile, schedule, grid) for these hints; `allow_reduction`
+// The heuristic's launch (ChooseSm90Launch) for `p` on `dev`; `allow_reduction`
 // false (no workspace) leaves data-parallel and paired split-K, which needs
 // no workspace.
-Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev, TileHint hint,
-                              ScheduleHint schedule, bool allow_reduction) {
+Sm90LaunchChoice HeuristicLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
+                                 bool allow_reduction) {
   const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
-  Sm90LaunchChoice c = ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction,
-                                        dev.max_pairs, RowAlignmentOf(p));
+  const int max_pairs = dev.sm90() ? Sm90MaxPairClusters() : 0;
+  return ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction, max_pairs,
+                          RowAlignmentOf(p));
+}
+
+// The Hopper launch (tile, schedule, grid) for these hints, from the
+// heuristic's launch `c` for the same `allow_reduction`.
+Sm90LaunchChoice WithHints(const Sm90LaunchChoice& c, const NormalizedProblem& p,
+                           const DeviceInfo& dev, TileHint hint, ScheduleHint schedule,
+                           bool allow_reduction) {
+  const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
   const Sm90Tile tile = Sm90TileOf(hint).value_or(c.tile);
   Sm90Schedule sched = c.schedule;
   // Without a workspace: data-parallel, or the heuristic's paired split-K as
@@ -179,20 +162,6 @@ Sm90LaunchChoice ChooseLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
   return MakeSm90Launch(tile, sched, p.m, p.n, p.k, p.batch, bk, dev.num_sms);
 }
 
-}  // namespace
-
-size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHint schedule) {
-  if (!CanImplement(args).ok()) return 0;
-  DeviceInfo dev;
-  if (!CurrentDeviceInfo(&dev).ok() || dev.major != 9 || dev.minor != 0) return 0;
-  const NormalizedProblem p = Normalize(args);
-  std::string why;
-  if (!Sm90Supports(p, &why)) return 0;
-  return ScheduleWorkspaceBytes(ChooseLaunch(p, dev, hint, schedule, true));
-}
-
-namespace {
-
 // The K-major copies that make `p` runnable on the Hopper kernel, or an empty
 // plan when it runs as it is or copies would not make it runnable.
 KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
@@ -208,47 +177,120 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
 
 }  // namespace
 
+// Everything a launch needs decided before its buffers exist.
+struct Gemm::Plan::Data {
+  absl::Status status;
+  DeviceInfo dev;
+  TileHint hint = TileHint::kAuto;
+  ScheduleHint schedule = ScheduleHint::kAuto;
+  NormalizedProblem problem;
+  // The Hopper kernel runs the problem as it is.
+  bool sm90 = false;
+  // Otherwise, on Hopper: the K-major copies that would let it run there
+  // (empty: none would).
+  KMajorCopyPlan copies;
+  // sm90: the heuristic's launch with a workspace allowed, and with the
+  // hints applied (what WorkspaceSize sizes).
+  Sm90LaunchChoice heuristic;
+  Sm90LaunchChoice with_workspace;
+  size_t workspace_bytes = 0;
+};
+
+Gemm::Plan::Plan() = default;
+
+const absl::Status& Gemm::Plan::status() const {
+  static const absl::Status* const kNoPlan =
+      new absl::Status(absl::FailedPreconditionError("Gemm::Plan not made by Gemm::MakePlan"));
+  return data_ ? data_->status : *kNoPlan;
+}
+
+size_t Gemm::Plan::workspace_bytes() const { return data_ ? data_->workspace_bytes : 0; }
+
+size_t Gemm::Plan::operand_copy_bytes() const { return data_ ? data_->copies.total_bytes : 0; }
+
+Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint schedule) {
+  auto d = std::make_shared<Plan::Data>();
+  d->hint = hint;
+  d->schedule = schedule;
+  d->status = CanImplement(args);
+  if (d->status.ok()) d->status = CurrentDevice(&d->dev);
+  if (d->status.ok()) {
+    d->problem = Normalize(args);
+    std::string why;
+    d->sm90 = d->dev.sm90() && Sm90Supports(d->problem, &why);
+    if (d->sm90) {
+      d->heuristic = HeuristicLaunch(d->problem, d->dev, true);
+      d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
+      d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
+    } else if (d->dev.sm90() && args.a.dtype == DataType::kF32 && args.allow_tf32) {
+      d->copies = CopiesThatEnableSm90(d->problem);
+    }
+  }
+  Plan plan;
+  plan.data_ = std::move(d);
+  return plan;
+}
+
+size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHint schedule) {
+  return MakePlan(args, hint, schedule).workspace_bytes();
+}
+
 size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
   // Asked for every launch on the executor's hot path: the common answer
   // (not fp32 with TF32 allowed) before any argument check or device query.
   if (args.a.dtype != DataType::kF32 || !args.allow_tf32) return 0;
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
-  if (!CurrentDeviceInfo(&dev).ok() || dev.major != 9 || dev.minor != 0) return 0;
+  if (!CurrentDevice(&dev).ok() || !dev.sm90()) return 0;
   return CopiesThatEnableSm90(Normalize(args)).total_bytes;
 }
 
 absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint,
                               ScheduleHint schedule, void* operand_copies) {
+  return Initialize(MakePlan(args, hint, schedule), workspace, operand_copies);
+}
+
+absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_copies) {
   impl_->plan.reset();
   impl_->copies = {};
   impl_->copy_workspace = nullptr;
   kind_ = KernelKind::kNone;
   kernel_name_.clear();
-  absl::Status s = CanImplement(args);
-  if (!s.ok()) return s;
-  DeviceInfo dev;
-  s = CurrentDeviceInfo(&dev);
-  if (!s.ok()) return s;
+  if (!plan.status().ok()) return plan.status();
+  const Plan::Data& d = *plan.data_;
+  const DeviceInfo& dev = d.dev;
 
-  NormalizedProblem p = Normalize(args);
-  std::string why;
-  const bool hopper = dev.major == 9 && dev.minor == 0;
-  if (hopper && operand_copies != nullptr) {
+  NormalizedProblem p = d.problem;
+  bool sm90 = d.sm90;
+  // The heuristic's launch for the problem as it runs (none yet where the
+  // operands are copied first).
+  std::optional<Sm90LaunchChoice> heuristic;
+  if (sm90) heuristic = d.heuristic;
+  if (dev.sm90() && operand_copies != nullptr) {
     if (reinterpret_cast<uintptr_t>(operand_copies) % 256 != 0)
       return absl::InvalidArgumentError("operand_copies must be 256-byte aligned");
-    const KMajorCopyPlan copies = CopiesThatEnableSm90(p);
-    if (copies.total_bytes > 0) {
+    if (d.copies.total_bytes > 0) {
       impl_->original = p;
-      impl_->copies = copies;
+      impl_->copies = d.copies;
       impl_->copy_workspace = operand_copies;
-      p = WithKMajorCopies(p, copies, operand_copies);
+      p = WithKMajorCopies(p, d.copies, operand_copies);
+      std::string why;
+      sm90 = Sm90Supports(p, &why);
     }
   }
-  // sm_90a machine code runs on compute capability 9.0 only.
-  if (hopper && Sm90Supports(p, &why)) {
-    const Sm90LaunchChoice choice =
-        ChooseLaunch(p, dev, hint, schedule, workspace != nullptr);
+  if (sm90) {
+    const bool allow_reduction = workspace != nullptr;
+    Sm90LaunchChoice choice;
+    if (heuristic && allow_reduction) {
+      choice = d.with_workspace;
+    } else {
+      // A heuristic launch that needs no reduction is also the heuristic's
+      // launch without a workspace: the paired split-K that it adds then
+      // costs more than the in-kernel split-K 2 that lost to it.
+      if (!heuristic || (!allow_reduction && heuristic->schedule != Sm90Schedule::kDataParallel))
+        heuristic = HeuristicLaunch(p, dev, allow_reduction);
+      choice = WithHints(*heuristic, p, dev, d.hint, d.schedule, allow_reduction);
+    }
     std::string error;
     impl_->plan = MakeSm90Plan(p, choice, workspace, &error);
     if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 kernel setup: ", error));

@@ -13,11 +13,18 @@
 //   RETURN_IF_ERROR(gemm.Run(stream));
 //   gemm.kernel_name();   // which kernel/config ran, for per-response reporting
 //
+// A caller that also sizes the workspaces plans the launch once instead:
+//   Gemm::Plan plan = Gemm::MakePlan(args);      // checks, device, heuristic
+//   RETURN_IF_ERROR(plan.status());
+//   ... plan.workspace_bytes(), plan.operand_copy_bytes() ...
+//   RETURN_IF_ERROR(gemm.Initialize(plan, workspace, operand_copies));
+//
 // Implementation details follow the public declarations.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
@@ -88,6 +95,29 @@ enum class KernelKind {
 
 class Gemm {
  public:
+  // One launch planned once: the argument checks (CanImplement), the device
+  // lookup and the launch heuristic run in MakePlan, and WorkspaceSize,
+  // OperandCopyBytes and Initialize read their results instead of running
+  // them again. Cheap to copy; holds no device memory.
+  class Plan {
+   public:
+    Plan();
+    // CanImplement's result, or why no GPU is usable.
+    const absl::Status& status() const;
+    // What WorkspaceSize and OperandCopyBytes return for the same arguments
+    // and hints (0 when status() is not ok).
+    size_t workspace_bytes() const;
+    size_t operand_copy_bytes() const;
+
+    struct Data;  // gemm.cc
+
+   private:
+    friend class Gemm;
+    std::shared_ptr<const Data> data_;
+  };
+  static Plan MakePlan(const GemmArguments& args, TileHint hint = TileHint::kAuto,
+                       ScheduleHint schedule = ScheduleHint::kAuto);
+
   // Checks the arguments alone (shapes, strides, dtypes, pointers); needs no
   // GPU. InvalidArgument names the offending field.
   static absl::Status CanImplement(const GemmArguments& args);
@@ -120,6 +150,11 @@ class Gemm {
   absl::Status Initialize(const GemmArguments& args, void* workspace = nullptr,
                           TileHint hint = TileHint::kAuto,
                           ScheduleHint schedule = ScheduleHint::kAuto,
+                          void* operand_copies = nullptr);
+
+  // Initialize from a plan (MakePlan's arguments and hints): the same launch
+  // as Initialize(args, workspace, hint, schedule, operand_copies).
+  absl::Status Initialize(const Plan& plan, void* workspace = nullptr,
                           void* operand_copies = nullptr);
 
   // Enqueues the GEMM on `stream` (a cudaStream_t). Returns an error if the

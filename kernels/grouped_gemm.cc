@@ -3,13 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/config/heuristic.h"
+#include "kernels/device_info.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/problem.h"
 #include "kernels/sm90/sm90_gemm.h"
@@ -35,27 +35,11 @@ GemmArguments AsGemm(const GroupedProblemArguments& p, bool allow_tf32) {
 }
 
 bool OnHopper(int* num_sms) {
-  // Cached per device: a server asks for every grouped launch, and
-  // cudaGetDeviceProperties is slow.
-  struct Known {
-    bool hopper = false;
-    int num_sms = 0;  // 0: not asked yet
-  };
-  static std::mutex mu;
-  static std::vector<Known> known;
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  std::lock_guard<std::mutex> lock(mu);
-  if (static_cast<int>(known.size()) <= device) known.resize(device + 1);
-  Known& k = known[device];
-  if (k.num_sms == 0) {
-    cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
-    k.hopper = prop.major == 9 && prop.minor == 0;
-    k.num_sms = prop.multiProcessorCount;
-  }
-  *num_sms = k.num_sms;
-  return k.hopper;
+  DeviceInfo dev;
+  std::string error;
+  if (!CurrentDeviceInfo(&dev, &error)) return false;
+  *num_sms = dev.num_sms;
+  return dev.sm90();
 }
 
 // The normalized problems when one grouped kernel can run them all.

@@ -55,6 +55,35 @@ TEST(CanImplement, NeedsNoGpuAndWorkspaceIsZero) {
   EXPECT_EQ(Gemm::WorkspaceSize(Valid()), 0u);
 }
 
+TEST(GemmPlan, CarriesCanImplementsVerdict) {
+  GemmArguments a = Valid();
+  a.a.ld = 299;
+  const Gemm::Plan bad = Gemm::MakePlan(a);
+  EXPECT_EQ(bad.status(), Gemm::CanImplement(a));
+  EXPECT_EQ(bad.workspace_bytes(), 0u);
+  EXPECT_EQ(bad.operand_copy_bytes(), 0u);
+  Gemm gemm;
+  EXPECT_EQ(gemm.Initialize(bad), Gemm::CanImplement(a));
+  EXPECT_EQ(gemm.kernel_kind(), KernelKind::kNone);
+}
+
+TEST(GemmPlan, ADefaultPlanIsRefused) {
+  const Gemm::Plan none;
+  EXPECT_FALSE(none.status().ok());
+  Gemm gemm;
+  EXPECT_FALSE(gemm.Initialize(none).ok());
+}
+
+TEST(GemmPlan, AgreesWithTheOneShotQueries) {
+  // Valid arguments: on a machine without a GPU the plan holds the device
+  // error and sizes nothing, as the one-shot queries do.
+  const Gemm::Plan plan = Gemm::MakePlan(Valid());
+  EXPECT_EQ(plan.workspace_bytes(), Gemm::WorkspaceSize(Valid()));
+  EXPECT_EQ(plan.operand_copy_bytes(), Gemm::OperandCopyBytes(Valid()));
+  Gemm a, b;
+  EXPECT_EQ(a.Initialize(plan).code(), b.Initialize(Valid()).code());
+}
+
 TEST(Normalize, RowMajorDKeepsOperands) {
   const NormalizedProblem p = Normalize(Valid());
   EXPECT_FALSE(p.swapped);

@@ -231,7 +231,7 @@ float DecodeOut(DataType t, const uint8_t* p) {
 // fp32 outputs: two fp32 accumulations of K products in different orders
 // (data-parallel against split or stream-K) differ by ~eps * sqrt(K) * c;
 // tensor-core accumulation gave c up to ~5 (7.68e-5 at K = 65536 with 128
-// splits, round 5), so the bound allows twice that.
+// splits, H200), so the bound allows twice that.
 double OutTolerance(DataType out, int64_t k = 1) {
   return out == DataType::kBF16 ? 1e-2
          : out == DataType::kF16 ? 2e-3
@@ -535,7 +535,7 @@ TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
 // byte 0) of one problem, three rounds. Every launch must match its own
 // first round bit for bit (a counter left non-zero, or clobbered by another
 // plan's partials, makes a grid-summed launch read partials early or spin
-// until the kernel traps; round 14 call 4) and the others within rounding.
+// until the kernel traps) and the others within rounding.
 TEST_F(SchedulesGpuTest, SchedulesShareOneWorkspace) {
   const int sms = SmCount();
   ASSERT_GT(sms, 0);
@@ -572,7 +572,7 @@ TEST_F(SchedulesGpuTest, SchedulesShareOneWorkspace) {
                            cudaMemcpyDeviceToHost));
         if (round > 0) {
           EXPECT_EQ(std::memcmp(first[i].data(), again.data(), bytes), 0)
-              << plans[i]->name() << ": round " << round << " differs from round 0";
+              << plans[i]->name() << ": repetition " << round << " differs from the first";
         }
       }
     }

@@ -30,19 +30,19 @@ namespace {
 // tile loads as many A bytes per MMA as B bytes, a 128x256 one half as many
 // A bytes, and its
 // m64n256 wgmma keeps the tensor cores busier per instruction. Fitted to the
-// H200 (bench/KERNEL_NOTES.md, v5): 1.04 picks the faster data-parallel tile
+// H200 (kernels/DESIGN.md): 1.04 picks the faster data-parallel tile
 // on every measured shape (8192^3 and 4096^3 wide; 4224^3 and 3072^3, where
 // the square tile's waves quantize better, square). A 128x64 tile loads 1.5x
 // the operand bytes per MMA of a 128x128 one, and its k-block is bound by
 // the operand feed, not the MMAs: 1024 x 1024 x K on 128 CTAs of 128x64
-// against 64 of 128x128 (round 7 call 7, H200) ran 0.27 against 0.30 us per
+// against 64 of 128x128 (H200) ran 0.27 against 0.30 us per
 // k-block, so 1.8 per element. It then wins only where all its tiles fit one
 // wave, i.e. where 128x128 tiles would leave over half the SMs idle (1024^3:
 // 8.8 against 9.6 us), and loses to split-K 2 where K is long (1024 x 1024 x
 // 4096: split-K 18.8 us, 128x64 22.2, 128x128 24.3). The 192x192 tile
 // (three consumers) has 1.125x the area of 128x256 at 1.01 per element:
 // 3072^3 data-parallel ran 86.6 us in two waves of it against 114.3 in
-// three of 128x256 (round 11 call 1, H200; 0.79 us per iteration).
+// three of 128x256 (H200; 0.79 us per iteration).
 //
 // latency_iters_per_kblock: the least a k-block costs when operands stream
 // from DRAM, the ring's loaded latency over its stages (see the streaming
@@ -79,14 +79,14 @@ double EstimatedCost(Sm90Tile tile, int64_t m, int64_t n, int64_t batch, int num
 // NOTES: L2 requests. Where the operands' rows start off the 32-byte
 // sector grid (packed 16-bit rows with K = 1000, 3000, 5000, 2040: pitches
 // of 16 mod 32 bytes), the k-loop runs at the pace of its L2 requests, two
-// per 128-byte box row. Fitted to 3000^3 (round 13 call 1, H200, every SM
+// per 128-byte box row. Fitted to 3000^3 (H200, every SM
 // busy in the waves that count): per k-block, 128x128 data-parallel 0.704
 // us for 512 requests per CTA, 128x256 1.034 us for 768, 128x128 with A
 // multicast 0.543 us for 384, 128x256 with A multicast 0.919 us for 640:
 // 1.35-1.44 ns per request, 0.0018 iterations of ~0.77 us (3072^3 on
 // 128x256: 111.0 us over 144 k-blocks). Rows on the sector grid but off the
 // 128-byte lines (K = 4000, 6000) ran at the aligned rate, multicast or not
-// (round 13 call 3: 4096 x 4096 x 4000 and 2000 x 2000 x 6000), so they
+// (4096 x 4096 x 4000 and 2000 x 2000 x 6000), so they
 // count one request per box row like aligned ones. At one request per box
 // row every tile's requests stay under its MMA time (128x256: 384 x 0.0018
 // = 0.69 iterations against 1.0), so the term changes no such estimate.
@@ -118,7 +118,7 @@ double TileCostScale(Sm90Tile tile) {
 namespace {
 
 // NOTES: per-tile fixed cost of a grouped launch, in iterations (one 128x256
-// k-block, ~0.75 us under load). Per-CTA stamps (round 8 calls 4-5, H200):
+// k-block, ~0.75 us under load). Per-CTA stamps (H200):
 // after its k-loop a 128x256 tile took 1.5-1.9 us (epilogue), a 128x128 one
 // 1.25; here 2.5 and 1.7 iterations. Without them the choice took 128x128
 // for 64 x M~U[32,256] N=K=256 (204 tiles: 72 CTAs run two, one after the
@@ -162,9 +162,9 @@ Sm90Tile ChooseSm90Tile(int64_t m, int64_t n, int64_t k, int64_t batch, int num_
   double best_cost = EstimatedCost(best, m, n, batch, num_sms);
   for (Sm90Tile t : {Sm90Tile::k128x128, Sm90Tile::k128x64, Sm90Tile::k192x192}) {
     // NOTES: the tiles share BK, so K scales every estimate alike, except
-    // that 128x64 measured faster only with whole k-blocks (round 7 call 6,
-    // H200): 1024^3 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against
-    // 11.3 and 1000 x 1024 x 1000 13.0 against 10.6 (K = 1000: a k-tail,
+    // that 128x64 measured faster only with whole k-blocks (H200): 1024^3
+    // 8.8 against 9.6 us on 128x128, but 1000^3 13.1 against 11.3 and
+    // 1000 x 1024 x 1000 13.0 against 10.6 (K = 1000: a k-tail,
     // and rows of 2000 bytes, which no 128-byte box row lines up with).
     if (t == Sm90Tile::k128x64 && k % 64 != 0) continue;
     const double c = EstimatedCost(t, m, n, batch, num_sms);
@@ -185,26 +185,25 @@ namespace {
 // tile at hand; reducing one means a flag wait plus reading it back from L2,
 // counted as two. Besides those, a stream-K CTA spends a fixed
 // kStreamKFixedIters (~8 us; the same on every tile): fitted to five hybrid
-// launches of round 11 call 1 (H200; 4224^3 on 128x256, 128x128 and
+// launches measured together (H200; 4224^3 on 128x256, 128x128 and
 // 192x192, 3072^3 on 128x256 and 192x192), which it puts within 1.5% each,
-// where the earlier factor of 1.15 on the stream-K part (KERNEL_NOTES v5)
-// was off by ~10 iterations on the long 192x192 ranges. The per-CTA stamps
-// of round 8 counted ~8.6 us of fixup per stream-K CTA.
+// where the earlier factor of 1.15 on the stream-K part (kernels/DESIGN.md)
+// was off by ~10 iterations on the long 192x192 ranges. Per-CTA stamps
+// counted ~8.6 us of fixup per stream-K CTA.
 constexpr double kStoreIters = 1.0;
 constexpr double kReduceIters = 2.0;
 constexpr double kStreamKFixedIters = 10.0;
 // NOTES: stream-K CTAs work at scattered k positions of their tiles, where
 // data-parallel waves move through k in near lockstep, so they reuse operands
-// through L2 only while the operands stay resident. Measured (round 11 calls
-// 2-3, H200): as modelled up to 75 MB of A and B (4224^3, 2304 x 2304 x
-// 8192), but 2816 x 2816 x 8192 (92 MB, every tile stream-K) ran 1.13-1.26x
+// through L2 only while the operands stay resident. Measured (H200): as
+// modelled up to 75 MB of A and B (4224^3, 2304 x 2304 x 8192), but 2816 x 2816 x 8192 (92 MB, every tile stream-K) ran 1.13-1.26x
 // the modelled stream-K ranges on the three tiles (128x256: 227.6 us
 // against 192.6 data-parallel). Past kStreamKResidentBytes the ranges cost
 // kStreamKOutOfL2Factor times their iterations.
 constexpr double kStreamKResidentBytes = 80e6;
 constexpr double kStreamKOutOfL2Factor = 1.25;
 // NOTES: a reducing schedule must be estimated 3% faster than data-parallel.
-// With the refit above, the stream-K estimates of round 11 call 1 came
+// With the refit above, the stream-K estimates of those five launches came
 // within 1.5% of the measured times; 5% (before it) kept 4224^3 and 1920 x
 // 1920 x 8192 data-parallel, where stream-K on 192x192 measured 3.6% and 2%
 // faster.
@@ -215,7 +214,7 @@ constexpr double kReductionMargin = 0.97;
 // latency / stages (TileModel::latency_iters_per_kblock); and the whole grid
 // by DRAM, ~3.8 TB/s for these patterns (2.66 MB per iteration). Both
 // fitted to split-count sweeps on the
-// H200 (KERNEL_NOTES v5: 7 x 8192 x 8192 and 128 x 128 x 65536 at 16-132
+// H200 (kernels/DESIGN.md: 7 x 8192 x 8192 and 128 x 128 x 65536 at 16-132
 // CTAs; the time was the per-CTA term plus the DRAM term).
 constexpr double kDramBytesPerIter = 2.66e6;
 // NOTES: in-kernel split-K: the finalizer of each tile waits for and reads
@@ -236,7 +235,7 @@ constexpr double kPartialBytesPerIter = 5.0e6;
 // bytes, but a grid-wide count and the CTAs' own sums in place of the second
 // launch. Only where each CTA's share of the output takes one pass of its
 // consumer threads (GridSumOnePass); with several, each pass waits on L2 in
-// turn (round 14 call 5, us, reduction kernel / summed in the grid: 128 x
+// turn (H200, us, reduction kernel / summed in the grid: 128 x
 // 128 x 65536 split-K 128 19.8 / 18.8, 128 x 128 x 65472 19.6 / 18.6; 256 x
 // 4096 x 16384 128x128 split-K 2 66.0 / 74.3, 7 x 8192 x 8192 128x256
 // split-K 4 42.7 / 49.8). In the one-pass cases of calls 5 and 6 it was
@@ -256,9 +255,9 @@ constexpr int64_t kMinReductionKBlocks = 32;
 // the finalizer reads 64 KB from its peer's shared memory, where the
 // workspace fixup stores, fences, flags, polls and reads back through L2. It
 // was built to remove the 3.0-3.8 us by which in-kernel split-K 2 exceeds
-// its halved k-loop (round 6 call 1, 1024 x 1024 x K) and measured no
+// its halved k-loop (1024 x 1024 x K, H200) and measured no
 // faster: 0.35-0.9 us slower than the workspace fixup on 1000^3, 1000 x 1000
-// x 2000, 1024 x 1024 x 4096 and 256 x 4096 x 16384 (call 2; its partial CTA
+// x 2000, 1024 x 1024 x 4096 and 256 x 4096 x 16384 (its partial CTA
 // stays resident until the finalizer has read). So those microseconds are
 // not the fixup; the likely cause is that a 128-CTA grid leaves no SM free on
 // which the next launch can start early (programmatic dependent launch),
@@ -326,23 +325,50 @@ Candidate DataParallel(const Problem& p, Sm90Tile tile) {
   return c;
 }
 
+}  // namespace
+
+StreamKSplit ChooseStreamKSplit(int64_t tiles, int64_t k_blocks, int sms, bool forced) {
+  if (k_blocks < kMinStreamKKBlocks || sms < 1) return {};
+  const int64_t sk_tiles = HybridStreamKTiles(tiles, sms);
+  // With more CTAs than iterations (split-K's ground) the hybrid split
+  // would leave CTAs without a k-block.
+  if (sk_tiles > 0 && sk_tiles * k_blocks / sms >= 1) return {sk_tiles, sms};
+  if (forced && tiles < sms) {
+    return {tiles, static_cast<int>(std::min<int64_t>(tiles * k_blocks, sms))};
+  }
+  return {};
+}
+
+namespace {
+
+// Stream-K on `tile` as ChooseStreamKSplit splits it (data-parallel where it
+// does not apply).
+Sm90LaunchChoice StreamKChoice(Sm90Tile tile, const StreamKSplit& split, int dp_grid) {
+  Sm90LaunchChoice c;
+  c.tile = tile;
+  c.grid = dp_grid;
+  if (split.sk_tiles == 0) return c;
+  c.schedule = Sm90Schedule::kStreamK;
+  c.sk_tiles = split.sk_tiles;
+  c.grid = split.grid;
+  c.workspace_slots = split.grid;
+  return c;
+}
+
 // The hybrid schedule: data-parallel waves, then stream-K over the last
-// partial wave plus one full wave (HybridStreamKTiles).
+// partial wave plus one full wave (ChooseStreamKSplit), with its cost.
 Candidate StreamK(const Problem& p, Sm90Tile tile) {
   Candidate c = DataParallel(p, tile);
   const int64_t tiles = p.tiles(tile), kb = p.k_blocks();
   const int sms = p.sms;
-  const int64_t sk_tiles = HybridStreamKTiles(tiles, sms);
-  if (sk_tiles == 0 || kb < 2) return c;
+  const StreamKSplit split = ChooseStreamKSplit(tiles, kb, sms, false);
+  if (split.sk_tiles == 0) return c;
+  const int64_t sk_tiles = split.sk_tiles;
   const int64_t dp_waves = (tiles - sk_tiles) / sms;
   const int64_t per_cta_min = sk_tiles * kb / sms;
-  if (per_cta_min < 1) return c;  // more CTAs than iterations: split-K's ground
   const int64_t per_cta = CeilDiv(sk_tiles * kb, sms);
   const int64_t peers = CeilDiv(kb, per_cta_min);  // CTAs touching one tile, at most
-  c.choice.schedule = Sm90Schedule::kStreamK;
-  c.choice.sk_tiles = sk_tiles;
-  c.choice.grid = sms;
-  c.choice.workspace_slots = sms;
+  c.choice = StreamKChoice(tile, split, c.choice.grid);
   const double fixup = kStoreIters + double(peers - 1) * kReduceIters;
   const double range =
       double(per_cta) * (p.unique_bytes() > kStreamKResidentBytes ? kStreamKOutOfL2Factor : 1.0);
@@ -484,8 +510,8 @@ Sm90LaunchChoice ChooseSm90Launch(int64_t m, int64_t n, int64_t k, int64_t batch
     const bool plain = c.choice.schedule == Sm90Schedule::kDataParallel && !c.choice.multicast_a;
     if (!plain && c.cost < kReductionMargin * dp_cost && c.cost < best.cost) best = c;
   };
-  // NOTES: A multicast pays where A's rows are off the sector grid (round 13
-  // calls 1 and 3, H200; us, plain / multicast): 3000^3 192x192 112.2 / 88.3,
+  // NOTES: A multicast pays where A's rows are off the sector grid (H200;
+  // us, plain / multicast): 3000^3 192x192 112.2 / 88.3,
   // 128x128 165.5 / 126.5; 5000^3 192x192 547.7 / 429.8; 2048 x 2048 x 2040
   // (one wave) 41.0 / 33.7; 8192 x 8192 x 1000 (16 k-blocks, 15 waves)
   // 278.9 / 232.2 against 298.4 for the plain choice, 128x256. Elsewhere it
@@ -523,18 +549,9 @@ Sm90LaunchChoice MakeSm90Launch(Sm90Tile tile, Sm90Schedule schedule, int64_t m,
   switch (schedule) {
     case Sm90Schedule::kDataParallel:
       break;
-    case Sm90Schedule::kStreamK: {
-      Candidate c = StreamK(p, tile);
-      if (c.choice.schedule == Sm90Schedule::kDataParallel && kb >= 2 && tiles < num_sms) {
-        // Fewer iterations than CTAs: stream-K over as many CTAs as iterations.
-        const int grid = static_cast<int>(std::min<int64_t>(tiles * kb, num_sms));
-        c.choice.schedule = Sm90Schedule::kStreamK;
-        c.choice.sk_tiles = tiles;
-        c.choice.grid = grid;
-        c.choice.workspace_slots = grid;
-      }
-      return c.choice;
-    }
+    case Sm90Schedule::kStreamK:
+      return StreamKChoice(tile, ChooseStreamKSplit(tiles, kb, num_sms, true),
+                           DataParallel(p, tile).choice.grid);
     case Sm90Schedule::kSplitK: {
       // Data-parallel where two splits of every tile would not fit one wave.
       return SplitK(p, tile, false, true, false).choice;
@@ -566,7 +583,7 @@ int ChooseGroupM(int64_t tiles_m, int64_t tiles_n) {
   // Groups of 8 tile-rows: 8 A panels and the B panels they meet stay in L2
   // for the large square problems; smaller grids fit in L2 anyway. Groups of
   // 16 read 21% less from DRAM on 4096^3 but ran no faster, alone at the
-  // power cap or interleaved (KERNEL_NOTES v19), so 8 stays.
+  // power cap or interleaved (kernels/DESIGN.md), so 8 stays.
   (void)tiles_n;
   return static_cast<int>(std::min<int64_t>(8, std::max<int64_t>(1, tiles_m)));
 }

@@ -108,11 +108,28 @@ struct Sm90LaunchChoice {
   int l2_promotion = -1;
   // Experiments only (bench/schedule_sweep "clock"): device memory of grid x
   // kCtaClockWords words that each launch fills with per-CTA %globaltimer
-  // stamps and the SM id; nullptr otherwise.
+  // stamps and the SM id; nullptr otherwise. Needs a build with
+  // --define=gemm_kernel_stamps=1 (Sm90KernelStamps); other builds refuse it.
   unsigned long long* cta_clock = nullptr;
   int grid = 1;          // persistent CTAs, <= num_sms (one CTA per SM)
   int64_t workspace_slots = 0;  // partial tiles the schedule may store
 };
+
+// The stream-K decision, in one place (the heuristic's candidate and a
+// forced MakeSm90Launch both take it): for `tiles` tiles of `k_blocks`
+// k-blocks on `sms` SMs, the tiles left to stream-K (the last ones in tile
+// order) and the CTAs sharing them; sk_tiles 0 where stream-K does not
+// apply. The hybrid split (HybridStreamKTiles: the last partial wave plus
+// one full wave, over every SM) where each CTA's range holds at least one
+// k-block; with `forced`, where fewer tiles than SMs leave more CTAs than
+// iterations, all tiles over as many CTAs as iterations. A tile needs
+// kMinStreamKKBlocks k-blocks to be shared at all.
+constexpr int64_t kMinStreamKKBlocks = 2;
+struct StreamKSplit {
+  int64_t sk_tiles = 0;
+  int grid = 0;
+};
+StreamKSplit ChooseStreamKSplit(int64_t tiles, int64_t k_blocks, int sms, bool forced);
 
 // Where the operands' rows start against the L2's 32-byte sectors (see
 // ChooseSm90Launch). TMA needs 16-byte aligned rows; a row that starts at
@@ -153,7 +170,7 @@ inline bool Sm90RowsOffSector(int64_t ld_bytes, int64_t batch_stride_bytes, int6
 // co-resident 2-CTA clusters: Sm90MaxPairClusters; 0 = never). With a
 // workspace the in-kernel split-K 2 it pairs measured faster. Constants and
 // the measurements they are fitted to: heuristic.cc and
-// bench/KERNEL_NOTES.md.
+// kernels/DESIGN.md.
 //
 // `rows`: where A's and B's rows start (Sm90RowAlignment). A box row off
 // the sector grid costs two L2 requests, and the k-loop's cost becomes the
@@ -219,8 +236,8 @@ double SplitKCostIters(Sm90Tile tile, int64_t m, int64_t n, int64_t k, int64_t b
 // CUDA executor keeps one for all its reducing launches). Every launch
 // leaves its flags or counters at zero, and no plan's partials start within
 // the first 256 bytes, so the counters at the start are zero for every
-// grid-summed launch (a reduction kernel's partials at offset 0 made them
-// garbage: round 14 call 4).
+// grid-summed launch (a reduction kernel's partials at offset 0 once left
+// them garbage and the grid-summed launch after it wrong).
 constexpr int kFlagWordsPerSlot = 3;  // one per consumer warpgroup of the 192-row tile
 size_t ScheduleFlagBytes(int64_t slots);
 size_t ScheduleFlagBytes(const Sm90LaunchChoice& c);

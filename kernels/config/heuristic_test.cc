@@ -24,7 +24,7 @@ TEST(Heuristic, SingleWavesOnFewSmsUseTheNarrowTile) {
   // 1024^3: 64 square tiles (one wave on 64 of 132 SMs) or 128 of 128x64.
   EXPECT_EQ(ChooseSm90Tile(1024, 1024, 1024, 1, kH200Sms), Sm90Tile::k128x64);
   // K long enough to split: split-K 2 on 128x128 (18.8 us) beats 128x64
-  // (22.2 us, round 7 call 7).
+  // (22.2 us).
   const Sm90LaunchChoice long_k = ChooseSm90Launch(1024, 1024, 4096, 1, 64, kH200Sms, true);
   EXPECT_EQ(long_k.schedule, Sm90Schedule::kSplitK);
   EXPECT_EQ(long_k.tile, Sm90Tile::k128x128);
@@ -42,7 +42,7 @@ TEST(Heuristic, SingleWavesOnFewSmsUseTheNarrowTile) {
 TEST(Heuristic, WaveQuantizationPrefersFewerWaves) {
   // 3072^2: 24 x 12 = 288 wide tiles (3 waves of 128x256 on 132 SMs), 576
   // square ones (5 waves of 128x128) or 256 of 192x192 (2 waves): 3 * 2 >
-  // 5 * 1.04 > 2 * 2.27; measured 114.3, 101.3 and 86.6 us (round 11 call 1).
+  // 5 * 1.04 > 2 * 2.27; measured 114.3, 101.3 and 86.6 us.
   EXPECT_EQ(ChooseSm90Tile(3072, 3072, 4096, 1, kH200Sms), Sm90Tile::k192x192);
   // 4224^2: 561 wide tiles (5 waves, the last a quarter full), 1089 square
   // (9 waves) or 484 of 192x192 (4 waves): 5 * 2 > 9 * 1.04 > 4 * 2.27;
@@ -98,7 +98,7 @@ TEST(Heuristic, SquareTileWorkspaceHoldsThreeFlagsAndItsPartials) {
 }
 
 // The split-K cost model against split-count sweeps on the H200 (0.7 us per
-// iteration; bench/KERNEL_NOTES.md v5, schedule_sweep).
+// iteration; kernels/DESIGN.md, schedule_sweep).
 TEST(Heuristic, SplitKCostModel) {
   auto us = [](Sm90Tile t, int64_t m, int64_t n, int64_t k, int s, bool sep) {
     return 0.7 * SplitKCostIters(t, m, n, k, 1, 64, s, sep);
@@ -156,8 +156,8 @@ namespace gemm_kernels {
 namespace {
 
 // The issue's three grouped cases (schedule_bench's seeds give M; fixed M
-// at the range's middle here): 128x256 wins on all three (round 8 calls 1,
-// 4, 5). The 64-problem case has 102 wide tiles, one per CTA, against 204
+// at the range's middle here): 128x256 measured faster on all three
+// (H200). The 64-problem case has 102 wide tiles, one per CTA, against 204
 // square ones, of which 72 CTAs would run two.
 TEST(GroupedTile, IssueCasesTakeTheWideTile) {
   auto group = [](int count, int64_t m_lo, int64_t m_hi, int64_t n, int64_t k) {
@@ -189,7 +189,7 @@ TEST(GroupedTile, DegenerateInputsAreDefined) {
 
 // Rows off the 32-byte sector grid (packed K = 3000: 6000-byte rows): each
 // box row costs two L2 requests, and A multicast halves A's. Measured
-// (round 13 call 3, H200): 3000^3 192x192 with A multicast 88.3 us against
+// (H200): 3000^3 192x192 with A multicast 88.3 us against
 // 112.2 plain; 8192 x 8192 x 1000 232.2 against 298.4 for 128x256 plain.
 TEST(Heuristic, RowsOffTheSectorGridTakeAMulticast) {
   Sm90RowAlignment off;
@@ -249,6 +249,69 @@ TEST(Heuristic, RequestsBindOnlyOffTheSectorGrid) {
               RequestItersPerKBlock(t, 4096, 4096, off, false))
         << int(t);
   }
+}
+
+}  // namespace
+}  // namespace gemm_kernels
+
+namespace gemm_kernels {
+namespace {
+
+TEST(StreamKSplit, HybridSplitWhereEveryCtaGetsAKBlock) {
+  // 264 + 10 tiles on 132 SMs: the partial wave plus one full wave.
+  const StreamKSplit s = ChooseStreamKSplit(274, 64, kH200Sms, false);
+  EXPECT_EQ(s.sk_tiles, 142);
+  EXPECT_EQ(s.grid, kH200Sms);
+  // Whole waves: nothing to share.
+  EXPECT_EQ(ChooseStreamKSplit(264, 64, kH200Sms, false).sk_tiles, 0);
+  // One k-block cannot be shared.
+  EXPECT_EQ(ChooseStreamKSplit(274, 1, kH200Sms, true).sk_tiles, 0);
+  // Fewer iterations than SMs: only a forced launch, over one CTA each.
+  EXPECT_EQ(ChooseStreamKSplit(10, 4, kH200Sms, false).sk_tiles, 0);
+  const StreamKSplit forced = ChooseStreamKSplit(10, 4, kH200Sms, true);
+  EXPECT_EQ(forced.sk_tiles, 10);
+  EXPECT_EQ(forced.grid, 40);
+}
+
+TEST(StreamKSplit, HeuristicAndForcedLaunchTakeIt) {
+  // 4224^3 on 128x256: 33 x 17 = 561 tiles.
+  const StreamKSplit s = ChooseStreamKSplit(561, 66, kH200Sms, true);
+  const Sm90LaunchChoice c =
+      MakeSm90Launch(Sm90Tile::k128x256, Sm90Schedule::kStreamK, 4224, 4224, 4224, 1, 64, kH200Sms);
+  EXPECT_EQ(c.schedule, Sm90Schedule::kStreamK);
+  EXPECT_EQ(c.sk_tiles, s.sk_tiles);
+  EXPECT_EQ(c.grid, s.grid);
+  EXPECT_EQ(c.workspace_slots, s.grid);
+}
+
+// Gemm::Initialize(plan) reuses the heuristic's launch made with a
+// workspace allowed when none is given, wherever that launch reduces
+// nothing: then the launch without a workspace is the same.
+TEST(Heuristic, ALaunchThatReducesNothingIsAlsoTheLaunchWithoutAWorkspace) {
+  int checked = 0;
+  for (int64_t m : {7, 128, 1000, 1024, 2048, 3000, 4096, 8192}) {
+    for (int64_t n : {128, 1000, 1024, 4096, 8192}) {
+      for (int64_t k : {64, 1000, 2048, 4096, 16384, 65536}) {
+        for (int max_pairs : {0, 66}) {
+          for (const bool off_sector : {false, true}) {
+            Sm90RowAlignment rows;
+            rows.a_off_sector = off_sector;
+            const Sm90LaunchChoice with =
+                ChooseSm90Launch(m, n, k, 1, 64, kH200Sms, true, max_pairs, rows);
+            if (with.schedule != Sm90Schedule::kDataParallel) continue;
+            const Sm90LaunchChoice without =
+                ChooseSm90Launch(m, n, k, 1, 64, kH200Sms, false, max_pairs, rows);
+            EXPECT_EQ(without.schedule, with.schedule) << m << " " << n << " " << k;
+            EXPECT_EQ(without.tile, with.tile) << m << " " << n << " " << k;
+            EXPECT_EQ(without.grid, with.grid) << m << " " << n << " " << k;
+            EXPECT_EQ(without.multicast_a, with.multicast_a) << m << " " << n << " " << k;
+            ++checked;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 }  // namespace

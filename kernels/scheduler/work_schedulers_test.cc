@@ -613,7 +613,7 @@ TEST(Heuristic, IssueShapes) {
             Sm90Schedule::kDataParallel);
   EXPECT_EQ(ChooseSm90Launch(4096, 4096, 4096, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
-  // Wave quantization (round 11 call 1, H200, us): 3072^3 in two waves of
+  // Wave quantization (H200, us): 3072^3 in two waves of
   // 192x192 tiles, data-parallel (86.6; its stream-K 95.7, 128x256 stream-K
   // 93.4); 4224^3 and 1920 x 1920 x 8192 stream-K on 192x192 (230.4 and
   // 93.7; data-parallel 239.1 and 106.4 there, 128x256 data-parallel 268.2
@@ -671,7 +671,7 @@ TEST(Heuristic, IssueShapes) {
   EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, true).schedule,
             Sm90Schedule::kDataParallel);
   // ... with 2-CTA clusters too (split-K 2 measured slower at 16 k-blocks,
-  // its fixup in shared memory or not: KERNEL_NOTES v7).
+  // its fixup in shared memory or not: kernels/DESIGN.md).
   EXPECT_EQ(ChooseSm90Launch(1000, 1000, 1000, 1, 64, sms, false, 66).schedule,
             Sm90Schedule::kDataParallel);
   // Without a workspace, K-heavy: paired split-K, which needs none.

@@ -178,9 +178,9 @@ __device__ __forceinline__ void SignalFlag(int* flag) {
 // Spins until *counter == target (acquire). NOTES: equality, not >=: a
 // stream-K flag region may hold another plan's partials from an earlier
 // launch on the same workspace (the signal overwrites them with 1), and
-// such bits read as a large count would end the wait early (round 14 call
-// 5). A schedule bug would otherwise hang the GPU; after ~10 s of spinning
-// the kernel traps, so the launch fails with an error instead.
+// such bits read as a large count ended the wait early before the test was
+// an equality. A schedule bug would otherwise hang the GPU; after ~10 s of
+// spinning the kernel traps, so the launch fails with an error instead.
 __device__ __forceinline__ void WaitCounter(const int* counter, int target) {
   const long long start = clock64();
   while (true) {
@@ -230,7 +230,7 @@ __device__ __forceinline__ void MbarArriveRemote(uint32_t cluster_addr) {
 // to shared memory. NOTES: handing a ring stage back to a cluster peer needs
 // no more (the stage's wgmma reads are complete); the cluster-scope release
 // above also waits for the thread's outstanding global stores, and per
-// stage it cost the grouped A-multicast experiment 30% (round 10 call 2).
+// stage it cost the grouped A-multicast experiment 30%.
 __device__ __forceinline__ void MbarArriveRemoteCta(uint32_t cluster_addr) {
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_info.h"
 #include "kernels/sm90/gemm_kernel.cuh"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/split_k_reduce.cuh"
@@ -20,6 +21,20 @@ namespace gemm_kernels {
 namespace {
 
 using sm90::KernelParams;
+using sm90::LaunchMode;
+using sm90::LaunchModeTraits;
+using sm90::TraitsOf;
+
+// The mode of a dense launch choice (before MakeSm90Plan's checks of it).
+LaunchMode ModeOf(const Sm90LaunchChoice& c) {
+  if (c.schedule == Sm90Schedule::kDataParallel || c.sk_tiles == 0)
+    return c.multicast_a ? LaunchMode::kMulticastA : LaunchMode::kDataParallel;
+  if (c.schedule == Sm90Schedule::kStreamK) return LaunchMode::kStreamK;
+  if (c.cluster_pairs) return LaunchMode::kSplitKPaired;
+  if (c.separate_reduction)
+    return c.reduce_in_grid ? LaunchMode::kSplitKGridSum : LaunchMode::kSplitKReduceKernel;
+  return LaunchMode::kSplitK;
+}
 
 PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -51,7 +66,7 @@ bool OperandParams(const NormalizedOperand& op, int64_t mn, int64_t k, int64_t b
 
 // NOTES: L2 promotion. With 256 B each 128-byte box row's miss also brings
 // the next 128 bytes of the row (the next k-block) into the L2. A/B in one
-// binary (round 14 call 11, four alternations each), 128 B against 256 B:
+// binary (H200, four alternations each), 128 B against 256 B:
 // grouped lists +1-4% (64 problems 107.2-108.5 -> 111.9-113.5 TFLOP/s),
 // 128 x 128 x 65536 split-K 128 +4% (113-114 -> 116-118), skinny split-K
 // with the reduction kernel unchanged, 256 x 4096 x 16384 (in-kernel
@@ -179,7 +194,7 @@ class Sm90Plan final : public KernelPlan {
     // enqueued here.
     cudaError_t e = LaunchKernel(info_.func, const_cast<KernelParams*>(&params_), grid_,
                                   info_.threads, info_.smem_bytes, stream,
-                                  params_.cluster_pairs || params_.multicast_a ? 2 : 1, pdl_);
+                                  TraitsOf(params_.mode).cluster, pdl_);
     if (e == cudaSuccess && reduce_func_ != nullptr) {
       e = LaunchKernel(reduce_func_, const_cast<sm90::SplitKReduceParams*>(&reduce_params_),
                         reduce_blocks_, kSplitKReduceThreads, 0, stream, 1, pdl_);
@@ -249,7 +264,7 @@ CUtensorMapDataType TmaDataType(DataType t) {
 // third encode.
 // NOTES: TMA stores clip a box at the tensor's last column only to 16-byte
 // granularity: with N = 1 and padded rows, the 7 elements after each row's
-// first were written (gemm_gpu_test's stray-write check, round 9 call 5).
+// first were written (gemm_gpu_test's stray-write check).
 // Hence N a multiple of 8 (16 bytes of 16-bit elements).
 bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtensorMap& tma_a,
                CUtensorMap* tma_d, sm90::EpilogueParams* epi, std::string* error) {
@@ -269,9 +284,9 @@ bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtenso
 }
 
 bool PrepareKernel(const KernelInfo& info, std::string* error) {
-  int device = 0, smem_optin = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  DeviceInfo dev;
+  if (!CurrentDeviceInfo(&dev, error)) return false;
+  const int smem_optin = dev.smem_optin_bytes;
   if (static_cast<size_t>(smem_optin) < info.smem_bytes) {
     *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
              "kernel needs " + std::to_string(info.smem_bytes);
@@ -284,6 +299,13 @@ bool PrepareKernel(const KernelInfo& info, std::string* error) {
     return false;
   }
   return true;
+}
+
+// A launch that asks for per-CTA stamps needs a build that has them.
+bool StampsAvailable(const unsigned long long* cta_clock, std::string* error) {
+  if (cta_clock == nullptr || sm90::kKernelStamps) return true;
+  *error = "per-CTA stamps (cta_clock) need a build with --define=gemm_kernel_stamps=1";
+  return false;
 }
 
 std::string TileName(const Sm90TileShape& shape, const KernelInfo& info) {
@@ -331,6 +353,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     *error = why;
     return nullptr;
   }
+  if (!StampsAvailable(choice.cta_clock, error)) return nullptr;
   const bool tf32 = p.in_dtype == DataType::kF32;
   const int es = static_cast<int>(DataTypeSize(p.in_dtype));
   const Sm90TileShape shape = ShapeOf(tile);
@@ -385,7 +408,9 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   kp.epi = MakeEpilogue(p);
   if (!MapOutput(p, plan->info_, kp.tma_a, &kp.tma_d, &kp.epi, error)) return nullptr;
 
-  const bool reducing = choice.schedule != Sm90Schedule::kDataParallel && choice.sk_tiles > 0;
+  const LaunchMode mode = ModeOf(choice);
+  const LaunchModeTraits traits = TraitsOf(mode);
+  const bool reducing = traits.k_ranges;
   const int64_t all_tiles = int64_t(kp.tiles_m) * kp.tiles_n * kp.batch;
   if (choice.cluster_pairs) {
     if (tile != Sm90Tile::k128x128 || choice.schedule != Sm90Schedule::kSplitK ||
@@ -401,7 +426,6 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
                "the device holds " + std::to_string(pairs);
       return nullptr;
     }
-    kp.cluster_pairs = 1;
   }
   if (choice.multicast_a) {
     // The 192-row tile splits A into two 96-row halves, which MN-major A
@@ -414,16 +438,14 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
           "even grid";
       return nullptr;
     }
-    kp.multicast_a = 1;
   }
   // Paired split-K keeps its partials in shared memory: no workspace.
-  const bool uses_workspace = reducing && !choice.cluster_pairs;
+  const bool uses_workspace = traits.workspace;
   if (uses_workspace && (workspace == nullptr || tile == Sm90Tile::k128x128PingPong)) {
     *error = "stream-K/split-K needs a workspace and cooperative consumers";
     return nullptr;
   }
-  const bool separate = reducing && choice.schedule == Sm90Schedule::kSplitK &&
-                        choice.separate_reduction;
+  const bool separate = traits.partials_only;
   if (separate && (choice.grid != choice.sk_tiles * choice.splits || choice.sk_tiles != all_tiles)) {
     *error = "split-K with a separate reduction needs one CTA per (tile, split)";
     return nullptr;
@@ -431,25 +453,25 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   // Both ways of summing stored partials size themselves by the SMs.
   int sms = 1;
   if (separate) {
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    DeviceInfo dev;
+    if (!CurrentDeviceInfo(&dev, error)) return nullptr;
+    sms = dev.num_sms;
   }
   // Summed in the grid: every CTA waits for all the others' partials.
-  const bool in_grid = separate && choice.reduce_in_grid;
+  const bool in_grid = traits.grid_counters;
   if (in_grid && choice.grid > sms) {
     *error = "split-K summed in the grid: " + std::to_string(choice.grid) +
              " CTAs must be resident at once, the device has " + std::to_string(sms) + " SMs";
     return nullptr;
   }
   kp.sk_tiles = reducing ? choice.sk_tiles : 0;
-  kp.partials_only = separate ? 1 : 0;
-  kp.flags = uses_workspace && !separate ? static_cast<int*>(workspace) : nullptr;
+  kp.mode = mode;
+  kp.flags = traits.flags ? static_cast<int*>(workspace) : nullptr;
   kp.grid_counters = in_grid ? static_cast<int*>(workspace) : nullptr;
   kp.partials = uses_workspace ? reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) +
                                                           ScheduleFlagBytes(choice))
                                : nullptr;
-  if (separate && !in_grid) {
+  if (traits.reduction_kernel) {
     const SplitKReducePlan rp =
         PlanSplitKReduce(choice.sk_tiles, shape.bm, shape.bn, choice.splits, sms);
     sm90::SplitKReduceParams& r = plan->reduce_params_;
@@ -543,6 +565,8 @@ std::optional<Sm90Tile> Sm90TileOf(TileHint hint) {
   return std::nullopt;
 }
 
+bool Sm90KernelStamps() { return sm90::kKernelStamps; }
+
 bool Sm90GroupedHasTile(Sm90Tile tile) {
   return GroupedInfoFor<__nv_bfloat16>(tile, true, true).has_value();
 }
@@ -574,6 +598,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
     *error = "grouped launch needs problems and a workspace";
     return nullptr;
   }
+  if (!StampsAvailable(cta_clock, error)) return nullptr;
   const NormalizedProblem& first = problems[0];
   const std::optional<KernelInfo> info =
       first.in_dtype == DataType::kBF16
@@ -635,6 +660,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
   std::memset(&kp, 0, sizeof(kp));
   kp.group = reinterpret_cast<const sm90::GroupedProblem*>(ws);
   kp.group_shapes = reinterpret_cast<const GroupedProblemShape*>(ws + desc_bytes);
+  kp.mode = LaunchMode::kGrouped;
   kp.num_problems = static_cast<int>(problems.size());
   kp.group_tiles = tiles;
   kp.cta_clock = cta_clock;

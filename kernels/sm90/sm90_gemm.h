@@ -34,6 +34,11 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
 // pairs wait on each other. Asked once per device.
 int Sm90MaxPairClusters();
 
+// Whether the kernels were built with per-CTA timing stamps
+// (--define=gemm_kernel_stamps=1). Without them a plan that asks for stamps
+// (Sm90LaunchChoice::cta_clock, or `cta_clock` below) is refused.
+bool Sm90KernelStamps();
+
 // The tile a hint forces; none for TileHint::kAuto (the heuristic chooses).
 std::optional<Sm90Tile> Sm90TileOf(TileHint hint);
 

@@ -120,7 +120,7 @@ __device__ __forceinline__ void SumSplitQuads(const SplitSumArgs& a, int64_t fir
     // NOTES: loads in batches of up to 16, summed in ascending split order
     // as one at a time would be. With 4 in flight (#pragma unroll 4), the
     // grid's own sums of 128 x 128 x 65536 (16 splits per thread) took 5 us
-    // of round trips to L2 (round 14 call 5: per-CTA stamps).
+    // of round trips to L2 (per-CTA stamps).
     int s = SplitGroupBegin(g, groups, a.splits);
     const int s_end = SplitGroupBegin(g + 1, groups, a.splits);
     for (; s + 16 <= s_end; s += 16) AddSplits<16>(acc, src, s, kQuadsPerTile);
