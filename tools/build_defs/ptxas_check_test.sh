@@ -47,5 +47,23 @@ if ! "$check" "$T/clean" "$T/clean" >/dev/null 2>&1; then
   echo "FAIL: two clean reports" >&2
   failures=$((failures + 1))
 fi
+# An allowed function's spills pass; another function's still fail.
+if ! "$check" --allow_spills 'Z1k' "$T/stores" >/dev/null 2>&1; then
+  echo "FAIL: allowed spills" >&2
+  failures=$((failures + 1))
+fi
+if "$check" --allow_spills 'OtherKernel' "$T/stores" >/dev/null 2>&1; then
+  echo "FAIL: spills of a function the pattern does not name" >&2
+  failures=$((failures + 1))
+fi
+{
+  report 0 0 0
+  echo "ptxas warning : Registers are spilled to local memory in function '_Z1kPfPKfi', 4 bytes spill stores, 4 bytes spill loads"
+} >"$T/warning"
+expect 1 warning
+if ! "$check" --allow_spills '^_Z1k' "$T/warning" >/dev/null 2>&1; then
+  echo "FAIL: an allowed function named in the warning line" >&2
+  failures=$((failures + 1))
+fi
 [[ $failures -eq 0 ]] && echo PASS
 exit $((failures != 0))
