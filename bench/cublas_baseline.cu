@@ -26,7 +26,7 @@ std::string CublasBaseline::Gemm(DataType dtype, bool tf32, int64_t batch, int64
                                  int64_t k, const void* a, const void* b, void* d,
                                  bool b_row_major) const {
   const cudaDataType_t t =
-      dtype == DataType::kBF16 ? CUDA_R_16BF : dtype == DataType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+      dtype == DataType::kBf16 ? CUDA_R_16BF : dtype == DataType::kFp16 ? CUDA_R_16F : CUDA_R_32F;
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   const float alpha = 1.0f, beta = 0.0f;
   auto h = static_cast<cublasHandle_t>(handle_);
@@ -50,7 +50,7 @@ std::string CublasBaseline::Gemm(DataType dtype, bool tf32, int64_t batch, int64
 CublasGrouped::CublasGrouped(const CublasBaseline& base, DataType dtype,
                              const std::vector<GroupedMember>& members)
     : handle_(base.handle()),
-      dtype_(dtype == DataType::kBF16 ? CUDA_R_16BF : CUDA_R_16F),
+      dtype_(dtype == DataType::kBf16 ? CUDA_R_16BF : CUDA_R_16F),
       count_(static_cast<int>(members.size())) {
   std::vector<const void*> ptrs(3 * members.size());
   for (size_t i = 0; i < members.size(); ++i) {

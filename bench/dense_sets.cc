@@ -51,9 +51,9 @@ gemm_kernels::GemmArguments DenseSets::Arguments(int set) const {
   g.n = n_;
   g.k = k_;
   g.batch_count = batch();
-  g.a = {buf.a, DataType::kBF16, Layout::kRowMajor, k_, batched ? m_ * k_ : 0};
-  g.b = {buf.b, DataType::kBF16, Layout::kColMajor, k_, batched ? k_ * n_ : 0};
-  g.d = {buf.d, DataType::kBF16, Layout::kRowMajor, n_, batched ? m_ * n_ : 0};
+  g.a = {buf.a, DataType::kBf16, Layout::kRowMajor, k_, batched ? m_ * k_ : 0};
+  g.b = {buf.b, DataType::kBf16, Layout::kColMajor, k_, batched ? k_ * n_ : 0};
+  g.d = {buf.d, DataType::kBf16, Layout::kRowMajor, n_, batched ? m_ * n_ : 0};
   return g;
 }
 

@@ -103,9 +103,9 @@ bool KernelAlone::Init(int64_t m, int64_t n, int64_t k) {
     args.m = m;
     args.n = n;
     args.k = k;
-    args.a = {a, gk::DataType::kBF16, gk::Layout::kRowMajor, k, 0};
-    args.b = {b, gk::DataType::kBF16, gk::Layout::kColMajor, k, 0};
-    args.d = {d, gk::DataType::kBF16, gk::Layout::kRowMajor, n, 0};
+    args.a = {a, gk::DataType::kBf16, gk::Layout::kRowMajor, k, 0};
+    args.b = {b, gk::DataType::kBf16, gk::Layout::kColMajor, k, 0};
+    args.d = {d, gk::DataType::kBf16, gk::Layout::kRowMajor, n, 0};
     args.c = args.d;
     const absl::Status st = sets_->gemms[s].Initialize(args);
     if (!st.ok()) {

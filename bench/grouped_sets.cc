@@ -80,9 +80,9 @@ gemm_kernels::GemmArguments GroupedSets::MemberArguments(int set, size_t i) cons
   g.m = rows_[i];
   g.n = n_;
   g.k = k_;
-  g.a = {mb.a, DataType::kBF16, Layout::kRowMajor, k_, 0};
-  g.b = {mb.b, DataType::kBF16, Layout::kColMajor, k_, 0};
-  g.d = {mb.d, DataType::kBF16, Layout::kRowMajor, n_, 0};
+  g.a = {mb.a, DataType::kBf16, Layout::kRowMajor, k_, 0};
+  g.b = {mb.b, DataType::kBf16, Layout::kColMajor, k_, 0};
+  g.d = {mb.d, DataType::kBf16, Layout::kRowMajor, n_, 0};
   return g;
 }
 

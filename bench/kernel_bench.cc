@@ -69,10 +69,10 @@ std::vector<uint8_t> RandomBytes(DataType t, size_t elems) {
   std::vector<uint8_t> out(elems * es);
   for (size_t i = 0; i < elems; ++i) {
     const float v = NextUniform();
-    if (t == DataType::kF32) {
+    if (t == DataType::kFp32) {
       std::memcpy(&out[i * 4], &v, 4);
     } else {
-      const uint16_t h = t == DataType::kBF16 ? gemm_kernels::testing::FloatToBf16(v)
+      const uint16_t h = t == DataType::kBf16 ? gemm_kernels::testing::FloatToBf16(v)
                                               : gemm_kernels::testing::FloatToHalf(v);
       std::memcpy(&out[i * 2], &h, 2);
     }
@@ -81,14 +81,14 @@ std::vector<uint8_t> RandomBytes(DataType t, size_t elems) {
 }
 
 float DecodeAt(DataType t, const uint8_t* p) {
-  if (t == DataType::kF32) {
+  if (t == DataType::kFp32) {
     float f;
     std::memcpy(&f, p, 4);
     return f;
   }
   uint16_t h;
   std::memcpy(&h, p, 2);
-  return t == DataType::kBF16 ? gemm_kernels::testing::Bf16ToFloat(h)
+  return t == DataType::kBf16 ? gemm_kernels::testing::Bf16ToFloat(h)
                               : gemm_kernels::testing::HalfToFloat(h);
 }
 
@@ -231,16 +231,16 @@ int main(int argc, char** argv) {
               cublas_version, kSamples, kRunsPerSample);
 
   const BenchCase cases[] = {
-      {"bf16 8192^3", DataType::kBF16, false, 1, 8192, 8192, 8192},
-      {"bf16 4096^3", DataType::kBF16, false, 1, 4096, 4096, 4096},
-      {"bf16 2048^3", DataType::kBF16, false, 1, 2048, 2048, 2048},
-      {"fp16 8192^3", DataType::kF16, false, 1, 8192, 8192, 8192},
-      {"tf32 8192^3", DataType::kF32, true, 1, 8192, 8192, 8192},
-      {"tf32 8192^3 B row-major", DataType::kF32, true, 1, 8192, 8192, 8192, true},
-      {"bf16 1024x128^3", DataType::kBF16, false, 1024, 128, 128, 128},
-      {"bf16 256x256^3", DataType::kBF16, false, 256, 256, 256, 256},
-      {"bf16 64x512^3", DataType::kBF16, false, 64, 512, 512, 512},
-      {"bf16 16x1024^3", DataType::kBF16, false, 16, 1024, 1024, 1024},
+      {"bf16 8192^3", DataType::kBf16, false, 1, 8192, 8192, 8192},
+      {"bf16 4096^3", DataType::kBf16, false, 1, 4096, 4096, 4096},
+      {"bf16 2048^3", DataType::kBf16, false, 1, 2048, 2048, 2048},
+      {"fp16 8192^3", DataType::kFp16, false, 1, 8192, 8192, 8192},
+      {"tf32 8192^3", DataType::kFp32, true, 1, 8192, 8192, 8192},
+      {"tf32 8192^3 B row-major", DataType::kFp32, true, 1, 8192, 8192, 8192, true},
+      {"bf16 1024x128^3", DataType::kBf16, false, 1024, 128, 128, 128},
+      {"bf16 256x256^3", DataType::kBf16, false, 256, 256, 256, 256},
+      {"bf16 64x512^3", DataType::kBf16, false, 64, 512, 512, 512},
+      {"bf16 16x1024^3", DataType::kBf16, false, 16, 1024, 1024, 1024},
   };
   std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS (1st pass) | "
               "2nd pass | forced 128x256 | forced 128x128 | forced 128x128 pingpong | forced 128x64 | "

@@ -183,7 +183,7 @@ Launcher CublasLauncher(const gemm_bench::CublasBaseline& cublas,
                         const gemm_bench::DenseSets& sets) {
   return [&cublas, &sets](int s) {
     const gemm_bench::DenseSets::Buffers& buf = sets.buffers(s);
-    return cublas.Gemm(DataType::kBF16, false, 1, sets.m(), sets.n(), sets.k(), buf.a, buf.b, buf.dref)
+    return cublas.Gemm(DataType::kBf16, false, 1, sets.m(), sets.n(), sets.k(), buf.a, buf.b, buf.dref)
         .empty();
   };
 }
@@ -238,14 +238,14 @@ bool Grouped(const char* name, int count, int m_lo, int m_hi, int n, int k, uint
       return false;
     }
     theirs.push_back(
-        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, sets.CublasMembers(s)));
+        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBf16, sets.CublasMembers(s)));
   }
   // cuBLAS both ways the issue names: cublasGemmGroupedBatchedEx, and a loop
   // of single cublasGemmEx calls over the same buffers.
   auto loop = [&](int s) {
     for (size_t i = 0; i < sets.rows().size(); ++i) {
       const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
-      if (!cublas.Gemm(DataType::kBF16, false, 1, sets.rows()[i], n, k, mb.a, mb.b, mb.dref)
+      if (!cublas.Gemm(DataType::kBf16, false, 1, sets.rows()[i], n, k, mb.a, mb.b, mb.dref)
                .empty()) {
         return false;
       }

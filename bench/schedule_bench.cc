@@ -110,7 +110,7 @@ bool RunDense(const DenseCase& dc, const gemm_bench::CublasBaseline& cublas, boo
   std::vector<Launcher> impls;
   impls.push_back([&](int s) {
     const gemm_bench::DenseSets::Buffers& buf = sets.buffers(s);
-    return cublas.Gemm(DataType::kBF16, false, 1, m, n, k, buf.a, buf.b, buf.dref).empty();
+    return cublas.Gemm(DataType::kBf16, false, 1, m, n, k, buf.a, buf.b, buf.dref).empty();
   });
   for (int v = 0; v < 4; ++v) impls.push_back([&, v](int s) { return gemms[v][s].Run(nullptr).ok(); });
   std::vector<double> ms;
@@ -167,7 +167,7 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
       }
     }
     theirs.push_back(
-        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBF16, sets.CublasMembers(s)));
+        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBf16, sets.CublasMembers(s)));
   }
   std::vector<Launcher> impls = {
       [&](int s) { return ours[s].Run(nullptr).ok(); },
@@ -179,7 +179,7 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
       [&](int s) {
         for (int i = 0; i < gc.count; ++i) {
           const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
-          if (!cublas.Gemm(DataType::kBF16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
+          if (!cublas.Gemm(DataType::kBf16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
                    .empty()) {
             return false;
           }

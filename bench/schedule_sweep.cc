@@ -166,7 +166,7 @@ bool RunVariants(const char* name, const Shape& s, std::vector<Sm90LaunchChoice>
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
     const gemm_bench::DenseSets::Buffers& buf = sets.buffers(i);
-    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
+    return cublas.Gemm(DataType::kBf16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
         .empty();
   });
   for (size_t v = 0; v < variants.size(); ++v)
@@ -438,7 +438,7 @@ bool RunFloor(const char* name, const Shape& s, const gemm_bench::CublasBaseline
   std::vector<gemm_bench::Launcher> impls;
   impls.push_back([&](int i) {
     const gemm_bench::DenseSets::Buffers& buf = sets.buffers(i);
-    return cublas.Gemm(DataType::kBF16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
+    return cublas.Gemm(DataType::kBf16, false, s.batch, s.m, s.n, s.k, buf.a, buf.b, buf.dref)
         .empty();
   });
   impls.push_back([&](int i) { return ours[i].Run(nullptr).ok(); });

@@ -130,7 +130,7 @@ Sm90RowAlignment RowAlignmentOf(const NormalizedProblem& p) {
 // no workspace.
 Sm90LaunchChoice HeuristicLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
                                  bool allow_reduction) {
-  const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
+  const int bk = p.in_dtype == DataType::kFp32 ? 32 : 64;
   const int max_pairs = dev.sm90() ? Sm90MaxPairClusters() : 0;
   return ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction, max_pairs,
                           RowAlignmentOf(p));
@@ -141,7 +141,7 @@ Sm90LaunchChoice HeuristicLaunch(const NormalizedProblem& p, const DeviceInfo& d
 Sm90LaunchChoice WithHints(const Sm90LaunchChoice& c, const NormalizedProblem& p,
                            const DeviceInfo& dev, TileHint hint, ScheduleHint schedule,
                            bool allow_reduction) {
-  const int bk = p.in_dtype == DataType::kF32 ? 32 : 64;
+  const int bk = p.in_dtype == DataType::kFp32 ? 32 : 64;
   const Sm90Tile tile = Sm90TileOf(hint).value_or(c.tile);
   Sm90Schedule sched = c.schedule;
   // Without a workspace: data-parallel, or the heuristic's paired split-K as
@@ -222,7 +222,7 @@ Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint
       d->heuristic = HeuristicLaunch(d->problem, d->dev, true);
       d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
       d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
-    } else if (d->dev.sm90() && args.a.dtype == DataType::kF32 && args.allow_tf32) {
+    } else if (d->dev.sm90() && args.a.dtype == DataType::kFp32 && args.allow_tf32) {
       d->copies = CopiesThatEnableSm90(d->problem);
     }
   }
@@ -238,7 +238,7 @@ size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHin
 size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
   // Asked for every launch on the executor's hot path: the common answer
   // (not fp32 with TF32 allowed) before any argument check or device query.
-  if (args.a.dtype != DataType::kF32 || !args.allow_tf32) return 0;
+  if (args.a.dtype != DataType::kFp32 || !args.allow_tf32) return 0;
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
   if (!CurrentDevice(&dev).ok() || !dev.sm90()) return 0;

@@ -28,11 +28,14 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/types.h"
 
 namespace gemm_kernels {
 
-enum class DataType { kBF16, kF16, kF32 };
-enum class Layout { kRowMajor, kColMajor };
+// The service's element types and layouts (common/types.h), under the
+// kernels' own names.
+using DataType = ::gemm::DType;
+using Layout = ::gemm::Layout;
 
 const char* DataTypeName(DataType t);
 size_t DataTypeSize(DataType t);
@@ -43,7 +46,7 @@ size_t DataTypeSize(DataType t);
 // batch member (allowed for A, B and C, not for D).
 struct MatrixDesc {
   const void* ptr = nullptr;
-  DataType dtype = DataType::kBF16;
+  DataType dtype = DataType::kBf16;
   Layout layout = Layout::kRowMajor;
   int64_t ld = 0;
   int64_t batch_stride = 0;

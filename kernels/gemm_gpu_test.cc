@@ -68,13 +68,13 @@ struct HostMatrix {
 float Decode(DataType t, const uint8_t* p) {
   uint16_t h;
   switch (t) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       std::memcpy(&h, p, 2);
       return Bf16ToFloat(h);
-    case DataType::kF16:
+    case DataType::kFp16:
       std::memcpy(&h, p, 2);
       return HalfToFloat(h);
-    case DataType::kF32: {
+    case DataType::kFp32: {
       float f;
       std::memcpy(&f, p, 4);
       return f;
@@ -86,15 +86,15 @@ float Decode(DataType t, const uint8_t* p) {
 void Encode(DataType t, float v, uint8_t* p) {
   uint16_t h;
   switch (t) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       h = FloatToBf16(v);
       std::memcpy(p, &h, 2);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       h = FloatToHalf(v);
       std::memcpy(p, &h, 2);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       std::memcpy(p, &v, 4);
       break;
   }
@@ -141,7 +141,7 @@ struct DeviceBuffer {
 
 struct Case {
   int64_t m, n, k, batch = 1;
-  DataType in = DataType::kBF16, out = DataType::kBF16;
+  DataType in = DataType::kBf16, out = DataType::kBf16;
   Layout la = Layout::kRowMajor, lb = Layout::kColMajor, ld = Layout::kRowMajor;
   float alpha = 1.0f, beta = 0.0f;
   bool allow_tf32 = false;
@@ -168,17 +168,17 @@ double Tolerance(const Case& c) {
   // Inputs enter the reference already rounded to their dtype, so what is left
   // is accumulation order, TF32 input truncation and output rounding.
   double tol = 1e-5;
-  if (c.in != DataType::kF32) tol = 1e-2;  // METHOD.md: bf16/fp16 operands
-  if (c.in == DataType::kF32 && c.allow_tf32) tol = 2e-3;  // wgmma truncates fp32 to tf32
-  if (c.out == DataType::kBF16) tol = std::max(tol, 1e-2);
-  if (c.out == DataType::kF16) tol = std::max(tol, 2e-3);
+  if (c.in != DataType::kFp32) tol = 1e-2;  // METHOD.md: bf16/fp16 operands
+  if (c.in == DataType::kFp32 && c.allow_tf32) tol = 2e-3;  // wgmma truncates fp32 to tf32
+  if (c.out == DataType::kBf16) tol = std::max(tol, 1e-2);
+  if (c.out == DataType::kFp16) tol = std::max(tol, 2e-3);
   return tol;
 }
 
 // Which kernel family the case must reach on a Hopper GPU.
 bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
   const bool a_k = c.la == Layout::kRowMajor, b_k = c.lb == Layout::kColMajor;
-  if (c.in == DataType::kF32 && !(c.allow_tf32 && ((a_k && b_k) || c.operand_copies))) {
+  if (c.in == DataType::kFp32 && !(c.allow_tf32 && ((a_k && b_k) || c.operand_copies))) {
     return false;  // strict fp32, or a tf32 operand that is not K-major and no copy
   }
   const int64_t es = DataTypeSize(c.in);
@@ -186,7 +186,7 @@ bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
     return copied ||
            ((m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0));
   };
-  const bool copies = c.in == DataType::kF32 && c.operand_copies;
+  const bool copies = c.in == DataType::kFp32 && c.operand_copies;
   return aligned(a, copies && !a_k) && aligned(b, copies && !b_k);
 }
 
@@ -314,7 +314,7 @@ const Layout kLayouts[] = {Layout::kRowMajor, Layout::kColMajor};
 
 TEST_F(GemmGpuTest, SizesLayoutsAnd16BitTypes) {
   for (int64_t s : {1, 7, 64, 127, 129, 1000}) {
-    for (DataType in : {DataType::kBF16, DataType::kF16}) {
+    for (DataType in : {DataType::kBf16, DataType::kFp16}) {
       for (Layout la : kLayouts) {
         for (Layout lb : kLayouts) {
           for (Layout ld : kLayouts) {
@@ -348,12 +348,12 @@ TEST_F(GemmGpuTest, TightLeadingDimensionsFallBackToPortable) {
 TEST_F(GemmGpuTest, LargeRagged4097) {
   Case c{4097, 4097, 4097};
   RunCase(c, rng_);
-  c.in = c.out = DataType::kF16;
+  c.in = c.out = DataType::kFp16;
   c.la = Layout::kColMajor;
   c.lb = Layout::kRowMajor;
   RunCase(c, rng_);
-  c.in = DataType::kF32;
-  c.out = DataType::kF32;
+  c.in = DataType::kFp32;
+  c.out = DataType::kFp32;
   c.la = Layout::kRowMajor;
   c.lb = Layout::kColMajor;
   c.allow_tf32 = true;
@@ -362,7 +362,7 @@ TEST_F(GemmGpuTest, LargeRagged4097) {
 
 TEST_F(GemmGpuTest, OutputTypesAndAlphaBeta) {
   const std::pair<float, float> ab[] = {{1.0f, 0.0f}, {0.5f, -1.5f}, {-2.0f, 1.0f}, {0.0f, 1.0f}};
-  for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+  for (DataType out : {DataType::kBf16, DataType::kFp16, DataType::kFp32}) {
     for (auto [alpha, beta] : ab) {
       Case c{200, 136, 300};
       c.out = out;
@@ -385,7 +385,7 @@ TEST_F(GemmGpuTest, Tf32AndStrictFp32) {
         for (Layout lb : kLayouts) {
           if (!tf32 && la != lb) continue;  // the strict path is one kernel; sample it
           Case c{s, s + 8, s};
-          c.in = c.out = DataType::kF32;
+          c.in = c.out = DataType::kFp32;
           c.allow_tf32 = tf32;
           c.la = la;
           c.lb = lb;
@@ -406,7 +406,7 @@ TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
       for (Layout lb : kLayouts) {
         for (Layout ld : kLayouts) {
           Case c{s, s + 8, s + 3};
-          c.in = c.out = DataType::kF32;
+          c.in = c.out = DataType::kFp32;
           c.allow_tf32 = true;
           c.operand_copies = true;
           c.la = la;
@@ -420,7 +420,7 @@ TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
   }
   for (bool broadcast : {false, true}) {
     Case c{65, 130, 97, 7};
-    c.in = c.out = DataType::kF32;
+    c.in = c.out = DataType::kFp32;
     c.allow_tf32 = true;
     c.operand_copies = true;
     c.la = Layout::kColMajor;
@@ -440,7 +440,7 @@ TEST_F(GemmGpuTest, StridedBatched) {
       Case c{bt.m, bt.n, bt.k, bt.batch};
       c.lb = lb;
       c.beta = 0.25f;
-      c.out = DataType::kF32;
+      c.out = DataType::kFp32;
       RunCase(c, rng_);
     }
   }
@@ -454,12 +454,12 @@ TEST_F(GemmGpuTest, StridedBatched) {
 TEST_F(GemmGpuTest, ForcedTileConfigurations) {
   for (TileHint hint : {TileHint::k128x256, TileHint::k128x128, TileHint::k128x128PingPong,
                         TileHint::k128x64, TileHint::k192x192}) {
-    for (DataType in : {DataType::kBF16, DataType::kF16}) {
+    for (DataType in : {DataType::kBf16, DataType::kFp16}) {
       for (Layout la : kLayouts) {
         for (Layout lb : kLayouts) {
           Case c{300, 200, 520, 3};
           c.in = in;
-          c.out = in == DataType::kBF16 ? DataType::kF32 : DataType::kF16;
+          c.out = in == DataType::kBf16 ? DataType::kFp32 : DataType::kFp16;
           c.la = la;
           c.lb = lb;
           c.hint = hint;
@@ -484,18 +484,18 @@ TEST_F(GemmGpuTest, ForcedTileConfigurations) {
     small_k.hint = hint;
     RunCase(small_k, rng_);
     Case t{256, 384, 1000, 5};  // full tiles: the wide-store path
-    t.in = t.out = DataType::kF32;
+    t.in = t.out = DataType::kFp32;
     t.allow_tf32 = true;
     t.hint = hint;
     RunCase(t, rng_);
-    t.in = t.out = DataType::kBF16;
+    t.in = t.out = DataType::kBf16;
     t.allow_tf32 = false;
     RunCase(t, rng_);
     // beta != 0 on full, 16-byte aligned tiles: the wide path that reads C
     // (128-wide tiles; the 128 x 256 ones keep the pair path for C), every
     // output dtype, batched, and C aliasing D. M ragged by 3 rows: the row
     // predicates too.
-    for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+    for (DataType out : {DataType::kBf16, DataType::kFp16, DataType::kFp32}) {
       for (bool in_place : {false, true}) {
         Case w{253, 384, 200, 3};
         w.out = out;
@@ -511,7 +511,7 @@ TEST_F(GemmGpuTest, ForcedTileConfigurations) {
 
 TEST_F(GemmGpuTest, RandomShapes) {
   std::uniform_int_distribution<int64_t> ext(1, 700), bat(1, 6), pick(0, 1), pad(0, 3);
-  const DataType types[] = {DataType::kBF16, DataType::kF16, DataType::kF32};
+  const DataType types[] = {DataType::kBf16, DataType::kFp16, DataType::kFp32};
   for (int t = 0; t < 40; ++t) {
     Case c{ext(rng_), ext(rng_), ext(rng_), bat(rng_)};
     c.in = types[std::uniform_int_distribution<int>(0, 2)(rng_)];

@@ -48,7 +48,7 @@ bool GroupedKernelFits(const GroupedGemmArguments& args, std::vector<NormalizedP
   for (const GroupedProblemArguments& gp : args.problems) {
     NormalizedProblem p = Normalize(AsGemm(gp, args.allow_tf32));
     std::string why;
-    if (p.in_dtype == DataType::kF32 || !Sm90Supports(p, &why)) return false;
+    if (p.in_dtype == DataType::kFp32 || !Sm90Supports(p, &why)) return false;
     if (!out->empty()) {
       const NormalizedProblem& f = out->front();
       if (p.in_dtype != f.in_dtype || p.out_dtype != f.out_dtype || p.a.k_major != f.a.k_major ||

@@ -4,17 +4,17 @@ namespace gemm_kernels {
 
 const char* DataTypeName(DataType t) {
   switch (t) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       return "bf16";
-    case DataType::kF16:
+    case DataType::kFp16:
       return "f16";
-    case DataType::kF32:
+    case DataType::kFp32:
       return "f32";
   }
   return "?";
 }
 
-size_t DataTypeSize(DataType t) { return t == DataType::kF32 ? 4 : 2; }
+size_t DataTypeSize(DataType t) { return t == DataType::kFp32 ? 4 : 2; }
 
 NormalizedProblem Normalize(const GemmArguments& args) {
   NormalizedProblem p;
@@ -48,7 +48,7 @@ NormalizedProblem Normalize(const GemmArguments& args) {
 
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   KMajorCopyPlan plan;
-  if (p.in_dtype != DataType::kF32 || !p.allow_tf32) return plan;
+  if (p.in_dtype != DataType::kFp32 || !p.allow_tf32) return plan;
   auto place = [&](const NormalizedOperand& op, int64_t rows, KMajorCopy* copy) {
     if (op.k_major) return;
     copy->needed = true;

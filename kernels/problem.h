@@ -20,8 +20,8 @@ struct NormalizedOperand {
 
 struct NormalizedProblem {
   int64_t m = 0, n = 0, k = 0, batch = 1;
-  DataType in_dtype = DataType::kBF16;
-  DataType out_dtype = DataType::kBF16;
+  DataType in_dtype = DataType::kBf16;
+  DataType out_dtype = DataType::kBf16;
   NormalizedOperand a;  // m x k
   NormalizedOperand b;  // k x n
   const void* c = nullptr;  // row-major m x n, out_dtype; nullptr when beta == 0

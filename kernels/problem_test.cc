@@ -14,9 +14,9 @@ GemmArguments Valid() {
   a.m = 100;
   a.n = 200;
   a.k = 300;
-  a.a = {P(0x1000), DataType::kBF16, Layout::kRowMajor, 300, 0};
-  a.b = {P(0x2000), DataType::kBF16, Layout::kColMajor, 300, 0};
-  a.d = {P(0x3000), DataType::kF32, Layout::kRowMajor, 200, 0};
+  a.a = {P(0x1000), DataType::kBf16, Layout::kRowMajor, 300, 0};
+  a.b = {P(0x2000), DataType::kBf16, Layout::kColMajor, 300, 0};
+  a.d = {P(0x3000), DataType::kFp32, Layout::kRowMajor, 200, 0};
   return a;
 }
 
@@ -30,7 +30,7 @@ TEST(CanImplement, RejectsBadFieldsByName) {
   a.a.ld = 299;
   EXPECT_NE(Gemm::CanImplement(a).message().find("a.ld"), std::string::npos);
   a = Valid();
-  a.b.dtype = DataType::kF16;
+  a.b.dtype = DataType::kFp16;
   EXPECT_NE(Gemm::CanImplement(a).message().find("dtype"), std::string::npos);
   a = Valid();
   a.d.ptr = nullptr;
@@ -38,9 +38,9 @@ TEST(CanImplement, RejectsBadFieldsByName) {
   a = Valid();
   a.beta = 1.0f;  // C required now
   EXPECT_FALSE(Gemm::CanImplement(a).ok());
-  a.c = {P(0x4000), DataType::kBF16, Layout::kRowMajor, 200, 0};
+  a.c = {P(0x4000), DataType::kBf16, Layout::kRowMajor, 200, 0};
   EXPECT_NE(Gemm::CanImplement(a).message().find("c must have"), std::string::npos);
-  a.c.dtype = DataType::kF32;
+  a.c.dtype = DataType::kFp32;
   EXPECT_TRUE(Gemm::CanImplement(a).ok());
   a = Valid();
   a.batch_count = 4;
@@ -119,17 +119,17 @@ TEST(KMajorCopies, NoneForSixteenBitOrStrictOrKMajorOperands) {
   a.b.layout = Layout::kRowMajor;
   a.b.ld = 200;
   EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u);
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "strict fp32 is not TF32";
   a = Valid();
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   a.allow_tf32 = true;
   EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "both K-major already";
 }
 
 TEST(KMajorCopies, RowMajorBIsCopiedWithPaddedStride) {
   GemmArguments a = Valid();
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   a.allow_tf32 = true;
   a.k = 301;  // ld of the copy rounds up to 304 elements (16 bytes)
   a.a.ld = 301;
@@ -153,7 +153,7 @@ TEST(KMajorCopies, RowMajorBIsCopiedWithPaddedStride) {
 
 TEST(KMajorCopies, BothOperandsBatchedAndBroadcast) {
   GemmArguments a = Valid();
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   a.allow_tf32 = true;
   a.batch_count = 5;
   a.a.layout = Layout::kColMajor;  // m-major
@@ -179,7 +179,7 @@ TEST(KMajorCopies, BothOperandsBatchedAndBroadcast) {
 
 TEST(KMajorCopies, ColumnMajorDSwapsWhichOperandIsCopied) {
   GemmArguments a = Valid();
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   a.allow_tf32 = true;
   a.b.layout = Layout::kRowMajor;  // n-major B becomes the normalized A, m-major
   a.b.ld = 200;

@@ -170,8 +170,8 @@ View PickView(std::mt19937_64& rng, Layout layout, int64_t rows, int64_t cols) {
 
 struct Shape {
   int64_t m, n, k;
-  DataType in = DataType::kBF16;
-  DataType out = DataType::kF32;
+  DataType in = DataType::kBf16;
+  DataType out = DataType::kFp32;
   Layout la = Layout::kRowMajor, lb = Layout::kColMajor, ld = Layout::kRowMajor;
   float alpha = 1.0f, beta = 0.0f;
   TileHint tile = TileHint::k128x256;
@@ -195,7 +195,7 @@ struct Operands {
 };
 
 GemmArguments Args(const Shape& s, const Operands& o) {
-  const int pool = s.in == DataType::kBF16 ? 0 : 1;
+  const int pool = s.in == DataType::kBf16 ? 0 : 1;
   const size_t es = 2;
   GemmArguments g;
   g.m = s.m;
@@ -215,10 +215,10 @@ float DecodeOut(DataType t, const uint8_t* p) {
   uint16_t h;
   float f;
   switch (t) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       std::memcpy(&h, p, 2);
       return testing::Bf16ToFloat(h);
-    case DataType::kF16:
+    case DataType::kFp16:
       std::memcpy(&h, p, 2);
       return testing::HalfToFloat(h);
     default:
@@ -233,8 +233,8 @@ float DecodeOut(DataType t, const uint8_t* p) {
 // tensor-core accumulation gave c up to ~5 (7.68e-5 at K = 65536 with 128
 // splits, H200), so the bound allows twice that.
 double OutTolerance(DataType out, int64_t k = 1) {
-  return out == DataType::kBF16 ? 1e-2
-         : out == DataType::kF16 ? 2e-3
+  return out == DataType::kBf16 ? 1e-2
+         : out == DataType::kFp16 ? 2e-3
                                  : std::max(1e-5, 6e-7 * std::sqrt(double(k)));
 }
 
@@ -259,7 +259,7 @@ double RelDiff(DataType t, const std::vector<uint8_t>& x, const std::vector<uint
 // float64 reference of sampled rows (0, m-1 and a few random ones).
 double ReferenceError(const Shape& s, const Operands& o, const std::vector<uint8_t>& d,
                       std::mt19937_64& rng) {
-  const std::vector<float>& pool = GetPools()->values[s.in == DataType::kBF16 ? 0 : 1];
+  const std::vector<float>& pool = GetPools()->values[s.in == DataType::kBf16 ? 0 : 1];
   const size_t es = DataTypeSize(s.out);
   const int64_t ldd = s.ld == Layout::kRowMajor ? s.n : s.m;
   auto at = [&](int64_t i, int64_t j) { return s.ld == Layout::kRowMajor ? i * ldd + j : i + j * ldd; };
@@ -307,9 +307,9 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
     std::uniform_real_distribution<float> dist(-1, 1);
     for (size_t i = 0; i < bytes / es; ++i) {
       const float v = dist(rng);
-      if (s.out == DataType::kF32) std::memcpy(&o.c_host[i * 4], &v, 4);
+      if (s.out == DataType::kFp32) std::memcpy(&o.c_host[i * 4], &v, 4);
       else {
-        const uint16_t h = s.out == DataType::kBF16 ? testing::FloatToBf16(v) : testing::FloatToHalf(v);
+        const uint16_t h = s.out == DataType::kBf16 ? testing::FloatToBf16(v) : testing::FloatToHalf(v);
         std::memcpy(&o.c_host[i * 2], &h, 2);
       }
     }
@@ -400,8 +400,8 @@ TEST_F(SchedulesGpuTest, RandomShapesAgainstDataParallel) {
     s.n = pick(0, 3) == 0 ? pick(1, 64) : pick(1, 700);
     s.k = pick(0, 3) == 0 ? pick(1, 300) : pick(65, 6000);
     if (pick(0, 9) == 0) s.k = 64 * pick(1, 64);  // no K tail
-    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
-    s.out = pick(0, 4) == 0 ? s.in : DataType::kF32;
+    s.in = pick(0, 3) == 0 ? DataType::kFp16 : DataType::kBf16;
+    s.out = pick(0, 4) == 0 ? s.in : DataType::kFp32;
     s.la = kLayouts[pick(0, 1)];
     s.lb = kLayouts[pick(0, 1)];
     s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
@@ -457,9 +457,9 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernel) {
                           {1000, 1000, 1000}, {7, 520, 3000}};
   int i = 0;
   for (Shape s : shapes) {
-    for (DataType out : {DataType::kBF16, DataType::kF16, DataType::kF32}) {
+    for (DataType out : {DataType::kBf16, DataType::kFp16, DataType::kFp32}) {
       ++i;
-      s.in = i % 2 ? DataType::kF16 : DataType::kBF16;
+      s.in = i % 2 ? DataType::kFp16 : DataType::kBf16;
       s.out = out;
       s.ld = i % 3 == 0 ? Layout::kColMajor : Layout::kRowMajor;
       s.alpha = i % 2 ? -1.5f : 1.0f;
@@ -498,9 +498,9 @@ TEST_F(SchedulesGpuTest, SplitKSummedInGrid) {
   int case_no = 0;
   for (Shape s : shapes) {
     const bool listed = case_no < 6;
-    s.in = pick(0, 2) == 0 ? DataType::kF16 : DataType::kBF16;
-    s.out = listed ? std::array{DataType::kBF16, DataType::kF16, DataType::kF32}[case_no % 3]
-                   : (pick(0, 2) == 0 ? s.in : DataType::kF32);
+    s.in = pick(0, 2) == 0 ? DataType::kFp16 : DataType::kBf16;
+    s.out = listed ? std::array{DataType::kBf16, DataType::kFp16, DataType::kFp32}[case_no % 3]
+                   : (pick(0, 2) == 0 ? s.in : DataType::kFp32);
     s.la = kLayouts[pick(0, 1)];
     s.lb = kLayouts[pick(0, 1)];
     s.ld = pick(0, 4) == 0 ? Layout::kColMajor : Layout::kRowMajor;
@@ -613,10 +613,10 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernelBatched) {
     args.n = n;
     args.k = k;
     args.batch_count = batch;
-    args.a = {dev + a_off, DataType::kBF16, Layout::kRowMajor, k, a_stride};
-    args.b = {dev + b_off, DataType::kBF16, Layout::kColMajor, k, b_stride};
-    args.c = {c, DataType::kF32, Layout::kRowMajor, n, broadcast ? 0 : m * n};
-    args.d = {d, DataType::kF32, Layout::kRowMajor, n, m * n};
+    args.a = {dev + a_off, DataType::kBf16, Layout::kRowMajor, k, a_stride};
+    args.b = {dev + b_off, DataType::kBf16, Layout::kColMajor, k, b_stride};
+    args.c = {c, DataType::kFp32, Layout::kRowMajor, n, broadcast ? 0 : m * n};
+    args.d = {d, DataType::kFp32, Layout::kRowMajor, n, m * n};
     args.alpha = 0.75f;
     args.beta = -0.5f;
     ASSERT_LE(Gemm::WorkspaceSize(args, TileHint::k128x128, ScheduleHint::kSplitK), kWorkspaceBytes);
@@ -637,7 +637,7 @@ TEST_F(SchedulesGpuTest, SplitKReductionKernelBatched) {
     }
     EXPECT_NE(name.find("_reduce"), std::string::npos) << name;
     int64_t bad = 0;
-    EXPECT_LE(RelDiff(DataType::kF32, got, want, &bad), OutTolerance(DataType::kF32, k)) << name;
+    EXPECT_LE(RelDiff(DataType::kFp32, got, want, &bad), OutTolerance(DataType::kFp32, k)) << name;
     EXPECT_EQ(bad, 0) << name << ": non-finite outputs";
     double e2 = 0, r2 = 0;
     for (int64_t b = 0; b < batch; ++b) {
@@ -683,8 +683,8 @@ TEST_F(SchedulesGpuTest, PairedSplitKAgainstDataParallel) {
     s.m = pick(0, 4) == 0 ? pick(1, 63) : 128 * (tiles_m - 1) + pick(1, 128);
     s.n = 128 * (tiles_n - 1) + pick(1, 128);
     s.k = pick(0, 3) == 0 ? 64 * pick(32, 100) : pick(2049, 6400);
-    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
-    s.out = pick(0, 2) == 0 ? s.in : DataType::kF32;
+    s.in = pick(0, 3) == 0 ? DataType::kFp16 : DataType::kBf16;
+    s.out = pick(0, 2) == 0 ? s.in : DataType::kFp32;
     s.la = kLayouts[pick(0, 1)];
     s.lb = kLayouts[pick(0, 1)];
     s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
@@ -722,8 +722,8 @@ TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
     s.m = pick(0, 3) == 0 ? pick(1, 63) : pick(1, 1500);
     s.n = pick(0, 3) == 0 ? pick(1, 300) : pick(1, 3000);
     s.k = pick(0, 3) == 0 ? pick(1, 200) : pick(65, 3000);
-    s.in = pick(0, 3) == 0 ? DataType::kF16 : DataType::kBF16;
-    s.out = pick(0, 2) == 0 ? s.in : DataType::kF32;
+    s.in = pick(0, 3) == 0 ? DataType::kFp16 : DataType::kBf16;
+    s.out = pick(0, 2) == 0 ? s.in : DataType::kFp32;
     s.la = kLayouts[pick(0, 1)];
     s.lb = kLayouts[pick(0, 1)];
     s.ld = pick(0, 5) == 0 ? Layout::kColMajor : Layout::kRowMajor;
@@ -753,10 +753,10 @@ TEST_F(SchedulesGpuTest, MulticastAAgainstDataParallel) {
 // Stream-K and split-K reduce partials in a fixed order: repeated runs give
 // the same bits.
 TEST_F(SchedulesGpuTest, DeterministicAcrossRuns) {
-  const Shape shapes[] = {{128, 128, 65536, DataType::kBF16, DataType::kF32},
-                          {256, 2048, 16384, DataType::kBF16, DataType::kF32},
-                          {1920, 1920, 8192, DataType::kBF16, DataType::kBF16},
-                          {3072, 3072, 3072, DataType::kF16, DataType::kF32}};
+  const Shape shapes[] = {{128, 128, 65536, DataType::kBf16, DataType::kFp32},
+                          {256, 2048, 16384, DataType::kBf16, DataType::kFp32},
+                          {1920, 1920, 8192, DataType::kBf16, DataType::kBf16},
+                          {3072, 3072, 3072, DataType::kFp16, DataType::kFp32}};
   for (Shape s : shapes) {
     // The last variant: the heuristic without a workspace (paired split-K
     // where it applies: 256 x 2048 x 16384).
@@ -810,8 +810,8 @@ TEST_F(SchedulesGpuTest, GroupedMatchesSingleLaunches) {
     for (int variant = 0; variant < 2; ++variant, ++case_no) {
       std::mt19937_64& rng = rng_;
       auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
-      const DataType in = variant ? DataType::kF16 : DataType::kBF16;
-      const DataType out = pick(0, 1) ? DataType::kF32 : in;
+      const DataType in = variant ? DataType::kFp16 : DataType::kBf16;
+      const DataType out = pick(0, 1) ? DataType::kFp32 : in;
       const Layout la = kLayouts[pick(0, 1)], lb = kLayouts[pick(0, 1)];
       // Both grouped kernels, whatever the heuristic would pick for the list.
       const TileHint tile = variant ? TileHint::k128x128 : TileHint::k128x256;
@@ -894,10 +894,10 @@ TEST(GroupedGemmArgs, MemberOfCarriesTheWholeProduct) {
   g.n = 5;
   g.k = 7;
   g.batch_count = 1;
-  g.a = {&buffers[0], DataType::kF16, Layout::kColMajor, 11, 0};
-  g.b = {&buffers[1], DataType::kF16, Layout::kRowMajor, 13, 0};
-  g.c = {&buffers[2], DataType::kF32, Layout::kRowMajor, 17, 0};
-  g.d = {&buffers[3], DataType::kF32, Layout::kRowMajor, 17, 0};
+  g.a = {&buffers[0], DataType::kFp16, Layout::kColMajor, 11, 0};
+  g.b = {&buffers[1], DataType::kFp16, Layout::kRowMajor, 13, 0};
+  g.c = {&buffers[2], DataType::kFp32, Layout::kRowMajor, 17, 0};
+  g.d = {&buffers[3], DataType::kFp32, Layout::kRowMajor, 17, 0};
   g.alpha = -1.5f;
   g.beta = 0.25f;
   const GroupedProblemArguments p = GroupedMemberOf(g);

@@ -117,18 +117,18 @@ __global__ void __launch_bounds__(kThreads) SimtGemmKernel(const SimtParams p) {
 template <typename In>
 const void* KernelFor(DataType out) {
   switch (out) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       return reinterpret_cast<const void*>(&SimtGemmKernel<In, __nv_bfloat16>);
-    case DataType::kF16:
+    case DataType::kFp16:
       return reinterpret_cast<const void*>(&SimtGemmKernel<In, __half>);
-    case DataType::kF32:
+    case DataType::kFp32:
       return reinterpret_cast<const void*>(&SimtGemmKernel<In, float>);
   }
   return nullptr;
 }
 
 const char* Name(DataType t) {
-  return t == DataType::kBF16 ? "bf16" : t == DataType::kF16 ? "f16" : "f32";
+  return t == DataType::kBf16 ? "bf16" : t == DataType::kFp16 ? "f16" : "f32";
 }
 
 class PortablePlan final : public KernelPlan {
@@ -173,13 +173,13 @@ std::unique_ptr<KernelPlan> MakePortablePlan(const NormalizedProblem& p) {
   s.alpha = p.alpha;
   s.beta = p.beta;
   switch (p.in_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       plan->func_ = KernelFor<__nv_bfloat16>(p.out_dtype);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       plan->func_ = KernelFor<__half>(p.out_dtype);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       plan->func_ = KernelFor<float>(p.out_dtype);
       break;
   }

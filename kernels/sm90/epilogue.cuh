@@ -72,7 +72,7 @@ __device__ __forceinline__ void StorePairs(const EpilogueParams& p, const float 
   const bool has_c = p.c != nullptr;
   const int col_end = kColPredicates ? p.n : 0;
   switch (p.out_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       if (has_c)
         StoreInterior<__nv_bfloat16, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8,
                                                                 col_end);
@@ -80,13 +80,13 @@ __device__ __forceinline__ void StorePairs(const EpilogueParams& p, const float 
         StoreInterior<__nv_bfloat16, kBN, false, kColPredicates>(p, acc, row, col, batch, r0, r8,
                                                                  col_end);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       if (has_c)
         StoreInterior<__half, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
       else
         StoreInterior<__half, kBN, false, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       if (has_c)
         StoreInterior<float, kBN, true, kColPredicates>(p, acc, row, col, batch, r0, r8, col_end);
       else
@@ -269,17 +269,17 @@ __device__ __noinline__ void StoreEdge(const EpilogueParams& p, const float* val
   const int m = p.m, n = p.n;
   const int64_t ldc = p.ldc, ldd = p.ldd;
   const float alpha = p.alpha, beta = p.beta;
-  const int64_t es = out_dtype == DataType::kF32 ? 4 : 2;
+  const int64_t es = out_dtype == DataType::kFp32 ? 4 : 2;
   void* d = static_cast<uint8_t*>(p.d) + batch * p.batch_stride_d * es;
   const void* c = p.c ? static_cast<const uint8_t*>(p.c) + batch * p.batch_stride_c * es : nullptr;
   switch (out_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       StoreEdgeAs<__nv_bfloat16, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       StoreEdgeAs<__half, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       StoreEdgeAs<float, kBN>(d, c, vals, row, col, m, n, ldc, ldd, alpha, beta);
       break;
   }
@@ -291,13 +291,13 @@ __device__ __forceinline__ void StoreWide(const EpilogueParams& p, const float (
                                           int row, int tile_col, int batch, int q, bool r0,
                                           bool r8) {
   switch (p.out_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       StoreInteriorWide<__nv_bfloat16, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       StoreInteriorWide<__half, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       StoreInteriorWide<float, kBN, kHasC>(p, acc, row, tile_col, batch, q, r0, r8);
       break;
   }
@@ -432,7 +432,7 @@ __device__ __forceinline__ void TileEpilogue(const EpilogueParams& e, const CUte
   if constexpr (Cfg::kStagedStore_) {
     if (e.tma_store) {
       uint8_t* buf = ConsumerStaging(ss, consumer);
-      if (e.out_dtype == DataType::kBF16) {
+      if (e.out_dtype == DataType::kBf16) {
         StoreStagedAs<__nv_bfloat16, Cfg>(tma_d, e.alpha, acc, t, consumer, buf);
       } else {
         StoreStagedAs<__half, Cfg>(tma_d, e.alpha, acc, t, consumer, buf);

@@ -216,7 +216,7 @@ class Sm90Plan final : public KernelPlan {
 
 const char* InName(DataType t, bool tf32) {
   if (tf32) return "tf32";
-  return t == DataType::kBF16 ? "bf16" : "f16";
+  return t == DataType::kBf16 ? "bf16" : "f16";
 }
 
 sm90::EpilogueParams MakeEpilogue(const NormalizedProblem& p) {
@@ -251,8 +251,8 @@ sm90::EpilogueParams MakeEpilogue(const NormalizedProblem& p) {
 }
 
 CUtensorMapDataType TmaDataType(DataType t) {
-  return t == DataType::kF32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-         : t == DataType::kBF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+  return t == DataType::kFp32    ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : t == DataType::kBf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
 }
 
@@ -270,7 +270,7 @@ bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtenso
                CUtensorMap* tma_d, sm90::EpilogueParams* epi, std::string* error) {
   TmaOperandParams td;
   const bool distinct_members = p.batch == 1 || p.batch_stride_d != 0;
-  if (info.staged_store && p.c == nullptr && p.out_dtype != DataType::kF32 && distinct_members &&
+  if (info.staged_store && p.c == nullptr && p.out_dtype != DataType::kFp32 && distinct_members &&
       p.n % 8 == 0 &&
       MakeTmaOperandParams(p.n, p.m, p.ldd, p.batch, p.batch_stride_d, 2, p.d, 64, 64, &td,
                            nullptr)) {
@@ -316,7 +316,7 @@ std::string TileName(const Sm90TileShape& shape, const KernelInfo& info) {
 }  // namespace
 
 bool Sm90Supports(const NormalizedProblem& p, std::string* why) {
-  const bool tf32 = p.in_dtype == DataType::kF32;
+  const bool tf32 = p.in_dtype == DataType::kFp32;
   if (tf32 && !p.allow_tf32) {
     *why = "fp32 inputs without allow_tf32 need strict fp32 arithmetic";
     return false;
@@ -354,18 +354,18 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
     return nullptr;
   }
   if (!StampsAvailable(choice.cta_clock, error)) return nullptr;
-  const bool tf32 = p.in_dtype == DataType::kF32;
+  const bool tf32 = p.in_dtype == DataType::kFp32;
   const int es = static_cast<int>(DataTypeSize(p.in_dtype));
   const Sm90TileShape shape = ShapeOf(tile);
   auto plan = std::make_unique<Sm90Plan>();
   switch (p.in_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       plan->info_ = InfoFor<__nv_bfloat16>(tile, p.a.k_major, p.b.k_major);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       plan->info_ = InfoFor<__half>(tile, p.a.k_major, p.b.k_major);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       plan->info_ = InfoFor<float>(tile, true, true);
       break;
   }
@@ -601,9 +601,9 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
   if (!StampsAvailable(cta_clock, error)) return nullptr;
   const NormalizedProblem& first = problems[0];
   const std::optional<KernelInfo> info =
-      first.in_dtype == DataType::kBF16
+      first.in_dtype == DataType::kBf16
           ? GroupedInfoFor<__nv_bfloat16>(tile, first.a.k_major, first.b.k_major)
-      : first.in_dtype == DataType::kF16
+      : first.in_dtype == DataType::kFp16
           ? GroupedInfoFor<__half>(tile, first.a.k_major, first.b.k_major)
           : std::nullopt;
   if (!info) {

@@ -20,9 +20,9 @@ GemmArguments Bf16(int64_t m, int64_t n, int64_t k) {
   a.m = m;
   a.n = n;
   a.k = k;
-  a.a = {P(0x10000), DataType::kBF16, Layout::kRowMajor, k, 0};
-  a.b = {P(0x20000), DataType::kBF16, Layout::kColMajor, k, 0};
-  a.d = {P(0x30000), DataType::kBF16, Layout::kRowMajor, n, 0};
+  a.a = {P(0x10000), DataType::kBf16, Layout::kRowMajor, k, 0};
+  a.b = {P(0x20000), DataType::kBf16, Layout::kColMajor, k, 0};
+  a.d = {P(0x30000), DataType::kBf16, Layout::kRowMajor, n, 0};
   return a;
 }
 
@@ -77,7 +77,7 @@ TEST(Sm90Supports, RejectsWhatTmaCannotLoad) {
 
 TEST(Sm90Supports, Fp32NeedsTf32AndKMajorOperands) {
   GemmArguments a = Bf16(64, 64, 64);
-  a.a.dtype = a.b.dtype = DataType::kF32;
+  a.a.dtype = a.b.dtype = DataType::kFp32;
   std::string why;
   EXPECT_FALSE(Supports(a, &why));  // strict fp32
   EXPECT_NE(why.find("strict"), std::string::npos) << why;

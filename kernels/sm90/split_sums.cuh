@@ -142,13 +142,13 @@ __device__ __forceinline__ void SumSplitQuads(const SplitSumArgs& a, int64_t fir
   }
   if (!inside) return;
   switch (a.epi.out_dtype) {
-    case DataType::kBF16:
+    case DataType::kBf16:
       StoreQuad<__nv_bfloat16>(a.epi, acc, row, col, t.batch);
       break;
-    case DataType::kF16:
+    case DataType::kFp16:
       StoreQuad<__half>(a.epi, acc, row, col, t.batch);
       break;
-    case DataType::kF32:
+    case DataType::kFp32:
       StoreQuad<float>(a.epi, acc, row, col, t.batch);
       break;
   }

@@ -77,9 +77,9 @@ std::optional<PeakRate> MeasureGemm(const GemmCase& c, int device, std::mt19937&
 
   gk::GemmArguments args;
   args.m = args.n = args.k = c.n;
-  args.a = {a->get(), KernelType(c.in), gk::Layout::kRowMajor, c.n, 0};
-  args.b = {b->get(), KernelType(c.in), gk::Layout::kColMajor, c.n, 0};
-  args.d = {d->get(), gk::DataType::kF32, gk::Layout::kRowMajor, c.n, 0};
+  args.a = {a->get(), c.in, gk::Layout::kRowMajor, c.n, 0};
+  args.b = {b->get(), c.in, gk::Layout::kColMajor, c.n, 0};
+  args.d = {d->get(), gk::DataType::kFp32, gk::Layout::kRowMajor, c.n, 0};
   args.c = args.d;
   args.allow_tf32 = c.tf32;
   gk::Gemm gemm;

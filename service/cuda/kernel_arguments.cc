@@ -5,22 +5,6 @@ namespace gpu {
 
 namespace gk = gemm_kernels;
 
-gk::DataType KernelType(DType t) {
-  switch (t) {
-    case DType::kBf16:
-      return gk::DataType::kBF16;
-    case DType::kFp16:
-      return gk::DataType::kF16;
-    case DType::kFp32:
-      break;
-  }
-  return gk::DataType::kF32;
-}
-
-gk::Layout KernelLayout(Layout l) {
-  return l == Layout::kRowMajor ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
-}
-
 gk::Layout OperandLayout(Layout stored, bool transposed) {
   const bool row = (stored == Layout::kRowMajor) != transposed;
   return row ? gk::Layout::kRowMajor : gk::Layout::kColMajor;
@@ -54,12 +38,12 @@ gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
   args.n = static_cast<int64_t>(s.n);
   args.k = static_cast<int64_t>(s.k);
   args.batch_count = count;
-  args.a = {operand(p.a, pl.a), KernelType(s.input_dtype), OperandLayout(s.layout_a, s.transpose_a),
+  args.a = {operand(p.a, pl.a), s.input_dtype, OperandLayout(s.layout_a, s.transpose_a),
             static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2.a, s.input_dtype)};
-  args.b = {operand(p.b, pl.b), KernelType(s.input_dtype), OperandLayout(s.layout_b, s.transpose_b),
+  args.b = {operand(p.b, pl.b), s.input_dtype, OperandLayout(s.layout_b, s.transpose_b),
             static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.input_dtype)};
   const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
-  args.d = {out_dev + pl.d, KernelType(s.output_dtype), KernelLayout(s.layout_d), ld_d,
+  args.d = {out_dev + pl.d, s.output_dtype, s.layout_d, ld_d,
             stride(pl.d, pl2.d, s.output_dtype)};
   args.c = args.d;
   if (pl.has_c) {

@@ -1,5 +1,5 @@
 // The CUDA executor's problems in the kernel library's terms (kernels/gemm.h):
-// types, layouts, and the arguments of a launch over a lane's device buffer.
+// layouts seen through transposes, and the arguments of a launch over a lane's device buffer.
 #ifndef GEMM_SERVICE_CUDA_KERNEL_ARGUMENTS_H_
 #define GEMM_SERVICE_CUDA_KERNEL_ARGUMENTS_H_
 
@@ -11,9 +11,6 @@
 
 namespace gemm {
 namespace gpu {
-
-gemm_kernels::DataType KernelType(DType t);
-gemm_kernels::Layout KernelLayout(Layout l);
 
 // op(X) as the kernel sees it: a transposed operand is the same bytes read in
 // the other layout.
