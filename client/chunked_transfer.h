@@ -2,7 +2,7 @@
 // gemm.v1.Transfer, striped over several channels: one matrix is cut into
 // contiguous byte ranges, one stream per range, each stream on its own
 // HTTP/2 connection. One connection tops out far below the machine (gRPC's
-// per-connection framing and flow control; see bench/RESULTS.md), so
+// per-connection framing and flow control; see bench/BASELINES.md), so
 // striping is what lets one client move one large operand at wire speed.
 //
 // Chunks are sent straight from the caller's memory and received straight

@@ -73,7 +73,7 @@ struct ClientOptions {
   // to keep the results when they are that large, downloads them, and
   // releases everything; RegisterMatrix uploads such a matrix in chunks.
   // This lifts protobuf's 2 GiB cap and the message limit, and is faster for
-  // large payloads (bench/RESULTS.md has the measurements behind the
+  // large payloads (bench/BASELINES.md has the measurements behind the
   // defaults). Requests that would not fit in max_message_bytes always go
   // this way; 0 sends everything as one message where it fits.
   uint64_t chunked_threshold_bytes = uint64_t{4} << 20;

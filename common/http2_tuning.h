@@ -1,7 +1,7 @@
 // HTTP/2 settings that matter for bulk transfer, shared by the server and the
 // client so that both sides are tuned by the same names. Zero keeps gRPC's
 // own default for that setting. The defaults chosen, and the measurements
-// behind them, are in bench/RESULTS.md ("Transport").
+// behind them, are in bench/BASELINES.md ("Transport").
 #ifndef GEMM_COMMON_HTTP2_TUNING_H_
 #define GEMM_COMMON_HTTP2_TUNING_H_
 

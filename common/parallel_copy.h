@@ -1,5 +1,5 @@
 // memcpy split over several threads for large buffers. One core copies into
-// pinned staging at only 6-10 GB/s on the H200 host (bench/RESULTS.md,
+// pinned staging at only 6-10 GB/s on the H200 host (bench/BASELINES.md,
 // staging_bench), well below what the memory system and the PCIe link
 // (55 GB/s) can take, so a large request's host copies, not its transfers or
 // kernel, set its time.

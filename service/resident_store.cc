@@ -106,7 +106,7 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(absl::str
   if (absl::Status st = Reserve(bytes); !st.ok()) return st;
   // A transient upload feeds one request: host memory takes chunks fastest
   // (plain parallel copies, no device synchronization per chunk; measured in
-  // bench/RESULTS.md, Transport) and the request's staging copies it once. A
+  // bench/BASELINES.md, Transport) and the request's staging copies it once. A
   // kept one goes where the executor keeps resident matrices (device memory
   // on a GPU), read in place by every request that names it.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
