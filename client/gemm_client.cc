@@ -624,8 +624,11 @@ absl::Status Client::RunRequest(
       absl::MutexLock lock(&mu_);
       uniform = absl::Uniform(bitgen_, 0.0, 1.0);
     }
+    // As UNAVAILABLE: gRPC's bare CANCELLED from a stopping server and the
+    // moved request are retryable here, on another replica, though not on
+    // the same one.
     std::optional<absl::Duration> delay =
-        NextRetryDelay(options_.retry, attempt, moved ? absl::UnavailableError("moved") : status,
+        NextRetryDelay(options_.retry, attempt, absl::UnavailableError(status.message()),
                        Pushback{}, absl::Now(), deadline, uniform);
     if (!delay.has_value()) return status;
     replica.failed_over.fetch_add(1);
@@ -884,7 +887,13 @@ void Client::OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::S
     std::optional<absl::Duration> delay;
     {
       absl::MutexLock lock(&call->mu);
-      delay = RetryDelay(call->options, call->attempts, result, *call->ctx, call->deadline);
+      // gRPC's bare CANCELLED from a stopping server: retryable on another
+      // replica (the call never reached a handler).
+      const bool elsewhere =
+          FailsOver(result) && call->handles.empty() && ActiveReplicas() >= 2;
+      delay = RetryDelay(call->options, call->attempts,
+                         elsewhere ? absl::UnavailableError(result.message()) : result,
+                         *call->ctx, call->deadline);
     }
     if (delay.has_value()) {
       // Another replica is up: go there at once.
