@@ -40,7 +40,10 @@
 #include "common/status_macros.h"
 
 ABSL_FLAG(std::string, target, "localhost:50051",
-          "Server: host:port, or dns:///name:port to balance over replicas");
+          "Server: host:port; replicas: dns:///name:port (every address the name resolves "
+          "to) or ipv4:host:port,host:port,... Each request's calls stay on one replica");
+ABSL_FLAG(std::string, replica_policy, "least_outstanding",
+          "How requests pick a replica: least_outstanding (fewest in flight) or round_robin");
 ABSL_FLAG(bool, tls, false, "Speak TLS, verifying the server against the system's roots");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle to verify the server with (implies --tls)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require mTLS");
@@ -131,6 +134,15 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
   GEMM_RETURN_IF_ERROR(SetSecurityOptions(&options));
   options.default_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));
   options.retry.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  const std::string policy = absl::GetFlag(FLAGS_replica_policy);
+  if (policy == "least_outstanding") {
+    options.replica_policy = ClientOptions::ReplicaPolicy::kLeastOutstanding;
+  } else if (policy == "round_robin") {
+    options.replica_policy = ClientOptions::ReplicaPolicy::kRoundRobin;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--replica_policy must be least_outstanding or round_robin, got \"", policy, "\""));
+  }
   return Client::Create(options);
 }
 
@@ -248,6 +260,7 @@ int Info() {
 
   absl::PrintF("server        %s\n", absl::GetFlag(FLAGS_target));
   absl::PrintF("version       %s\n", info->version());
+  absl::PrintF("instance      %s\n", info->instance_id().empty() ? "(not reported)" : info->instance_id());
   absl::PrintF("backend       %s\n", info->backend());
   std::vector<std::string> dtypes;
   for (int t : info->input_dtypes()) dtypes.push_back(Name(static_cast<v1::DataType>(t)));
@@ -468,6 +481,20 @@ class Bench {
                  req_mb / s, resp_mb / s);
     absl::PrintF("latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", pct(0.50), pct(0.90),
                  pct(0.99), latencies_ms_.empty() ? 0.0 : latencies_ms_.back());
+    // How the requests were spread over the target's replicas (retries and
+    // registrations included).
+    const std::vector<Client::ReplicaStats> replicas = client_->Replicas();
+    uint64_t sent = 0;
+    for (const Client::ReplicaStats& r : replicas) sent += r.requests;
+    absl::PrintF("replicas      %d (policy %s)\n", replicas.size(),
+                 absl::GetFlag(FLAGS_replica_policy));
+    for (const Client::ReplicaStats& r : replicas) {
+      absl::PrintF("  %-30s instance %-16s %lld requests (%.1f%%), %lld failed over%s\n",
+                   r.address, r.instance_id.empty() ? "?" : r.instance_id,
+                   static_cast<long long>(r.requests),
+                   sent == 0 ? 0.0 : 100.0 * static_cast<double>(r.requests) / sent,
+                   static_cast<long long>(r.failed_over), r.active ? "" : " (left the set)");
+    }
     if (verify_every_ > 0) {
       absl::PrintF("verified      %lld responses, %lld mismatches\n",
                    static_cast<long long>(verified_), static_cast<long long>(mismatches_));

@@ -1,12 +1,20 @@
 #include "client/gemm_client.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <deque>
 #include <queue>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/grpc_status.h"
 #include "common/proto_enums.h"
@@ -58,6 +66,95 @@ std::shared_ptr<grpc::ChannelCredentials> ChannelCredentialsFor(const ClientOpti
   ssl.pem_cert_chain = o.tls_cert_chain_pem;
   ssl.pem_private_key = o.tls_private_key_pem;
   return grpc::SslCredentials(ssl);
+}
+
+constexpr char kAffinityHeader[] = "gemm-affinity";
+
+// The server instance a handle names ("<16 hex>-<32 hex>", gemm.proto's
+// RegisterMatrixResponse), or empty for a handle without one.
+std::string_view HandleInstance(std::string_view handle) {
+  auto hex = [](std::string_view s) {
+    for (char c : s)
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    return true;
+  };
+  if (handle.size() != 49 || handle[16] != '-') return {};
+  if (!hex(handle.substr(0, 16)) || !hex(handle.substr(17))) return {};
+  return handle.substr(0, 16);
+}
+
+// Whether a request that failed with `status` on one replica may run again,
+// whole, on another: the replica refused it while draining, is down, or cut
+// the call off as it stopped (gRPC's bare "CANCELLED" for a call that
+// reached a stopping server's transport, never its handler).
+bool FailsOver(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         (status.code() == absl::StatusCode::kCancelled && status.message() == "CANCELLED");
+}
+
+// The replicas a target names: an "ipv4:"/"ipv6:" list gives one channel
+// target per address; anything else is one replica on the target itself
+// ("dns:" targets are resolved by the client, see Client::Resolve).
+std::vector<std::string> SplitAddressList(const std::string& target) {
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (target.rfind(scheme, 0) != 0) continue;
+    std::vector<std::string> out;
+    for (absl::string_view a : absl::StrSplit(target.substr(5), ',', absl::SkipEmpty()))
+      out.push_back(absl::StrCat(scheme, a));
+    return out;
+  }
+  return {target};
+}
+
+// "dns:///name:port", "dns://authority/name:port" or "dns:name:port": the
+// name and port, or false for another target.
+bool ParseDnsTarget(const std::string& target, std::string* name, std::string* port) {
+  if (target.rfind("dns:", 0) != 0) return false;
+  std::string rest = target.substr(4);
+  if (rest.rfind("//", 0) == 0) {
+    const size_t slash = rest.find('/', 2);
+    if (slash == std::string::npos) return false;
+    rest = rest.substr(slash + 1);
+  }
+  const size_t colon = rest.rfind(':');
+  if (rest.empty()) return false;
+  if (colon == std::string::npos || rest.back() == ']') {
+    *name = rest;
+    *port = "443";
+  } else {
+    *name = rest.substr(0, colon);
+    *port = rest.substr(colon + 1);
+  }
+  if (name->size() >= 2 && name->front() == '[' && name->back() == ']')
+    *name = name->substr(1, name->size() - 2);
+  return !name->empty();
+}
+
+// The channel targets ("ipv4:a.b.c.d:port", "ipv6:[::1]:port") `name`
+// resolves to, sorted, or an error naming it.
+absl::StatusOr<std::vector<std::string>> ResolveName(const std::string& name,
+                                                     const std::string& port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(name.c_str(), port.c_str(), &hints, &found); rc != 0)
+    return absl::UnavailableError(
+        absl::StrCat("resolving \"", name, "\": ", gai_strerror(rc)));
+  std::vector<std::string> out;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char host[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, host, sizeof(host), nullptr, 0,
+                    NI_NUMERICHOST) != 0)
+      continue;
+    out.push_back(a->ai_family == AF_INET6 ? absl::StrCat("ipv6:[", host, "]:", port)
+                                           : absl::StrCat("ipv4:", host, ":", port));
+  }
+  freeaddrinfo(found);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.empty()) return absl::UnavailableError(absl::StrCat("\"", name, "\" has no address"));
+  return out;
 }
 
 }  // namespace
@@ -153,11 +250,27 @@ class Client::AsyncCall {
   // Touched by one attempt at a time; attempts never overlap.
   int attempts = 0;
   v1::GemmResponse response;
+  // The handles the request names (they fix its replica), and the replica
+  // of the current attempt.
+  std::vector<std::string> handles;
+  Route route;
 
   absl::Mutex mu;
   std::unique_ptr<grpc::ClientContext> ctx ABSL_GUARDED_BY(mu);
   bool cancelled ABSL_GUARDED_BY(mu) = false;
 };
+
+namespace {
+
+std::vector<std::string> HandlesOf(const v1::GemmRequest& request) {
+  std::vector<std::string> out;
+  for (const v1::GemmProblem& p : request.problems())
+    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()})
+      if (m->source_case() == v1::Matrix::kHandle) out.push_back(m->handle());
+  return out;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   if (absl::Status s = ValidateOptions(options, /*need_target=*/true); !s.ok()) return s;
@@ -167,20 +280,50 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   args.SetServiceConfigJSON(kServiceConfig);
   if (!options.bearer_token.empty()) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   for (const auto& [name, value] : options.http2.ChannelArgs()) args.SetInt(name, value);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(options.max_reconnect_backoff)));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(std::min<int64_t>(
+                  1000, absl::ToInt64Milliseconds(options.max_reconnect_backoff))));
   std::shared_ptr<grpc::ChannelCredentials> creds = ChannelCredentialsFor(options);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(options.target, creds, args);
   if (channel == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("cannot create a channel to ", options.target));
   }
-  // Transfer channels: each its own connection (distinct arguments and a
-  // local subchannel pool keep gRPC from sharing one between them).
-  auto make_transfer_channel = [target = options.target, creds, args](int i) mutable {
-    grpc::ChannelArguments mine = args;
-    mine.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    mine.SetInt("gemm.transfer_channel", i);
-    return grpc::CreateCustomChannel(target, creds, mine);
+  std::string dns_name, dns_port;
+  const bool dns = ParseDnsTarget(options.target, &dns_name, &dns_port);
+  if (options.target.rfind("dns:", 0) == 0 && !dns)
+    return absl::InvalidArgumentError(
+        absl::StrCat("target: \"", options.target, "\" is not dns:///name:port"));
+  // A replica's channels reach its one address; with TLS the certificate is
+  // still checked against the name the target gave, and :authority is it.
+  grpc::ChannelArguments replica_args = args;
+  if (dns) {
+    replica_args.SetString(GRPC_ARG_DEFAULT_AUTHORITY, absl::StrCat(dns_name, ":", dns_port));
+    if (options.tls || options.credentials != nullptr)
+      replica_args.SetSslTargetNameOverride(dns_name);
+  }
+  const bool single = !dns && SplitAddressList(options.target).size() == 1;
+  ReplicaFactory make_replica = [options, creds, replica_args, single,
+                                 target = options.target](const std::string& address) {
+    // A single-server target keeps its own channel (and gRPC's resolution).
+    const std::string channel_target = single ? target : address;
+    std::shared_ptr<grpc::Channel> ch =
+        grpc::CreateCustomChannel(channel_target, creds, replica_args);
+    // Transfer channels: each its own connection (distinct arguments and a
+    // local subchannel pool keep gRPC from sharing one between them).
+    auto make_transfer_channel = [channel_target, creds, replica_args](int i) {
+      grpc::ChannelArguments mine = replica_args;
+      mine.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      mine.SetInt("gemm.transfer_channel", i);
+      return grpc::CreateCustomChannel(channel_target, creds, mine);
+    };
+    return std::make_shared<Replica>(address, std::move(ch), make_transfer_channel, options);
   };
-  return std::unique_ptr<Client>(new Client(std::move(channel), options, make_transfer_channel));
+  std::vector<std::string> addresses;
+  if (!dns) addresses = SplitAddressList(options.target);
+  return std::unique_ptr<Client>(new Client(std::move(channel), options, std::move(make_replica),
+                                            std::move(addresses), dns_name, dns_port));
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::CreateWithChannel(
@@ -191,14 +334,38 @@ absl::StatusOr<std::unique_ptr<Client>> Client::CreateWithChannel(
 }
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
-               std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel)
+               ReplicaFactory make_replica, std::vector<std::string> addresses,
+               std::string dns_name, std::string dns_port)
     : options_(options),
       channel_(std::move(channel)),
-      make_transfer_channel_(std::move(make_transfer_channel)),
-      stub_(v1::GemmService::NewStub(channel_)),
-      timer_(std::make_unique<RetryTimer>()) {}
+      make_replica_(std::move(make_replica)),
+      dns_name_(std::move(dns_name)),
+      dns_port_(std::move(dns_port)),
+      timer_(std::make_unique<RetryTimer>()) {
+  {
+    absl::MutexLock lock(&replicas_mu_);
+    for (const std::string& a : addresses) replicas_.push_back(make_replica_(a));
+  }
+  if (!dns_name_.empty()) {
+    Resolve();
+    resolver_ = std::thread([this] { ResolverLoop(); });
+  }
+}
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+    : options_(options), channel_(std::move(channel)), timer_(std::make_unique<RetryTimer>()) {
+  absl::MutexLock lock(&replicas_mu_);
+  replicas_.push_back(std::make_shared<Replica>(options_.target, channel_, nullptr, options_));
+}
 
 Client::~Client() {
+  if (resolver_.joinable()) {
+    {
+      absl::MutexLock lock(&replicas_mu_);
+      stop_resolver_ = true;
+    }
+    resolver_.join();
+  }
   std::vector<std::shared_ptr<AsyncCall>> live;
   {
     absl::MutexLock lock(&mu_);
@@ -223,65 +390,339 @@ Client::~Client() {
   timer_.reset();
 }
 
+void Client::Resolve() {
+  absl::StatusOr<std::vector<std::string>> found = ResolveName(dns_name_, dns_port_);
+  absl::MutexLock lock(&replicas_mu_);
+  if (!found.ok()) {
+    // Keep the last set: a lookup failing for a moment must not drop
+    // replicas that still serve.
+    resolve_error_ = std::string(found.status().message());
+    return;
+  }
+  resolve_error_.clear();
+  for (const std::shared_ptr<Replica>& r : replicas_)
+    r->active.store(std::find(found->begin(), found->end(), r->address) != found->end());
+  for (const std::string& a : *found) {
+    const bool known = std::any_of(replicas_.begin(), replicas_.end(),
+                                   [&](const auto& r) { return r->address == a; });
+    if (!known) replicas_.push_back(make_replica_(a));
+  }
+}
+
+void Client::ResolverLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&replicas_mu_);
+      auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(replicas_mu_) {
+        return stop_resolver_ || resolve_now_;
+      };
+      replicas_mu_.AwaitWithTimeout(absl::Condition(&wake), options_.resolve_interval);
+      if (stop_resolver_) return;
+      resolve_now_ = false;
+    }
+    Resolve();
+    // At most one lookup a second, however often replicas fail.
+    absl::MutexLock lock(&replicas_mu_);
+    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(replicas_mu_) { return stop_resolver_; };
+    replicas_mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1));
+    if (stop_resolver_) return;
+  }
+}
+
+std::vector<Client::ReplicaStats> Client::Replicas() const {
+  absl::MutexLock lock(&replicas_mu_);
+  std::vector<ReplicaStats> out;
+  for (const std::shared_ptr<Replica>& r : replicas_) {
+    ReplicaStats s;
+    s.address = r->address;
+    s.instance_id = r->instance();
+    s.requests = r->requests.load();
+    s.failed_over = r->failed_over.load();
+    s.active = r->active.load();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+size_t Client::ActiveReplicas() const {
+  absl::MutexLock lock(&replicas_mu_);
+  return std::count_if(replicas_.begin(), replicas_.end(),
+                       [](const auto& r) { return r->active.load(); });
+}
+
+size_t Client::UsableReplicas(const Replica* except) const {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&replicas_mu_);
+  size_t n = 0;
+  for (const std::shared_ptr<Replica>& r : replicas_)
+    if (r.get() != except && r->Usable(now)) ++n;
+  return n;
+}
+
+absl::StatusOr<std::shared_ptr<Client::Replica>> Client::PickReplica(const Replica* avoid) {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&replicas_mu_);
+  std::vector<std::shared_ptr<Replica>> usable, active;
+  for (const std::shared_ptr<Replica>& r : replicas_) {
+    if (!r->active.load()) continue;
+    active.push_back(r);
+    if (r.get() != avoid && r->Usable(now)) usable.push_back(r);
+  }
+  // None known to be up: try any of the set (one may have come back; the
+  // attempt tells), the one just tried last.
+  if (usable.empty()) {
+    for (const std::shared_ptr<Replica>& r : active)
+      if (r.get() != avoid) usable.push_back(r);
+  }
+  if (usable.empty()) usable = active;
+  if (usable.empty()) {
+    return absl::UnavailableError(absl::StrCat(
+        "target \"", options_.target, "\" names no replica",
+        resolve_error_.empty() ? "" : absl::StrCat(" (", resolve_error_, ")")));
+  }
+  const uint64_t turn = next_replica_++;
+  if (options_.replica_policy == ClientOptions::ReplicaPolicy::kRoundRobin)
+    return usable[turn % usable.size()];
+  // Fewest outstanding; among equals, in turn.
+  int fewest = usable[0]->outstanding.load();
+  for (const auto& r : usable) fewest = std::min(fewest, r->outstanding.load());
+  std::vector<std::shared_ptr<Replica>> least;
+  for (const auto& r : usable)
+    if (r->outstanding.load() == fewest) least.push_back(r);
+  return least[turn % least.size()];
+}
+
+absl::StatusOr<std::shared_ptr<Client::Replica>> Client::OwnerOf(
+    const std::vector<std::string>& handles, const CallOptions& options) {
+  std::shared_ptr<Replica> owner;
+  for (const std::string& h : handles) {
+    absl::StatusOr<Route> r = RouteForHandle(h, options);
+    if (!r.ok()) return r.status();
+    if (owner != nullptr && owner != r->replica)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the request names handles of two servers (", owner->address, " and ",
+          r->replica->address, "): one request's matrices must live on one replica"));
+    owner = r->replica;
+  }
+  return owner;
+}
+
+absl::StatusOr<Client::Route> Client::RouteForHandle(const std::string& handle,
+                                                     const CallOptions& options) {
+  Route route;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = handle_keys_.find(handle);
+    route.key = it != handle_keys_.end() ? it->second : std::string(HandleInstance(handle));
+  }
+  const std::string_view instance = HandleInstance(handle);
+  std::vector<std::shared_ptr<Replica>> all;
+  {
+    absl::MutexLock lock(&replicas_mu_);
+    all = replicas_;
+  }
+  // One server, or a handle that names none (an older server): nothing to
+  // choose.
+  if (all.size() == 1 || instance.empty()) {
+    absl::StatusOr<std::shared_ptr<Replica>> r =
+        all.size() == 1 ? absl::StatusOr<std::shared_ptr<Replica>>(all[0]) : PickReplica(nullptr);
+    if (!r.ok()) return r.status();
+    route.replica = *r;
+    return route;
+  }
+  for (const auto& r : all)
+    if (r->instance() == instance) {
+      route.replica = r;
+      return route;
+    }
+  // Not one of ours yet (another client object made it): ask each replica of
+  // the set who it is, those not yet known first.
+  for (bool unknown_only : {true, false}) {
+    for (const auto& r : all) {
+      if (!r->active.load() || (unknown_only && !r->instance().empty())) continue;
+      grpc::ClientContext ctx;
+      PrepareContext(&ctx, options,
+                     std::min(DeadlineFor(options), absl::Now() + absl::Seconds(2)));
+      v1::ServerInfo info;
+      if (r->stub->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok())
+        r->SetInstance(info.instance_id());
+      if (r->instance() == instance) {
+        route.replica = r;
+        return route;
+      }
+    }
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "handle \"", handle, "\" belongs to server instance ", std::string(instance),
+      ", which is not among the replicas of \"", options_.target,
+      "\" now (it restarted or left the set: its matrices are gone)"));
+}
+
+void Client::NoteHandle(const Route& route, const std::string& handle) {
+  route.replica->SetInstance(HandleInstance(handle));
+  if (!options_.affinity_header) return;
+  absl::MutexLock lock(&mu_);
+  handle_keys_[handle] = route.key;
+}
+
+std::string Client::NewAffinityKey() {
+  absl::MutexLock lock(&mu_);
+  return absl::StrFormat("%016x", absl::Uniform<uint64_t>(bitgen_));
+}
+
+absl::Status Client::RunRequest(
+    const CallOptions& options, const std::vector<std::string>& handles,
+    const std::function<absl::Status(const Route&, const CallOptions&)>& body) {
+  const absl::Time deadline = DeadlineFor(options);
+  CallOptions within = options;
+  within.deadline = deadline;
+  std::shared_ptr<Replica> avoid;
+  for (int attempt = 1;; ++attempt) {
+    Route route;
+    if (handles.empty()) {
+      absl::StatusOr<std::shared_ptr<Replica>> r = PickReplica(avoid.get());
+      if (!r.ok()) return r.status();
+      route.replica = *r;
+      route.key = options_.affinity_header ? NewAffinityKey() : "";
+    } else {
+      absl::StatusOr<Route> r = RouteForHandle(handles[0], within);
+      if (!r.ok()) return r.status();
+      if (handles.size() > 1) {
+        absl::StatusOr<std::shared_ptr<Replica>> owner = OwnerOf(handles, within);
+        if (!owner.ok()) return owner.status();
+      }
+      route = *std::move(r);
+    }
+    Replica& replica = *route.replica;
+    replica.requests.fetch_add(1);
+    replica.outstanding.fetch_add(1);
+    const absl::Status status = body(route, within);
+    replica.outstanding.fetch_sub(1);
+    // Behind an L7 proxy, a call of this request that the proxy sent to
+    // another backend finds the request's own uploads missing: the request
+    // can run again, whole.
+    const bool moved = handles.empty() && status.code() == absl::StatusCode::kFailedPrecondition &&
+                       absl::StrContains(status.message(), "belongs to another server");
+    if (status.ok() || !(FailsOver(status) || moved)) return status;
+    if (!moved) replica.MarkDown(absl::Now() + options_.replica_backoff);
+    if (!dns_name_.empty()) {
+      absl::MutexLock lock(&replicas_mu_);
+      resolve_now_ = true;
+    }
+    // Its matrices live there: another replica cannot take it. With one
+    // replica the calls' own retries were the retries.
+    if (!handles.empty() || !options.retry || ActiveReplicas() < 2) return status;
+    double uniform;
+    {
+      absl::MutexLock lock(&mu_);
+      uniform = absl::Uniform(bitgen_, 0.0, 1.0);
+    }
+    // As UNAVAILABLE: gRPC's bare CANCELLED from a stopping server and the
+    // moved request are retryable here, on another replica, though not on
+    // the same one.
+    std::optional<absl::Duration> delay =
+        NextRetryDelay(options_.retry, attempt, absl::UnavailableError(status.message()),
+                       Pushback{}, absl::Now(), deadline, uniform);
+    if (!delay.has_value()) return status;
+    replica.failed_over.fetch_add(1);
+    retries_.fetch_add(1);
+    // Another replica is up: go there at once.
+    if (UsableReplicas(&replica) > 0) delay = absl::ZeroDuration();
+    absl::SleepFor(*delay);
+    avoid = route.replica;
+  }
+}
+
 absl::Time Client::DeadlineFor(const CallOptions& options) const {
   if (options.deadline.has_value()) return *options.deadline;
   return absl::Now() + options.timeout.value_or(options_.default_timeout);
 }
 
 void Client::PrepareContext(grpc::ClientContext* ctx, const CallOptions& options,
-                            absl::Time deadline) const {
+                            absl::Time deadline, const std::string& affinity_key) const {
   if (deadline != absl::InfiniteFuture()) ctx->set_deadline(absl::ToChronoTime(deadline));
   ctx->set_wait_for_ready(options.wait_for_ready);
   if (!options_.bearer_token.empty()) {
     ctx->AddMetadata("authorization", "Bearer " + options_.bearer_token);
   }
+  if (options_.affinity_header && !affinity_key.empty())
+    ctx->AddMetadata(kAffinityHeader, affinity_key);
 }
 
 std::optional<absl::Duration> Client::RetryDelay(const CallOptions& options, int attempts_made,
                                                  const absl::Status& status,
                                                  const grpc::ClientContext& ctx,
-                                                 absl::Time deadline) {
+                                                 absl::Time deadline, bool fail_over) {
   if (!options.retry) return std::nullopt;
+  if (fail_over && status.code() == absl::StatusCode::kUnavailable) return std::nullopt;
   const Pushback pushback = PushbackFromTrailers(ctx.GetServerTrailingMetadata());
   double uniform;
   {
     absl::MutexLock lock(&mu_);
     uniform = absl::Uniform(bitgen_, 0.0, 1.0);
   }
-  return NextRetryDelay(options_.retry, attempts_made, status, pushback, absl::Now(), deadline,
-                        uniform);
+  std::optional<absl::Duration> delay = NextRetryDelay(
+      options_.retry, attempts_made, status, pushback, absl::Now(), deadline, uniform);
+  if (delay.has_value()) retries_.fetch_add(1);
+  return delay;
 }
 
 absl::Status Client::CallWithRetry(
-    const CallOptions& options,
-    const std::function<grpc::Status(grpc::ClientContext*)>& attempt) {
+    const CallOptions& options, const Route& route,
+    const std::function<grpc::Status(grpc::ClientContext*)>& attempt, bool fail_over) {
   const absl::Time deadline = DeadlineFor(options);
+  // Failing over needs somewhere to go.
+  fail_over = fail_over && UsableReplicas(route.replica.get()) > 0;
   for (int attempts = 1;; ++attempts) {
     grpc::ClientContext ctx;
-    PrepareContext(&ctx, options, deadline);
+    PrepareContext(&ctx, options, deadline, route.key);
     const absl::Status status = FromGrpcStatus(attempt(&ctx));
     if (status.ok()) return status;
     const std::optional<absl::Duration> delay =
-        RetryDelay(options, attempts, status, ctx, deadline);
+        RetryDelay(options, attempts, status, ctx, deadline, fail_over);
     if (!delay.has_value()) return status;
     absl::SleepFor(*delay);
   }
 }
 
-GemmResult Client::Gemm(const v1::GemmRequest& request, const CallOptions& options) {
-  if (NeedsChunks(request)) return GemmChunked(request, options);
+GemmResult Client::GemmOnce(const Route& route, const v1::GemmRequest& request,
+                            const CallOptions& options, bool fail_over) {
   v1::GemmResponse response;
-  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
-    return stub_->Gemm(ctx, request, &response);
+  absl::Status status = CallWithRetry(
+      options, route,
+      [&](grpc::ClientContext* ctx) { return route.replica->stub->Gemm(ctx, request, &response); },
+      fail_over);
+  if (!status.ok()) return status;
+  if (request.keep_results())
+    for (const v1::GemmResult& r : response.results())
+      if (!r.handle().empty()) NoteHandle(route, r.handle());
+  return response;
+}
+
+GemmResult Client::Gemm(const v1::GemmRequest& request, const CallOptions& options) {
+  const std::vector<std::string> handles = HandlesOf(request);
+  const bool chunked = NeedsChunks(request);
+  GemmResult result = absl::UnknownError("no attempt");
+  absl::Status status = RunRequest(options, handles, [&](const Route& route, const CallOptions& within) {
+    result = chunked ? GemmChunked(route, request, within)
+                     : GemmOnce(route, request, within, /*fail_over=*/handles.empty());
+    return result.status();
   });
   if (!status.ok()) return status;
-  return response;
+  return result;
 }
 
 absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& options) {
   v1::ServerInfo info;
-  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
-    return stub_->GetServerInfo(ctx, v1::GetServerInfoRequest(), &info);
+  absl::Status status = RunRequest(options, {}, [&](const Route& route, const CallOptions& within) {
+    absl::Status st = CallWithRetry(
+        within, route,
+        [&](grpc::ClientContext* ctx) {
+          return route.replica->stub->GetServerInfo(ctx, v1::GetServerInfoRequest(), &info);
+        },
+        /*fail_over=*/true);
+    if (st.ok()) route.replica->SetInstance(info.instance_id());
+    return st;
   });
   if (!status.ok()) return status;
   return info;
@@ -303,8 +744,15 @@ absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
   request.mutable_data()->assign(static_cast<const char*>(matrix.data()), matrix.ref().bytes());
   if (!label.empty()) request.set_label(std::string(label));
   v1::RegisterMatrixResponse response;
-  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
-    return stub_->RegisterMatrix(ctx, request, &response);
+  absl::Status status = RunRequest(options, {}, [&](const Route& route, const CallOptions& within) {
+    absl::Status st = CallWithRetry(
+        within, route,
+        [&](grpc::ClientContext* ctx) {
+          return route.replica->stub->RegisterMatrix(ctx, request, &response);
+        },
+        /*fail_over=*/true);
+    if (st.ok()) NoteHandle(route, response.handle());
+    return st;
   });
   if (!status.ok()) return status;
   return ResidentHandle{response.handle(), matrix.rows(), matrix.cols(), matrix.layout(),
@@ -316,18 +764,32 @@ absl::Status Client::ReleaseMatrix(const ResidentHandle& matrix, const CallOptio
 }
 
 absl::Status Client::ReleaseMatrix(const std::string& handle, const CallOptions& options) {
+  absl::Status status = RunRequest(options, {handle}, [&](const Route& route, const CallOptions& within) {
+    return ReleaseOn(route, handle, within);
+  });
+  return status;
+}
+
+absl::Status Client::ReleaseOn(const Route& route, const std::string& handle,
+                               const CallOptions& options) {
   v1::ReleaseMatrixRequest request;
   request.set_handle(handle);
   v1::ReleaseMatrixResponse response;
-  return CallWithRetry(options, [&](grpc::ClientContext* ctx) {
-    return stub_->ReleaseMatrix(ctx, request, &response);
+  absl::Status status = CallWithRetry(options, route, [&](grpc::ClientContext* ctx) {
+    return route.replica->stub->ReleaseMatrix(ctx, request, &response);
   });
+  if (status.ok() || status.code() == absl::StatusCode::kNotFound) {
+    absl::MutexLock lock(&mu_);
+    handle_keys_.erase(handle);
+  }
+  return status;
 }
 
 void Client::GemmAsync(std::shared_ptr<const v1::GemmRequest> request,
                        const CallOptions& options, GemmCallback done) {
   auto call = std::make_shared<AsyncCall>(std::move(request), options, DeadlineFor(options),
                                           std::move(done));
+  call->handles = HandlesOf(*call->request);
   Register(call);
   StartAttempt(call);
 }
@@ -361,37 +823,74 @@ void Client::Unregister(AsyncCall* call) {
 }
 
 void Client::StartAttempt(const std::shared_ptr<AsyncCall>& call) {
-  grpc::ClientContext* ctx;
+  // Each attempt picks its replica: the handles' owner, else by policy,
+  // away from the replica that just failed.
+  Route route;
+  absl::Status routed;
+  if (call->handles.empty()) {
+    absl::StatusOr<std::shared_ptr<Replica>> r = PickReplica(call->route.replica.get());
+    routed = r.status();
+    if (r.ok()) {
+      route.replica = *r;
+      route.key = options_.affinity_header ? NewAffinityKey() : "";
+    }
+  } else {
+    CallOptions within = call->options;
+    within.deadline = call->deadline;
+    absl::StatusOr<Route> r = RouteForHandle(call->handles[0], within);
+    routed = r.status();
+    if (r.ok()) route = *std::move(r);
+  }
+  grpc::ClientContext* ctx = nullptr;
+  bool cancelled;
   {
     absl::MutexLock lock(&call->mu);
-    if (call->cancelled) {
-      ctx = nullptr;
-    } else {
+    cancelled = call->cancelled;
+    if (!cancelled && routed.ok()) {
       call->ctx = std::make_unique<grpc::ClientContext>();
-      PrepareContext(call->ctx.get(), call->options, call->deadline);
+      PrepareContext(call->ctx.get(), call->options, call->deadline, route.key);
       ctx = call->ctx.get();
     }
   }
-  if (ctx == nullptr) {
-    call->done(absl::CancelledError("client is shutting down"));
+  if (cancelled || !routed.ok()) {
+    call->done(cancelled ? absl::CancelledError("client is shutting down") : routed);
     Unregister(call.get());
     return;
   }
+  call->route = route;
   ++call->attempts;
   call->response.Clear();
-  stub_->async()->Gemm(ctx, call->request.get(), &call->response,
-                       [this, call](grpc::Status status) { OnAttemptDone(call, status); });
+  route.replica->requests.fetch_add(1);
+  route.replica->outstanding.fetch_add(1);
+  route.replica->stub->async()->Gemm(
+      ctx, call->request.get(), &call->response,
+      [this, call](grpc::Status status) { OnAttemptDone(call, status); });
 }
 
 void Client::OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::Status& status) {
+  Replica& replica = *call->route.replica;
+  replica.outstanding.fetch_sub(1);
   absl::Status result = FromGrpcStatus(status);
   if (!result.ok()) {
+    if (FailsOver(result)) {
+      replica.MarkDown(absl::Now() + options_.replica_backoff);
+      if (call->handles.empty()) replica.failed_over.fetch_add(1);
+    }
     std::optional<absl::Duration> delay;
     {
       absl::MutexLock lock(&call->mu);
-      delay = RetryDelay(call->options, call->attempts, result, *call->ctx, call->deadline);
+      // gRPC's bare CANCELLED from a stopping server: retryable on another
+      // replica (the call never reached a handler).
+      const bool elsewhere =
+          FailsOver(result) && call->handles.empty() && ActiveReplicas() >= 2;
+      delay = RetryDelay(call->options, call->attempts,
+                         elsewhere ? absl::UnavailableError(result.message()) : result,
+                         *call->ctx, call->deadline);
     }
     if (delay.has_value()) {
+      // Another replica is up: go there at once.
+      if (FailsOver(result) && call->handles.empty() && UsableReplicas(&replica) > 0)
+        delay = absl::ZeroDuration();
       // Always through the timer, even for a zero delay, so the next attempt
       // (which replaces this attempt's context) starts outside this callback.
       timer_->Schedule(absl::Now() + *delay, [this, call] { StartAttempt(call); });
@@ -399,6 +898,9 @@ void Client::OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::S
     }
     call->done(std::move(result));
   } else {
+    if (call->request->keep_results())
+      for (const v1::GemmResult& r : call->response.results())
+        if (!r.handle().empty()) NoteHandle(call->route, r.handle());
     call->done(std::move(call->response));
   }
   Unregister(call.get());
@@ -606,9 +1108,22 @@ class GemmStreamSession::Reactor
 };
 
 std::unique_ptr<GemmStreamSession> Client::OpenStream(const CallOptions& options) {
+  // A stream is one request's worth of affinity: every request on it goes
+  // to the replica picked here. With none (a "dns:" name that resolved to
+  // nothing), the first replica ever known, or a channel to the target.
+  absl::StatusOr<std::shared_ptr<Replica>> replica = PickReplica(nullptr);
+  v1::GemmService::Stub* stub = nullptr;
+  if (replica.ok()) {
+    stub = (*replica)->stub.get();
+  } else {
+    absl::MutexLock lock(&mu_);
+    if (fallback_stub_ == nullptr) fallback_stub_ = v1::GemmService::NewStub(channel_);
+    stub = fallback_stub_.get();
+  }
   auto ctx = std::make_unique<grpc::ClientContext>();
-  PrepareContext(ctx.get(), options, DeadlineFor(options));
-  return std::unique_ptr<GemmStreamSession>(new GemmStreamSession(stub_.get(), std::move(ctx)));
+  PrepareContext(ctx.get(), options, DeadlineFor(options),
+                 options_.affinity_header ? NewAffinityKey() : "");
+  return std::unique_ptr<GemmStreamSession>(new GemmStreamSession(stub, std::move(ctx)));
 }
 
 GemmStreamSession::GemmStreamSession(v1::GemmService::Stub* stub,

@@ -16,12 +16,15 @@
 #ifndef GEMM_CLIENT_GEMM_CLIENT_H_
 #define GEMM_CLIENT_GEMM_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -42,10 +45,39 @@
 namespace gemm {
 
 struct ClientOptions {
-  // Required. "host:port" for one server, or "dns:///name:port" to spread calls
-  // round-robin over every address the name resolves to (the channel's load
-  // balancing policy is round_robin in both cases).
+  // Required. One server ("host:port", "unix:path"), or replicas: an address
+  // list ("ipv4:10.0.0.1:50051,10.0.0.2:50051", "ipv6:...") or a name whose
+  // addresses are the replicas ("dns:///name:port", re-resolved every
+  // resolve_interval and whenever a replica stops answering). A request's
+  // calls all go to one replica (its uploads, Gemm, downloads and releases),
+  // and a call naming a handle goes to the replica that issued it; requests
+  // are spread over replicas by replica_policy. A plain "host:port" is one
+  // server whatever it resolves to: use "dns:///" for replicas.
   std::string target;
+  // How a request that names no handle picks its replica.
+  enum class ReplicaPolicy {
+    // The replica with the fewest of this client's requests in flight (ties
+    // in turn): a slow or loaded replica gets less.
+    kLeastOutstanding,
+    // Each in turn.
+    kRoundRobin,
+  };
+  ReplicaPolicy replica_policy = ReplicaPolicy::kLeastOutstanding;
+  // How often a "dns:" target's addresses are looked up again.
+  absl::Duration resolve_interval = absl::Seconds(30);
+  // After a replica fails a request with UNAVAILABLE (it is draining, down
+  // or gone), requests avoid it this long; a request that failed so, and
+  // that names no handle of that replica, is retried on another replica
+  // (within ClientOptions::retry's attempts and the deadline).
+  absl::Duration replica_backoff = absl::Seconds(1);
+  // Longest wait between gRPC's reconnection attempts to a replica that is
+  // down, so one that comes back is used again soon.
+  absl::Duration max_reconnect_backoff = absl::Seconds(2);
+  // Every call carries "gemm-affinity: <key>", the same key for every call of
+  // one request (and for later calls naming a handle it made), so that an L7
+  // proxy in front of the replicas (Envoy, a cloud balancer) can send them
+  // to one backend by hashing on the header (docs/replicas.md).
+  bool affinity_header = true;
   // Deadline of a call whose CallOptions set none.
   absl::Duration default_timeout = absl::Seconds(30);
   // Largest message sent or received, in bytes. The default matches the
@@ -173,37 +205,106 @@ class Client {
   std::unique_ptr<GemmStreamSession> OpenStream(const CallOptions& options = {});
 
   const ClientOptions& options() const { return options_; }
+  // A channel to the whole target (gRPC's own round-robin), for waiting until
+  // it connects; requests go through the per-replica channels.
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
+  // How this client's requests were spread over the replicas.
+  struct ReplicaStats {
+    std::string address;
+    // The server's GetServerInfo.instance_id, once learned (from a handle it
+    // issued or a GetServerInfo); empty before.
+    std::string instance_id;
+    // Requests (and calls naming its handles) sent there, retries included.
+    uint64_t requests = 0;
+    // Requests that failed there retryably and were retried on another one.
+    uint64_t failed_over = 0;
+    // In the target's current address set.
+    bool active = true;
+  };
+  std::vector<ReplicaStats> Replicas() const;
+  // Retries made, over all calls and replicas (per-call retries and
+  // requests retried on another replica).
+  uint64_t retries() const { return retries_.load(); }
+
   // Implementation details follow.
+  class Replica;
+
  private:
   class AsyncCall;
   class RetryTimer;
 
+  // Makes the replica whose channel target is `address`.
+  using ReplicaFactory = std::function<std::shared_ptr<Replica>(const std::string& address)>;
   Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options,
-         std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel = nullptr);
+         ReplicaFactory make_replica, std::vector<std::string> addresses, std::string dns_name,
+         std::string dns_port);
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  // What one request (all its calls) runs with: the replica, and the
+  // affinity key its calls carry.
+  struct Route {
+    std::shared_ptr<Replica> replica;
+    std::string key;
+  };
 
   absl::Time DeadlineFor(const CallOptions& options) const;
-  void PrepareContext(grpc::ClientContext* ctx, const CallOptions& options,
-                      absl::Time deadline) const;
+  void PrepareContext(grpc::ClientContext* ctx, const CallOptions& options, absl::Time deadline,
+                      const std::string& affinity_key = "") const;
   // The delay before the next attempt, or nullopt to finish with `status`.
+  // With `fail_over`, UNAVAILABLE ends the call at once when other replicas
+  // could take the request instead.
   std::optional<absl::Duration> RetryDelay(const CallOptions& options, int attempts_made,
                                            const absl::Status& status,
-                                           const grpc::ClientContext& ctx, absl::Time deadline);
+                                           const grpc::ClientContext& ctx, absl::Time deadline,
+                                           bool fail_over = false);
   // Runs `attempt` until it succeeds or RetryDelay says to stop, sleeping in
   // between.
-  absl::Status CallWithRetry(const CallOptions& options,
-                             const std::function<grpc::Status(grpc::ClientContext*)>& attempt);
+  absl::Status CallWithRetry(const CallOptions& options, const Route& route,
+                             const std::function<grpc::Status(grpc::ClientContext*)>& attempt,
+                             bool fail_over = false);
+
+  // Runs one request's calls (`body`) on one replica: the owner of `handles`
+  // when it names any, else one chosen by replica_policy; a request that
+  // names none and fails with UNAVAILABLE there runs again on another.
+  absl::Status RunRequest(const CallOptions& options, const std::vector<std::string>& handles,
+                          const std::function<absl::Status(const Route&, const CallOptions&)>& body);
+  // The replica for a request naming no handle, avoiding `avoid`.
+  absl::StatusOr<std::shared_ptr<Replica>> PickReplica(const Replica* avoid);
+  // The replica that issued every handle in `handles`.
+  absl::StatusOr<std::shared_ptr<Replica>> OwnerOf(const std::vector<std::string>& handles,
+                                                   const CallOptions& options);
+  absl::StatusOr<Route> RouteForHandle(const std::string& handle, const CallOptions& options);
+  // Records that `handle` was issued by `route`'s replica (its instance, and
+  // the affinity key later calls naming it carry).
+  void NoteHandle(const Route& route, const std::string& handle);
+  std::string NewAffinityKey();
+  // Looks the "dns:" target up again and updates the replica set.
+  void Resolve();
+  void ResolverLoop();
+  size_t UsableReplicas(const Replica* except) const;
+  size_t ActiveReplicas() const;
 
   // Gemm through uploads, keep_results and downloads (see Gemm).
-  GemmResult GemmChunked(const v1::GemmRequest& request, const CallOptions& options);
+  GemmResult GemmChunked(const Route& route, const v1::GemmRequest& request,
+                         const CallOptions& options);
+  GemmResult GemmOnce(const Route& route, const v1::GemmRequest& request,
+                      const CallOptions& options, bool fail_over);
   bool NeedsChunks(const v1::GemmRequest& request) const;
-  // BeginUpload for `matrix` (its bytes to follow through transfer()).
-  absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(const MatrixView& matrix, bool transient,
+  // BeginUpload for `matrix` (its bytes to follow through the replica's
+  // transfer pool).
+  absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(const Route& route,
+                                                         const MatrixView& matrix, bool transient,
                                                          absl::string_view label,
-                                                         const CallOptions& options);
-  // The transfer channel pool, made on first use.
-  const ChunkedTransfer& transfer();
+                                                         const CallOptions& options,
+                                                         bool fail_over);
+  absl::StatusOr<ResidentHandle> UploadMatrixOn(const Route& route, const MatrixView& matrix,
+                                                bool transient, absl::string_view label,
+                                                const CallOptions& options, bool fail_over);
+  absl::Status ReleaseOn(const Route& route, const std::string& handle,
+                         const CallOptions& options);
+  absl::Status DownloadOn(const Route& route, const std::string& handle, void* dst,
+                          uint64_t bytes, const CallOptions& options);
 
   void StartAttempt(const std::shared_ptr<AsyncCall>& call);
   void OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::Status& status);
@@ -212,18 +313,108 @@ class Client {
 
   const ClientOptions options_;
   const std::shared_ptr<grpc::Channel> channel_;
-  // Makes transfer channel i; null when the client was made on an existing
-  // channel (the pool is then that one channel).
-  const std::function<std::shared_ptr<grpc::Channel>(int)> make_transfer_channel_;
-  absl::Mutex transfer_mu_;
-  std::unique_ptr<ChunkedTransfer> transfer_ ABSL_GUARDED_BY(transfer_mu_);
-  const std::unique_ptr<v1::GemmService::Stub> stub_;
+  const ReplicaFactory make_replica_;
+  // Set for a "dns:" target: what Resolve looks up.
+  const std::string dns_name_;
+  const std::string dns_port_;
   std::unique_ptr<RetryTimer> timer_;
+  std::atomic<uint64_t> retries_{0};
+
+  // Every replica the target has named since the client was made (those that
+  // left the set stay, inactive: calls in flight or streams may hold them).
+  mutable absl::Mutex replicas_mu_;
+  std::vector<std::shared_ptr<Replica>> replicas_ ABSL_GUARDED_BY(replicas_mu_);
+  uint64_t next_replica_ ABSL_GUARDED_BY(replicas_mu_) = 0;
+  std::string resolve_error_ ABSL_GUARDED_BY(replicas_mu_);
+  bool resolve_now_ ABSL_GUARDED_BY(replicas_mu_) = false;
+  bool stop_resolver_ ABSL_GUARDED_BY(replicas_mu_) = false;
+  std::thread resolver_;
 
   absl::Mutex mu_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+  // Affinity keys of the handles this client's requests made, for the later
+  // calls that name them (dropped on release).
+  absl::flat_hash_map<std::string, std::string> handle_keys_ ABSL_GUARDED_BY(mu_);
+  // OpenStream's stub on channel_ when no replica is known.
+  std::unique_ptr<v1::GemmService::Stub> fallback_stub_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<AsyncCall*, std::weak_ptr<AsyncCall>> calls_ ABSL_GUARDED_BY(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Implementation detail of Client. One replica: its channel and stub, its
+// transfer channel pool (made on first use), and what the client knows of it.
+class Client::Replica {
+ public:
+  using ChannelFactory = std::function<std::shared_ptr<grpc::Channel>(int)>;
+  Replica(std::string address, std::shared_ptr<grpc::Channel> channel,
+          ChannelFactory make_transfer_channel, const ClientOptions& options)
+      : address(std::move(address)),
+        channel(std::move(channel)),
+        stub(v1::GemmService::NewStub(this->channel)),
+        make_transfer_channel_(std::move(make_transfer_channel)),
+        transfer_channels_(options.transfer_channels),
+        chunk_bytes_(options.chunk_bytes) {}
+
+  const ChunkedTransfer& transfer() {
+    absl::MutexLock lock(&transfer_mu_);
+    if (transfer_ == nullptr) {
+      std::vector<std::shared_ptr<grpc::Channel>> pool;
+      if (make_transfer_channel_ == nullptr) {
+        pool.push_back(channel);
+      } else {
+        for (int i = 0; i < transfer_channels_; ++i) pool.push_back(make_transfer_channel_(i));
+      }
+      ChunkedTransfer::Options o;
+      o.chunk_bytes = chunk_bytes_;
+      o.stripes = transfer_channels_;
+      transfer_ = std::make_unique<ChunkedTransfer>(std::move(pool), o);
+    }
+    return *transfer_;
+  }
+
+  // Not known down: in the set, not failed lately, and its channel not in
+  // TRANSIENT_FAILURE (gRPC could not connect).
+  bool Usable(absl::Time now) {
+    if (!active.load()) return false;
+    {
+      absl::MutexLock lock(&mu);
+      if (down_until > now) return false;
+    }
+    return channel->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_TRANSIENT_FAILURE;
+  }
+
+  void MarkDown(absl::Time until) {
+    absl::MutexLock lock(&mu);
+    down_until = std::max(down_until, until);
+  }
+
+  void SetInstance(std::string_view id) {
+    if (id.empty()) return;
+    absl::MutexLock lock(&mu);
+    instance_id = std::string(id);
+  }
+  std::string instance() {
+    absl::MutexLock lock(&mu);
+    return instance_id;
+  }
+
+  const std::string address;
+  const std::shared_ptr<grpc::Channel> channel;
+  const std::unique_ptr<v1::GemmService::Stub> stub;
+  std::atomic<bool> active{true};
+  std::atomic<int> outstanding{0};
+  std::atomic<uint64_t> requests{0};
+  std::atomic<uint64_t> failed_over{0};
+
+ private:
+  const ChannelFactory make_transfer_channel_;
+  const int transfer_channels_;
+  const uint64_t chunk_bytes_;
+  absl::Mutex transfer_mu_;
+  std::unique_ptr<ChunkedTransfer> transfer_ ABSL_GUARDED_BY(transfer_mu_);
+  absl::Mutex mu;
+  std::string instance_id ABSL_GUARDED_BY(mu);
+  absl::Time down_until ABSL_GUARDED_BY(mu) = absl::InfinitePast();
 };
 
 // Many requests pipelined on one GemmStream. Send() may be called from any

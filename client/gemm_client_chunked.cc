@@ -83,28 +83,12 @@ bool Client::NeedsChunks(const v1::GemmRequest& request) const {
   return !request.keep_results() && results >= threshold;
 }
 
-const ChunkedTransfer& Client::transfer() {
-  absl::MutexLock lock(&transfer_mu_);
-  if (transfer_ == nullptr) {
-    std::vector<std::shared_ptr<grpc::Channel>> pool;
-    if (make_transfer_channel_ == nullptr) {
-      pool.push_back(channel_);
-    } else {
-      for (int i = 0; i < options_.transfer_channels; ++i)
-        pool.push_back(make_transfer_channel_(i));
-    }
-    ChunkedTransfer::Options o;
-    o.chunk_bytes = options_.chunk_bytes;
-    o.stripes = options_.transfer_channels;
-    transfer_ = std::make_unique<ChunkedTransfer>(std::move(pool), o);
-  }
-  return *transfer_;
-}
-
-absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(const MatrixView& matrix,
+absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(const Route& route,
+                                                               const MatrixView& matrix,
                                                                bool transient,
                                                                absl::string_view label,
-                                                               const CallOptions& options) {
+                                                               const CallOptions& options,
+                                                               bool fail_over) {
   v1::BeginUploadRequest begin;
   begin.set_dtype(ToProto(matrix.dtype()));
   begin.set_rows(matrix.rows());
@@ -113,10 +97,14 @@ absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(const MatrixView&
   begin.set_transient(transient);
   if (!label.empty()) begin.set_label(std::string(label));
   v1::RegisterMatrixResponse registered;
-  absl::Status status = CallWithRetry(options, [&](grpc::ClientContext* ctx) {
-    return stub_->BeginUpload(ctx, begin, &registered);
-  });
+  absl::Status status = CallWithRetry(
+      options, route,
+      [&](grpc::ClientContext* ctx) {
+        return route.replica->stub->BeginUpload(ctx, begin, &registered);
+      },
+      fail_over);
   if (!status.ok()) return status;
+  NoteHandle(route, registered.handle());
   return registered;
 }
 
@@ -124,20 +112,33 @@ absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bo
                                                     absl::string_view label,
                                                     const CallOptions& options) {
   if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
+  absl::StatusOr<ResidentHandle> result = absl::UnknownError("no attempt");
+  absl::Status status = RunRequest(options, {}, [&](const Route& route, const CallOptions& within) {
+    result = UploadMatrixOn(route, matrix, transient, label, within, /*fail_over=*/true);
+    return result.status();
+  });
+  if (!status.ok()) return status;
+  return result;
+}
+
+absl::StatusOr<ResidentHandle> Client::UploadMatrixOn(const Route& route,
+                                                      const MatrixView& matrix, bool transient,
+                                                      absl::string_view label,
+                                                      const CallOptions& options,
+                                                      bool fail_over) {
   const absl::Time deadline = DeadlineFor(options);
   CallOptions within = options;
   within.deadline = deadline;
-  auto registered = BeginUpload(matrix, transient, label, within);
+  auto registered = BeginUpload(route, matrix, transient, label, within, fail_over);
   if (!registered.ok()) return registered.status();
-  absl::Status status = transfer().Upload(registered->handle(), matrix.data(),
-                                          matrix.ref().bytes(), [&](grpc::ClientContext* ctx) {
-                                            PrepareContext(ctx, within, deadline);
-                                          });
+  absl::Status status = route.replica->transfer().Upload(
+      registered->handle(), matrix.data(), matrix.ref().bytes(),
+      [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline, route.key); });
   if (!status.ok()) {
     // Best effort: the server also frees unfinished uploads when idle.
     CallOptions once = within;
     once.retry = false;
-    ReleaseMatrix(registered->handle(), once).IgnoreError();
+    ReleaseOn(route, registered->handle(), once).IgnoreError();
     return status;
   }
   return ResidentHandle{registered->handle(), matrix.rows(), matrix.cols(), matrix.layout(),
@@ -146,13 +147,21 @@ absl::StatusOr<ResidentHandle> Client::UploadMatrix(const MatrixView& matrix, bo
 
 absl::Status Client::DownloadMatrix(const std::string& handle, void* dst, uint64_t bytes,
                                     const CallOptions& options) {
-  const absl::Time deadline = DeadlineFor(options);
-  return transfer().Download(handle, dst, bytes, [&](grpc::ClientContext* ctx) {
-    PrepareContext(ctx, options, deadline);
+  return RunRequest(options, {handle}, [&](const Route& route, const CallOptions& within) {
+    return DownloadOn(route, handle, dst, bytes, within);
   });
 }
 
-GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions& options) {
+absl::Status Client::DownloadOn(const Route& route, const std::string& handle, void* dst,
+                                uint64_t bytes, const CallOptions& options) {
+  const absl::Time deadline = DeadlineFor(options);
+  return route.replica->transfer().Download(handle, dst, bytes, [&](grpc::ClientContext* ctx) {
+    PrepareContext(ctx, options, deadline, route.key);
+  });
+}
+
+GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& request,
+                               const CallOptions& options) {
   const absl::Time deadline = DeadlineFor(options);
   CallOptions within = options;
   within.deadline = deadline;
@@ -163,7 +172,7 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
     CallOptions once = within;
     once.retry = false;
     once.deadline = std::max(deadline, absl::Now() + absl::Seconds(5));
-    for (const std::string& h : handles) ReleaseMatrix(h, once).IgnoreError();
+    for (const std::string& h : handles) ReleaseOn(route, h, once).IgnoreError();
   });
 
   // Operands go as chunks when they are large, or when the whole request
@@ -174,6 +183,10 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
                                  ? std::numeric_limits<uint64_t>::max()
                                  : options_.chunked_threshold_bytes;
   std::vector<ChunkedTransfer::UploadJob> uploads;
+  int request_handles = 0;
+  for (const v1::GemmProblem& p : request.problems())
+    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()})
+      request_handles += m->source_case() == v1::Matrix::kHandle ? 1 : 0;
   v1::GemmRequest light;
   light.set_request_id(request.request_id());
   light.set_priority(request.priority());
@@ -209,7 +222,10 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
                             : MatrixView(reinterpret_cast<const uint16_t*>(in.data().data()),
                                          shape->rows, shape->cols, shape->dtype, shape->layout);
       if (absl::Status s = view.Validate("operand"); !s.ok()) return s;
-      auto registered = BeginUpload(view, /*transient=*/true, "", within);
+      // A request that names no handle of its own may still go elsewhere
+      // when this replica refuses new work (draining): nothing is lost yet.
+      auto registered = BeginUpload(route, view, /*transient=*/true, "", within,
+                                    /*fail_over=*/request_handles == 0);
       if (!registered.ok())
         return absl::Status(registered.status().code(),
                             absl::StrCat("problems[", light.problems_size() - 1, "].",
@@ -221,8 +237,9 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
     }
   }
   // Every operand's chunks at once, over all the transfer channels.
-  if (absl::Status st = transfer().UploadAll(
-          uploads, [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline); });
+  if (absl::Status st = route.replica->transfer().UploadAll(
+          uploads,
+          [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline, route.key); });
       !st.ok())
     return st;
   // Kept because the caller asked (the handles are theirs: returned as they
@@ -234,10 +251,15 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
   light.set_keep_results(keep);
 
   v1::GemmResponse response;
-  absl::Status status = CallWithRetry(within, [&](grpc::ClientContext* ctx) {
-    return stub_->Gemm(ctx, light, &response);
+  // Its operands are on this replica now: no failing over from here (the
+  // request as a whole may still run again elsewhere, see RunRequest).
+  absl::Status status = CallWithRetry(within, route, [&](grpc::ClientContext* ctx) {
+    return route.replica->stub->Gemm(ctx, light, &response);
   });
   if (!status.ok()) return status;
+  if (caller_keeps)
+    for (const v1::GemmResult& r : response.results())
+      if (!r.handle().empty()) NoteHandle(route, r.handle());
   if (keep && !caller_keeps) {
     for (const v1::GemmResult& r : response.results())
       if (!r.handle().empty()) handles.push_back(r.handle());
@@ -247,7 +269,7 @@ GemmResult Client::GemmChunked(const v1::GemmRequest& request, const CallOptions
         return absl::DataLossError("keep_results: a result came back without its handle");
       std::string* data = r.mutable_data();
       data->resize(r.rows() * r.cols() * SizeOf(*dtype));
-      status = DownloadMatrix(r.handle(), data->data(), data->size(), within);
+      status = DownloadOn(route, r.handle(), data->data(), data->size(), within);
       if (!status.ok()) return status;
       r.clear_handle();
     }

@@ -65,6 +65,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   UnaryCall(GemmServiceImpl* service, grpc::CallbackServerContext* context,
             const v1::GemmRequest* request, v1::GemmResponse* response)
       : service_(service), context_(context) {
+    service->active_calls_.fetch_add(1);
     const absl::Time received = service->clock()->Now();
     absl::Duration pushback;
     absl::Status st = service->Admit(
@@ -90,7 +91,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     service_->queue()->Cancel(item_.get());
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    GemmServiceImpl* service = service_;
+    delete this;
+    service->active_calls_.fetch_sub(1);
+  }
 
  private:
   GemmServiceImpl* const service_;
@@ -298,13 +303,20 @@ void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmRes
 
 GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue,
                                  const Executor* executor, ServiceMetrics* metrics,
-                                 const Clock* clock, ResidentStore* residents)
+                                 const Clock* clock, ResidentStore* residents,
+                                 std::string instance_id)
     : limits_(limits),
       queue_(queue),
       executor_(executor),
       metrics_(metrics),
       clock_(clock),
-      residents_(residents) {}
+      residents_(residents),
+      instance_id_(std::move(instance_id)) {}
+
+absl::Status DrainingError(absl::string_view what) {
+  return absl::UnavailableError(absl::StrCat(
+      what, ": the server is shutting down (draining); retry on another replica"));
+}
 
 absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
                                     const v1::GemmRequest& request, v1::GemmResponse* response,
@@ -328,6 +340,9 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     *pushback = absl::Milliseconds(-1);
     return problems.status();
   }
+  // While draining, only requests on matrices held here (the Gemm of a
+  // chunked request whose operands were uploaded before the drain) run.
+  if (draining() && residents.held.empty()) return DrainingError("Gemm");
   const std::string caller = CallerIdentity(context);
   const bool keep_results = request.keep_results();
   if (keep_results) {
@@ -403,6 +418,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   const BackendInfo& info = executor_->info();
   out->set_version(kVersion);
   out->set_backend(info.backend);
+  out->set_instance_id(instance_id_);
   for (const DeviceDescription& d : info.devices) {
     v1::DeviceInfo* di = out->add_devices();
     di->set_name(d.name);
@@ -442,6 +458,8 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
   absl::Status st;
   if (residents_ == nullptr) {
     st = absl::UnimplementedError("this server keeps no resident matrices");
+  } else if (draining()) {
+    st = DrainingError("RegisterMatrix");
   } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
     st = source.status();
   } else {
@@ -472,6 +490,8 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
   absl::Status st;
   if (residents_ == nullptr) {
     st = absl::UnimplementedError("this server keeps no resident matrices");
+  } else if (draining()) {
+    st = DrainingError("BeginUpload");
   } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
     st = shape.status();
   } else {

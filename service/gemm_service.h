@@ -4,7 +4,9 @@
 #ifndef GEMM_SERVICE_GEMM_SERVICE_H_
 #define GEMM_SERVICE_GEMM_SERVICE_H_
 
+#include <atomic>
 #include <memory>
+#include <string>
 
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/clock.h"
@@ -23,7 +25,19 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   // refused.
   GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue, const Executor* executor,
                   ServiceMetrics* metrics, const Clock* clock,
-                  ResidentStore* residents = nullptr);
+                  ResidentStore* residents = nullptr, std::string instance_id = "");
+
+  // The drain of a shutdown: from now on calls that would start new work
+  // (a Gemm naming no resident matrix of this server, RegisterMatrix,
+  // BeginUpload) get UNAVAILABLE, so that clients retry them on another
+  // replica, while the calls of requests already under way here (Gemm on
+  // their uploaded operands, Transfer, ReleaseMatrix) are still served.
+  void StartDrain() { draining_.store(true); }
+  bool draining() const { return draining_.load(); }
+  // Unary Gemm calls not yet done (their answers not yet sent). Streams are
+  // not counted: an open stream may idle for as long as its client likes.
+  int active_calls() const { return active_calls_.load(); }
+  std::atomic<int> active_calls_{0};
 
   grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
                                  const v1::GemmRequest* request,
@@ -77,7 +91,12 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   ServiceMetrics* const metrics_;
   const Clock* const clock_;
   ResidentStore* const residents_;
+  const std::string instance_id_;
+  std::atomic<bool> draining_{false};
 };
+
+// The status of a call refused because the server is draining.
+absl::Status DrainingError(absl::string_view what);
 
 // Fills a response's timing and backend fields from an executor's report.
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response);

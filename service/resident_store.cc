@@ -10,10 +10,22 @@
 namespace gemm {
 namespace {
 
-absl::Status NotFound(absl::string_view handle) {
-  return absl::NotFoundError(
-      absl::StrCat("no resident matrix has handle \"", handle, "\" (never registered, or released)"));
+bool IsHex(absl::string_view s) {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
 }
+
+}  // namespace
+
+absl::string_view HandleInstance(absl::string_view handle) {
+  // "<instance>-<32 hex digits>", the instance 16 hex digits.
+  if (handle.size() != 16 + 1 + 32 || handle[16] != '-') return {};
+  if (!IsHex(handle.substr(0, 16)) || !IsHex(handle.substr(17))) return {};
+  return handle.substr(0, 16);
+}
+
+namespace {
 
 absl::Status NotOwner() {
   return absl::PermissionDeniedError("the resident matrix was registered by another caller");
@@ -52,6 +64,20 @@ ResidentStore::ResidentStore(const Options& options, Allocator allocator,
 
 ResidentStore::~ResidentStore() = default;
 
+absl::Status ResidentStore::NotFound(absl::string_view handle) const {
+  const absl::string_view owner = HandleInstance(handle);
+  // A handle another replica issued reads differently from a released one:
+  // the caller sent it to the wrong server (or the one that issued it is
+  // gone), and retrying here never helps.
+  if (!options_.instance_id.empty() && !owner.empty() && owner != options_.instance_id)
+    return absl::FailedPreconditionError(absl::StrCat(
+        "handle \"", handle, "\" belongs to another server (instance ", owner,
+        "; this is instance ", options_.instance_id,
+        "): send the calls that name it to the replica that issued it"));
+  return absl::NotFoundError(absl::StrCat("no resident matrix has handle \"", handle,
+                                          "\" (never registered, or released)"));
+}
+
 absl::Status ResidentStore::Reserve(uint64_t bytes) {
   if (budget_->TryReserve(bytes, options_.max_bytes)) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
@@ -75,8 +101,9 @@ ResidentStore::Registration ResidentStore::Insert(Entry entry, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   std::string handle;
   do {
-    handle = absl::StrFormat("%016x%016x", absl::Uniform<uint64_t>(bitgen_),
-                             absl::Uniform<uint64_t>(bitgen_));
+    handle = absl::StrFormat("%s%s%016x%016x", options_.instance_id,
+                             options_.instance_id.empty() ? "" : "-",
+                             absl::Uniform<uint64_t>(bitgen_), absl::Uniform<uint64_t>(bitgen_));
   } while (entries_.contains(handle));
   entry.last_used = clock_->Now();
   entries_[handle] = std::move(entry);
@@ -235,6 +262,13 @@ uint64_t ResidentStore::bytes() const { return budget_->Held(); }
 size_t ResidentStore::count() const {
   absl::MutexLock lock(&mu_);
   return entries_.size();
+}
+
+size_t ResidentStore::transient_count() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [handle, e] : entries_) n += e.transient || e.upload != nullptr ? 1 : 0;
+  return n;
 }
 
 }  // namespace gemm

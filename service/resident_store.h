@@ -8,10 +8,12 @@
 // and unfinished uploads are freed after an idle timeout (ExpireIdle), so a
 // client that goes away leaves nothing behind.
 //
-// Handles are 128 random bits (32 hex digits) and belong to the caller
-// identity that registered them (caller_identity.h): only that identity may
-// use or release one; another gets PERMISSION_DENIED, an unknown handle
-// NOT_FOUND. A byte budget bounds the total held; a matrix counts against it
+// Handles are 128 random bits (32 hex digits), prefixed by the server's
+// instance id and a '-' when the store has one (Options::instance_id), and
+// belong to the caller identity that registered them (caller_identity.h):
+// only that identity may use or release one; another gets PERMISSION_DENIED,
+// an unknown handle NOT_FOUND, and a handle with another instance's prefix
+// FAILED_PRECONDITION saying that it belongs to another server. A byte budget bounds the total held; a matrix counts against it
 // until it is freed, which for one released while requests still use it is
 // when the last of them is done.
 #ifndef GEMM_SERVICE_RESIDENT_STORE_H_
@@ -36,6 +38,10 @@
 
 namespace gemm {
 
+// The instance id a handle names ("<16 hex>-<32 hex>"), or empty for a
+// handle without one.
+absl::string_view HandleInstance(absl::string_view handle);
+
 class ResidentStore {
  public:
   // Makes the stored copy of a matrix (Executor::CreateResident in the server).
@@ -48,6 +54,9 @@ class ResidentStore {
     // Transient matrices and unfinished uploads unused for this long are
     // freed by ExpireIdle.
     absl::Duration idle_timeout = absl::Seconds(60);
+    // 16 lowercase hex digits naming this server (GemmServer makes one at
+    // start), or empty for bare 32-digit handles.
+    std::string instance_id;
   };
 
   struct Registration {
@@ -109,6 +118,9 @@ class ResidentStore {
   uint64_t bytes() const;
   size_t count() const;
   uint64_t max_bytes() const { return options_.max_bytes; }
+  // Transient matrices and unfinished uploads held: work of requests still
+  // under way (a drain waits for them).
+  size_t transient_count() const;
 
   // Implementation details follow.
  private:
@@ -132,6 +144,8 @@ class ResidentStore {
   absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Account(
       std::shared_ptr<ResidentMatrix> made, uint64_t bytes);
   absl::Status Reserve(uint64_t bytes);
+  // The status for a handle that is not in the store.
+  absl::Status NotFound(absl::string_view handle) const;
   // Files `entry` under a new handle.
   Registration Insert(Entry entry, uint64_t bytes);
   // Byte accounting shared with the matrices' deleters, which may run after

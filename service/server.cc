@@ -1,12 +1,22 @@
 #include "service/server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 #include <spdlog/spdlog.h>
 
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "service/clock.h"
 #include "service/gemm_service.h"
@@ -18,6 +28,49 @@
 #include "service/version.h"
 
 namespace gemm {
+
+namespace {
+
+// Fails with a message naming the port when `listen_address` ("host:port",
+// "[v6]:port") cannot be bound because something already listens there.
+// gRPC's own bind would say only that it could not listen, and only after
+// the executor has started; port 0 and non-TCP addresses pass.
+absl::Status CheckPortFree(const std::string& listen_address) {
+  const size_t colon = listen_address.rfind(':');
+  if (colon == std::string::npos || listen_address.rfind("unix:", 0) == 0)
+    return absl::OkStatus();
+  std::string host = listen_address.substr(0, colon);
+  const std::string port = listen_address.substr(colon + 1);
+  int port_number;
+  if (!absl::SimpleAtoi(port, &port_number) || port_number == 0) return absl::OkStatus();
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0)
+    return absl::OkStatus();  // gRPC reports an unusable address itself
+  absl::Status status;
+  for (addrinfo* a = found; a != nullptr && status.ok(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    // As gRPC binds (SO_REUSEADDR, no SO_REUSEPORT): a listener on the port
+    // makes bind fail, a closed connection in TIME_WAIT does not.
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 && errno == EADDRINUSE)
+      status = absl::AlreadyExistsError(absl::StrCat(
+          "port ", port, " is already in use (", listen_address,
+          "): another gemm_server or program listens there; one server per port"));
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return status;
+}
+
+}  // namespace
 
 absl::Status ServerOptions::Validate() const {
   if (listen_address.empty()) return absl::InvalidArgumentError("listen_address is empty");
@@ -64,6 +117,9 @@ absl::StatusOr<std::unique_ptr<Executor>> CreateExecutor(const ServerOptions& op
 
 absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOptions& options) {
   GEMM_RETURN_IF_ERROR(options.Validate());
+  // Before the executor starts (which may take a while): a taken port fails
+  // at once.
+  GEMM_RETURN_IF_ERROR(CheckPortFree(options.listen_address));
   GEMM_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, CreateExecutor(options));
   return Start(options, std::move(executor));
 }
@@ -74,6 +130,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   std::unique_ptr<GemmServer> s(new GemmServer);
   s->options_ = options;
   s->executor_ = std::move(executor);
+  {
+    absl::BitGen bitgen;
+    s->instance_id_ = absl::StrFormat("%016x", absl::Uniform<uint64_t>(bitgen));
+  }
   s->metrics_ = std::make_unique<ServiceMetrics>();
   RequestQueue::Options queue_options;
   queue_options.max_queued_requests = options.limits.max_queued_requests;
@@ -109,6 +169,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   ResidentStore::Options store_options;
   store_options.max_bytes = options.limits.max_resident_bytes;
   store_options.idle_timeout = options.transient_idle_timeout;
+  store_options.instance_id = s->instance_id_;
   s->residents_ = std::make_unique<ResidentStore>(
       store_options,
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
@@ -136,7 +197,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   }
   s->service_ = std::make_unique<GemmServiceImpl>(options.limits, s->queue_.get(),
                                                   s->executor_.get(), s->metrics_.get(),
-                                                  Clock::Real(), s->residents_.get());
+                                                  Clock::Real(), s->residents_.get(),
+                                                  s->instance_id_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -160,10 +222,15 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   }
   for (const auto& [name, value] : options.http2.ChannelArgs())
     builder.AddChannelArgument(name, value);
+  // gRPC sets SO_REUSEPORT by default, which lets a second server bind the
+  // port of a running one and take a share of its connections: one server
+  // per port instead (a taken port fails the start).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0)
-    return absl::UnavailableError(
-        absl::StrCat("could not listen on ", options.listen_address));
+    return absl::UnavailableError(absl::StrCat(
+        "could not listen on ", options.listen_address,
+        " (is the port already in use by another server?)"));
   // The server-wide status ("") and the service's own name, for clients that
   // check either.
   s->server_->GetHealthCheckService()->SetServingStatus(true);
@@ -174,9 +241,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   batcher.plan.grouped_supported = s->executor_->supports_grouped();
   s->batcher_ = std::make_unique<Batcher>(batcher, s->queue_.get(), s->executor_.get(),
                                           s->metrics_.get());
-  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} batches in flight",
+  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} batches in flight, instance {}",
                options.listen_address, s->port_, s->executor_->info().backend,
-               s->executor_->max_concurrent_batches());
+               s->executor_->max_concurrent_batches(), s->instance_id_);
   if (s->metrics_->exposer_port() != 0)
     spdlog::info("metrics on {} (port {})", options.metrics_listen, s->metrics_->exposer_port());
   return s;
@@ -184,14 +251,36 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
 
 const BackendInfo& GemmServer::backend() const { return executor_->info(); }
 
+bool GemmServer::Drained() const {
+  // Unanswered Gemm calls first: a kept result is registered only after its
+  // work item has left the queue's accounting, before the answer goes out.
+  return service_->active_calls() == 0 && queue_->queued() == 0 &&
+         queue_->inflight_bytes() == 0 && residents_->transient_count() == 0 &&
+         transfer_->active_streams() == 0;
+}
+
 void GemmServer::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
+  const absl::Time deadline = absl::Now() + drain;
   spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
+  // Balancers and health-checking clients move new traffic first.
   server_->GetHealthCheckService()->SetServingStatus(false);
-  // New calls are refused from here on; admitted ones keep running.
+  // Then the drain proper: the port stays open and new work gets UNAVAILABLE
+  // (retryable elsewhere), while requests already under way here run to
+  // their end, the downloads and releases of what they left on the server
+  // included: until nothing transient is left or the deadline.
+  service_->StartDrain();
+  while (!Drained() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  if (!Drained())
+    spdlog::warn("drain deadline reached with work left: {} Gemm calls, {} queued, {} bytes "
+                 "in flight, {} transient matrices or uploads, {} transfer streams; cancelling it",
+                 service_->active_calls(), queue_->queued(), queue_->inflight_bytes(),
+                 residents_->transient_count(), transfer_->active_streams());
+  // New calls are refused from here on; calls still running get what is
+  // left of the deadline (a final ReleaseMatrix answer, say).
   queue_->Close();
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + drain));
+  server_->Shutdown(absl::ToChronoTime(std::max(deadline, absl::Now() + absl::Milliseconds(100))));
   // gRPC cancelled whatever outlived the drain; anything still queued gets
   // UNAVAILABLE so that no call is left without an answer.
   queue_->Abandon(absl::UnavailableError("the server shut down before the request ran"));

@@ -73,15 +73,23 @@ class GemmServer {
   ~GemmServer();
 
   int port() const { return port_; }
+  // Names this process: new at every start, the prefix of every handle it
+  // issues, reported by GetServerInfo.
+  const std::string& instance_id() const { return instance_id_; }
   const BackendInfo& backend() const;
   ServiceMetrics* metrics() const { return metrics_.get(); }
 
-  // Graceful shutdown: health turns NOT_SERVING, new calls are refused, calls
-  // in flight get up to `drain` to finish, then are cancelled. Idempotent.
+  // Graceful shutdown: health turns NOT_SERVING; new work gets UNAVAILABLE
+  // (GemmServiceImpl::StartDrain) while every request already under way
+  // runs to its end, the downloads and releases of its transient matrices
+  // included, for up to `drain`; then the port closes and whatever is still
+  // running is cancelled (UNAVAILABLE / CANCELLED to its client). Idempotent.
   void Shutdown(absl::Duration drain);
 
  private:
   GemmServer() = default;
+  // Nothing admitted, transient or streaming is left.
+  bool Drained() const;
 
   ServerOptions options_;
   std::unique_ptr<ServiceMetrics> metrics_;
@@ -97,6 +105,7 @@ class GemmServer {
   std::thread reaper_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
+  std::string instance_id_;
   bool shut_down_ = false;
 };
 

@@ -101,7 +101,9 @@ ABSL_FLAG(int, http2_write_buffer_bytes, kDefaults.http2.write_buffer_bytes,
 ABSL_FLAG(bool, http2_bdp_probe, kDefaults.http2.bdp_probe,
           "gRPC's bandwidth-delay probe that grows flow-control windows");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
-          "on SIGTERM/SIGINT, how long calls in flight may take to finish");
+          "on SIGTERM/SIGINT: health turns NOT_SERVING and new work gets UNAVAILABLE, while "
+          "requests already admitted (their uploads, downloads and releases included) get up to "
+          "this long to finish; what still runs then is cancelled");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 int main(int argc, char** argv) {

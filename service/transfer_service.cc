@@ -20,7 +20,11 @@ namespace {
 // (recorded in the request metrics under `method`).
 class TransferCall : public grpc::ServerGenericBidiReactor {
  public:
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    TransferService* service = service_;
+    delete this;
+    service->active_.fetch_sub(1);
+  }
 
  protected:
   TransferCall(TransferService* service, grpc::GenericCallbackServerContext* context,
@@ -28,7 +32,9 @@ class TransferCall : public grpc::ServerGenericBidiReactor {
       : service_(service),
         caller_(CallerIdentity(*context)),
         started_(service->clock()->Now()),
-        method_(method) {}
+        method_(method) {
+    service->active_.fetch_add(1);
+  }
 
   void End(const absl::Status& st) {
     service_->metrics()->RecordRequest(method_, static_cast<int>(st.code()),

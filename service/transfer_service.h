@@ -9,6 +9,7 @@
 #ifndef GEMM_SERVICE_TRANSFER_SERVICE_H_
 #define GEMM_SERVICE_TRANSFER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include <grpcpp/generic/async_generic_service.h>
@@ -45,6 +46,11 @@ class TransferService final : public grpc::CallbackGenericService {
   ResidentStore* residents() const { return residents_; }
   ServiceMetrics* metrics() const { return metrics_; }
   const Clock* clock() const { return clock_; }
+  // Upload and Download streams running now (a drain waits for them).
+  int active_streams() const { return active_.load(); }
+
+  // Implementation details follow.
+  std::atomic<int> active_{0};
 
  private:
   const ServiceLimits limits_;
