@@ -162,7 +162,7 @@ cmd_bundle() {
   } >"$out/COMMIT"
   cp "$0" "$out/gpu.sh" && chmod +x "$out/gpu.sh"
   echo "bundle: $suite in $out ($(du -sh "$out" | cut -f1)); commit $(head -1 "$out/COMMIT")"
-  grep '^dirty:' "$out/COMMIT" | head -20
+  grep '^dirty:' "$out/COMMIT" | head -20 || true  # a clean tree has none
 }
 
 # ----------------------------------------------------------------- running
