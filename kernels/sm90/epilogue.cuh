@@ -322,8 +322,9 @@ __device__ __forceinline__ void Epilogue(const EpilogueParams& p, const float (&
   // column) take pair stores with column predicates, in every kernel; in
   // the rolled loop each of a thread's kBN / 2 elements costs a
   // local-memory load, a dtype switch and a 2- or 4-byte store, and those
-  // tiles finish last in a single-wave launch (per-CTA stamps: the 8 N-ragged 128x256 tiles of 1920 x 1920 x 8192 ended ~9 us after
-  // the other 112).
+  // tiles finish last in a single-wave launch (per-CTA stamps: the 8
+  // N-ragged 128x256 tiles of 1920 x 1920 x 8192 ended ~9 us after the
+  // other 112).
   const bool full_cols = (t.n_block + 1) * kBN <= p.n;
   const bool column_pairs = !full_cols && p.n % 2 == 0;
   const bool interior =

@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(
     for (int s = 0; s < Cfg::kStages; ++s) {
       ptx::MbarInit(&ss.full[s], 1);
       // With A multicast both CTAs' consumers free each stage (ReleaseStage).
-      ptx::MbarInit(&ss.empty[s], Cfg::kEmptyArrivals * (p.mode == LaunchMode::kMulticastA ? 2 : 1));
+      ptx::MbarInit(&ss.empty[s],
+                    Cfg::kEmptyArrivals * (p.mode == LaunchMode::kMulticastA ? 2 : 1));
     }
     ptx::MbarInit(&ss.mainloop_done[0], 4);
     ptx::MbarInit(&ss.mainloop_done[1], 4);

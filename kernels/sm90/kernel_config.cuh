@@ -98,7 +98,8 @@ struct StagingArea<0> {};
 // Staged stores exist in the 128-wide cooperative kernels with 16-bit
 // inputs, where a 32 KB buffer costs one of six stages. NOTES: the 128x256
 // kernels would give up one of four stages for 64 KB: grouped 128 problems
-// (memory-bound) lost 3-4% with it, grouped 32 (K = 2048) gained 3% (H200), so they keep the register path.
+// (memory-bound) lost 3-4% with it, grouped 32 (K = 2048) gained 3%
+// (H200), so they keep the register path.
 template <typename In, int kBN, bool kAKMajor, bool kBKMajor, bool kPingPong>
 using KernelConfigFor = KernelConfig<In, kBN, kAKMajor, kBKMajor, kPingPong,
                                      kBN == 128 && !kPingPong && sizeof(In) == 2>;
