@@ -153,7 +153,8 @@ void Lane::PrepareGemm(size_t li) {
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
   ls.gemm = std::make_unique<gk::Gemm>();
-  ls.status = gk::Gemm::CanImplement(ls.args);
+  ls.plan = gk::Gemm::MakePlan(ls.args);
+  ls.status = ls.plan.status();
   if (!ls.status.ok()) return;
   if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
       p.shape.flops() >= options_.reducing_min_flops) {
@@ -161,11 +162,11 @@ void Lane::PrepareGemm(size_t li) {
     // workspace. Paired split-K needs none, and its CTAs wait only on the
     // other CTA of their cluster, which the hardware schedules with them: it
     // runs on the lanes beside other kernels like data-parallel.
-    ls.reducing_workspace = gk::Gemm::WorkspaceSize(ls.args);
+    ls.reducing_workspace = ls.plan.workspace_bytes();
     ls.reducing = ls.reducing_workspace > 0 &&
                   ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
   }
-  if (const size_t bytes = gk::Gemm::OperandCopyBytes(ls.args); bytes > 0) {
+  if (const size_t bytes = ls.plan.operand_copy_bytes(); bytes > 0) {
     auto copies = PoolMemory::Allocate(bytes, stream_.get());
     if (copies.ok()) {
       ls.operand_copies = *std::move(copies);
@@ -175,8 +176,7 @@ void Lane::PrepareGemm(size_t li) {
   }
   // A reducing launch is set up when it is enqueued, in turn with the others.
   if (!ls.reducing)
-    ls.status = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto, gk::ScheduleHint::kAuto,
-                                    ls.operand_copies.get());
+    ls.status = ls.gemm->Initialize(ls.plan, nullptr, ls.operand_copies.get());
 }
 
 void Lane::EnqueueLaunch(size_t li) {
@@ -211,7 +211,7 @@ absl::Status Lane::EnqueueReducing(size_t li) {
   LaunchState& ls = launches_[li];
   ReducingLaunch launch;
   launch.gemm = ls.gemm.get();
-  launch.args = &ls.args;
+  launch.plan = &ls.plan;
   launch.operand_copies = ls.operand_copies.get();
   launch.workspace_bytes = ls.reducing_workspace;
   launch.inputs_ready = h2d_done_.get();
@@ -223,8 +223,7 @@ absl::Status Lane::EnqueueReducing(size_t li) {
   ls.on_reduce_stream = ran;
   if (ran || !st.ok()) return st;
   // Without a workspace the launch is data-parallel, on the lane.
-  st = ls.gemm->Initialize(ls.args, nullptr, gk::TileHint::kAuto, gk::ScheduleHint::kAuto,
-                           ls.operand_copies.get());
+  st = ls.gemm->Initialize(ls.plan, nullptr, ls.operand_copies.get());
   if (st.ok()) st = ls.gemm->Run(stream_.get());
   return st;
 }

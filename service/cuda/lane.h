@@ -46,7 +46,10 @@ struct LaneOptions {
 struct LaunchState {
   std::unique_ptr<gemm_kernels::Gemm> gemm;          // single and strided-batched
   std::unique_ptr<gemm_kernels::GroupedGemm> group;  // grouped
-  gemm_kernels::GemmArguments args;  // kept for a reducing launch's set-up
+  gemm_kernels::GemmArguments args;
+  // CanImplement, the device lookup and the heuristic, once per launch; kept
+  // for a reducing launch's set-up.
+  gemm_kernels::Gemm::Plan plan;
   bool reducing = false;             // stream-K / split-K, on the reducing stream
   bool on_reduce_stream = false;     // it ran there (it had a workspace)
   size_t reducing_workspace = 0;     // its bytes

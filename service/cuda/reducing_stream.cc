@@ -40,8 +40,7 @@ absl::Status ReducingStream::Enqueue(const ReducingLaunch& launch, bool* ran) {
   GrowWorkspace(launch.workspace_bytes);
   if (workspace_.get() == nullptr) return absl::OkStatus();
   cudaStream_t reduce = stream_.get();
-  absl::Status st = launch.gemm->Initialize(*launch.args, workspace_.get(), gk::TileHint::kAuto,
-                                            gk::ScheduleHint::kAuto, launch.operand_copies);
+  absl::Status st = launch.gemm->Initialize(*launch.plan, workspace_.get(), launch.operand_copies);
   if (st.ok())
     st = CudaStatus(cudaStreamWaitEvent(reduce, launch.inputs_ready, 0), "reducing launch");
   if (st.ok()) st = CudaStatus(cudaEventRecord(launch.start, reduce), "reducing launch");

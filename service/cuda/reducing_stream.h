@@ -25,7 +25,7 @@ namespace gpu {
 // One reducing launch, as a lane hands it over.
 struct ReducingLaunch {
   gemm_kernels::Gemm* gemm = nullptr;
-  const gemm_kernels::GemmArguments* args = nullptr;
+  const gemm_kernels::Gemm::Plan* plan = nullptr;
   void* operand_copies = nullptr;  // for Gemm::Initialize; may be null
   size_t workspace_bytes = 0;
   cudaEvent_t inputs_ready = nullptr;  // recorded on the lane after its H2D copy
