@@ -31,8 +31,8 @@
 # Left out of the TSan step, and why:
 #   tests:large_transfer_test: needs more than its 300 s under TSan;
 #     chunked_transfer_test runs the same paths at small sizes.
-#   tests:e2e_test, tests:tls_e2e_test: they drive the gemm_server and
-#     gemm_cli binaries, which do not link tools/sanitizers (only tests do,
+#   tests:e2e_test, tests:tls_e2e_test, tests:replica_process_test: they
+#     drive the gemm_server (and gemm_cli) binaries, which do not link tools/sanitizers (only tests do,
 #     through //third_party:gtest); the same server and client code runs
 #     under TSan in-process in the integration tests.
 # Time on the 2-core machine from a cold cache (2026-11-29): bazel test //...
@@ -47,7 +47,7 @@ cd "$(dirname "$0")/.."
 
 asan_targets=(//service/... //client/... //tests/... //common/...)
 tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_test
-  -//tests:tls_e2e_test)
+  -//tests:tls_e2e_test -//tests:replica_process_test)
 
 log=$(mktemp)
 rc=0
