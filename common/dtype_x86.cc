@@ -7,6 +7,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define GEMM_DTYPE_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -19,8 +20,13 @@ namespace gemm::dtype_internal {
 #define GEMM_AVX2_F16C __attribute__((target("avx2,f16c")))
 
 bool X86ConversionsSupported() {
+  // F16C is read from CPUID leaf 1 (ECX bit 29) rather than through
+  // __builtin_cpu_supports, whose "f16c" name clang 14 does not know.
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool f16c = (ecx & (1u << 29)) != 0;
+  return f16c && __builtin_cpu_supports("avx2");
 }
 
 namespace {
