@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "service/process_metrics.h"
 
 namespace gemm {
 namespace {
@@ -145,6 +146,7 @@ ServiceMetrics::ServiceMetrics()
                       .Help("Always 1; labels carry the version and backend.")
                       .Register(*registry_)),
       probes_(std::make_shared<GaugeProbe>()),
+      process_(std::make_shared<ProcessCollector>()),
       queue_limit_(BuildGauge()
                        .Name("gemm_queue_limit_requests")
                        .Help("The configured --max_queued_requests.")
@@ -174,6 +176,7 @@ absl::Status ServiceMetrics::StartExposer(const std::string& address) {
   }
   exposer_->RegisterCollectable(registry_);
   exposer_->RegisterCollectable(probes_);
+  exposer_->RegisterCollectable(process_);
   const std::vector<int> ports = exposer_->GetListeningPorts();
   exposer_port_ = ports.empty() ? 0 : ports.front();
   return absl::OkStatus();
@@ -185,6 +188,7 @@ std::string ServiceMetrics::Scrape() const {
   std::ostringstream out;
   std::vector<prometheus::MetricFamily> families = registry_->Collect();
   for (auto& f : probes_->Collect()) families.push_back(std::move(f));
+  for (auto& f : process_->Collect()) families.push_back(std::move(f));
   prometheus::TextSerializer().Serialize(out, families);
   return out.str();
 }

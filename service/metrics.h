@@ -33,6 +33,7 @@ class Exposer;
 namespace gemm {
 
 class GaugeProbe;
+class ProcessCollector;
 
 // Problem size classes by 2*M*N*K, for the flops counter's label.
 const char* ShapeClass(const GemmShape& shape);
@@ -98,6 +99,7 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Gauge>& peak_memory_;
   prometheus::Family<prometheus::Gauge>& build_info_;
   std::shared_ptr<GaugeProbe> probes_;
+  std::shared_ptr<ProcessCollector> process_;  // process_* from /proc
   prometheus::Gauge& queue_limit_;
   prometheus::Gauge& inflight_limit_;
   prometheus::Family<prometheus::Counter>& chunk_bytes_;

@@ -1,7 +1,12 @@
 #include "service/metrics.h"
 
+#include <string>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "absl/time/clock.h"
+#include "service/process_metrics.h"
 
 namespace gemm {
 namespace {
@@ -74,6 +79,66 @@ TEST(MetricsTest, ExposerServesOnAFreePort) {
   ServiceMetrics m;
   ASSERT_TRUE(m.StartExposer("127.0.0.1:0").ok());
   EXPECT_GT(m.exposer_port(), 0);
+}
+
+// The value of the unlabelled series `name` in `text`, or -1.
+double Value(const std::string& text, const std::string& name) {
+  const std::string key = "\n" + name + " ";
+  const size_t at = text.find(key);
+  return at == std::string::npos ? -1 : std::stod(text.substr(at + key.size()));
+}
+
+TEST(ProcessMetricsTest, ScrapeHasPlausibleProcessFigures) {
+  ServiceMetrics m;
+  const std::string text = m.Scrape();
+  const double now = absl::ToUnixSeconds(absl::Now());
+  EXPECT_GT(Value(text, "process_open_fds"), 0) << text;
+  EXPECT_GT(Value(text, "process_max_fds"), 0);
+  EXPECT_GT(Value(text, "process_resident_memory_bytes"), 0);
+  EXPECT_GE(Value(text, "process_virtual_memory_bytes"),
+            Value(text, "process_resident_memory_bytes"));
+  EXPECT_GE(Value(text, "process_cpu_seconds_total"), 0);
+  const double start = Value(text, "process_start_time_seconds");
+  EXPECT_LE(start, now + 1);  // started before now, within the last hour
+  EXPECT_GT(start, now - 3600);
+  EXPECT_THAT(text, HasSubstr("# TYPE process_cpu_seconds_total counter"));
+}
+
+TEST(ProcessMetricsTest, CpuSecondsGrowWithWork) {
+  const double before = ReadProcessSample().cpu_seconds;
+  volatile double x = 0;
+  const absl::Time until = absl::Now() + absl::Milliseconds(300);
+  while (absl::Now() < until) x = x + 1;
+  EXPECT_GT(ReadProcessSample().cpu_seconds, before);
+}
+
+TEST(ProcessMetricsTest, ParsesProcStatWithAwkwardCommNames) {
+  // Fields 3.. of proc(5): state ppid pgrp session tty tpgid flags minflt
+  // cminflt majflt cmajflt utime(14) stime(15) cutime cstime priority nice
+  // threads itrealvalue starttime(22) vsize(23) rss(24).
+  const std::string stat =
+      "4242 (a) b (c)) S 1 2 3 4 5 6 7 8 9 10 250 150 0 0 20 0 3 0 1000 8192000 300 rest";
+  auto s = ParseProcStat(stat, 100, 4096, 1.7e9);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_DOUBLE_EQ(s->cpu_seconds, 4.0);
+  EXPECT_DOUBLE_EQ(s->start_time_seconds, 1.7e9 + 10);
+  EXPECT_DOUBLE_EQ(s->virtual_bytes, 8192000);
+  EXPECT_DOUBLE_EQ(s->resident_bytes, 300.0 * 4096);
+  EXPECT_FALSE(ParseProcStat("1 (x) S 1 2", 100, 4096, 0).ok());
+  EXPECT_FALSE(ParseProcStat("no parenthesis", 100, 4096, 0).ok());
+}
+
+TEST(ProcessMetricsTest, ParsesBootTimeAndOpenFileLimit) {
+  auto b = ParseBootTime("cpu  1 2 3\nbtime 1700000000\nprocesses 5\n");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*b, 1700000000);
+  EXPECT_FALSE(ParseBootTime("cpu 1 2 3\n").ok());
+  auto m = ParseMaxOpenFiles(
+      "Limit                     Soft Limit           Hard Limit           Units\n"
+      "Max open files            1024                 524288               files\n");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*m, 1024);
+  EXPECT_FALSE(ParseMaxOpenFiles("Max processes 10 10\n").ok());
 }
 
 }  // namespace
