@@ -415,6 +415,7 @@ grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse>* GemmServiceImpl::Gem
 grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerContext* context,
                                                          const v1::GetServerInfoRequest*,
                                                          v1::ServerInfo* out) {
+  const absl::Time received = clock_->Now();
   const BackendInfo& info = executor_->info();
   out->set_version(kVersion);
   out->set_backend(info.backend);
@@ -445,7 +446,8 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
-  metrics_->RecordRequest("GetServerInfo", 0, absl::ZeroDuration());
+  // The time it took, like every other RPC (it was recorded as zero).
+  metrics_->RecordRequest("GetServerInfo", 0, clock_->Now() - received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

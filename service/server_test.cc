@@ -192,6 +192,12 @@ TEST_F(ServerTest, StartsOnPortZeroReportsTheBoundPortAndServes) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   ASSERT_TRUE(stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
   EXPECT_EQ(info.backend(), FakeExecutor::kBackend);
+  // GetServerInfo's latency is recorded like the other RPCs' (it was 0).
+  const std::string scrape = server_->metrics()->Scrape();
+  const std::string sum = "gemm_request_duration_seconds_sum{method=\"GetServerInfo\"} ";
+  const size_t at = scrape.find(sum);
+  ASSERT_NE(at, std::string::npos) << scrape;
+  EXPECT_GT(std::stod(scrape.substr(at + sum.size())), 0.0);
   EXPECT_EQ(Health(""), kServing);
   EXPECT_EQ(Health("gemm.v1.GemmService"), kServing);
   // The batcher runs admitted work on the injected executor.
