@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "service/calibration.h"
 
 namespace gemm {
 namespace {
@@ -97,41 +98,58 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
       static_cast<uint32_t>(threads)});
   info.kernels = {"openblas_sgemm"};
   if (options.calibrate) ex->Calibrate();
+  ApplyPeakOverrides(options.peak_overrides, &info.peak_rates);
   for (int i = 0; i < options.concurrent_requests; ++i)
     ex->threads_.emplace_back([e = ex.get()] { e->RunThread(); });
   return ex;
 }
 
 void CpuExecutor::Calibrate() {
-  // sgemm rate: best of a few 512^3 products on random data.
-  constexpr int kN = 512;
+  // The peak is what the executor can reach with all of its threads: the
+  // concurrent requests' sgemms together use up to concurrent_requests x
+  // blas_threads cores, so one sgemm on that many threads stands for them.
+  // A small product on few threads (what this measured before: 512^3, best
+  // of 4) reported a third of the rate requests then ran at.
+  const int threads = std::max(
+      blas_threads_, std::min(cores_, options_.concurrent_requests * blas_threads_));
+  openblas_set_num_threads(threads);
+  const double budget = absl::ToDoubleSeconds(options_.calibration_budget);
+  const absl::Time give_up = absl::Now() + options_.calibration_budget;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> a(kN * kN), b(kN * kN), c(kN * kN);
-  for (float& x : a) x = dist(rng);
-  for (float& x : b) x = dist(rng);
-  double best = 1e30;
-  for (int i = 0; i < 4; ++i) {
-    const absl::Time t0 = absl::Now();
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.0f, a.data(), kN,
-                b.data(), kN, 0.0f, c.data(), kN);
-    best = std::min(best, absl::ToDoubleSeconds(absl::Now() - t0));
+  double flops = 0;
+  for (int n = 512; n <= 4096; n *= 2) {
+    std::vector<float> a(size_t{1} * n * n), b(a.size()), c(a.size());
+    for (float& x : a) x = dist(rng);
+    for (float& x : b) x = dist(rng);
+    double best = 1e30;
+    // Best of up to 5 (the first warms the threads and caches up).
+    for (int i = 0; i < 5 && (i < 2 || absl::Now() < give_up); ++i) {
+      const absl::Time t0 = absl::Now();
+      cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n,
+                  b.data(), n, 0.0f, c.data(), n);
+      best = std::min(best, absl::ToDoubleSeconds(absl::Now() - t0));
+    }
+    flops = std::max(flops, 2.0 * n * n * n / best);
+    // Large enough once one product takes a tenth of the budget; the next
+    // size takes 8x as long, so stop if it would not fit.
+    if (best > budget / 10 || absl::Now() + absl::Seconds(8 * best * 2) > give_up) break;
   }
-  const double flops = 2.0 * kN * kN * kN / best;
-  const std::string method = "measured at start-up: OpenBLAS sgemm 512^3, best of 4";
+  openblas_set_num_threads(blas_threads_);
   // fp16 and bf16 run through the same sgemm after widening.
-  for (const char* kind : {"fp32", "fp16", "bf16"}) info_.peak_rates.push_back({kind, flops, method});
+  for (const char* kind : {"fp32", "fp16", "bf16"})
+    info_.peak_rates.push_back({kind, flops, kPeakMethodMeasured});
 
   // Memory bandwidth: a 64 MiB copy, bytes read plus bytes written.
   std::vector<char> src(64 << 20, 1), dst(64 << 20);
-  best = 1e30;
+  double best = 1e30;
   for (int i = 0; i < 3; ++i) {
     const absl::Time t0 = absl::Now();
     std::memcpy(dst.data(), src.data(), src.size());
     best = std::min(best, absl::ToDoubleSeconds(absl::Now() - t0));
   }
   info_.peak_rates.push_back(
-      {"memory", 2.0 * src.size() / best, "measured at start-up: 64 MiB memcpy, best of 3"});
+      {"memory", 2.0 * src.size() / best, kPeakMethodMeasured});
 }
 
 absl::Duration CpuExecutor::PredictRunTime(const WorkItem& item) const {

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "service/executor.h"
 
 namespace gemm {
@@ -22,9 +23,15 @@ class CpuExecutor : public Executor {
     int concurrent_requests = 2;
     // OpenBLAS threads per sgemm; 0 means one per core.
     int blas_threads = 0;
-    // Measure the sgemm rate and memory bandwidth at start-up (a few tens of
-    // milliseconds) for GetServerInfo and the roofline metrics.
+    // Measure the sgemm rate and memory bandwidth at start-up for
+    // GetServerInfo and the roofline metrics, within calibration_budget.
     bool calibrate = true;
+    // Time the sgemm measurement may take: products grow from 512^3 until
+    // one takes a tenth of this (or 4096^3), best of several at each size,
+    // so that the rate reached is the machine's, not a cold small product's.
+    absl::Duration calibration_budget = absl::Seconds(2);
+    // Peaks set by flag (service/calibration.h), laid over the measured ones.
+    std::vector<PeakRate> peak_overrides;
   };
 
   static absl::StatusOr<std::unique_ptr<CpuExecutor>> Create(const Options& options);

@@ -260,6 +260,34 @@ TEST(CpuExecutorTest, CalibrationMeasuresPositiveRates) {
   EXPECT_EQ(kinds, (std::vector<std::string>{"fp32", "fp16", "bf16", "memory"}));
 }
 
+TEST(CpuExecutorTest, CalibrationSaysMeasuredAndKeepsToItsBudget) {
+  CpuExecutor::Options o = FastOptions();
+  o.calibrate = true;
+  o.calibration_budget = absl::Milliseconds(500);
+  const absl::Time t0 = absl::Now();
+  auto ex = CpuExecutor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  // The budget bounds the sgemm sizes tried; the 64 MiB copy and one
+  // product past the budget come on top.
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  for (const PeakRate& r : (*ex)->info().peak_rates) EXPECT_EQ(r.method, "measured") << r.kind;
+}
+
+TEST(CpuExecutorTest, PeaksSetByFlagReplaceTheMeasuredOnes) {
+  CpuExecutor::Options o = FastOptions();
+  o.calibrate = true;
+  o.calibration_budget = absl::Milliseconds(100);
+  o.peak_overrides = {{"fp32", 3e10, "flag"}, {"memory", 5e10, "flag"}};
+  auto ex = CpuExecutor::Create(o);
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  const std::vector<PeakRate>& rates = (*ex)->info().peak_rates;
+  EXPECT_EQ(RateOf(rates, "fp32"), 3e10);
+  EXPECT_EQ(RateOf(rates, "memory"), 5e10);
+  EXPECT_GT(RateOf(rates, "fp16"), 0);
+  for (const PeakRate& r : rates)
+    EXPECT_EQ(r.method, r.kind == "fp32" || r.kind == "memory" ? "flag" : "measured") << r.kind;
+}
+
 TEST(CpuExecutorTest, PredictsFromItsCalibration) {
   GemmProblemRef p;
   p.shape.m = p.shape.n = p.shape.k = 256;
