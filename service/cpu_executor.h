@@ -29,7 +29,7 @@ class CpuExecutor : public Executor {
     // Time the sgemm measurement may take: products grow from 512^3 until
     // one takes a tenth of this (or 4096^3), best of several at each size,
     // so that the rate reached is the machine's, not a cold small product's.
-    absl::Duration calibration_budget = absl::Seconds(2);
+    absl::Duration calibration_budget = absl::Seconds(1);
     // Peaks set by flag (service/calibration.h), laid over the measured ones.
     std::vector<PeakRate> peak_overrides;
   };

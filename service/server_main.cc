@@ -12,6 +12,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/time/time.h"
+#include "service/calibration.h"
 #include "service/server.h"
 
 namespace {
@@ -67,6 +68,15 @@ ABSL_FLAG(int, cpu_concurrency, kDefaults.cpu.concurrent_requests,
           "CPU backend: requests computed at once");
 ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
           "CPU backend: OpenBLAS threads per GEMM; 0 = one per core");
+ABSL_FLAG(std::string, peak_tflops, "",
+          "peak compute rates in TFLOP/s per dtype, e.g. bf16=700,fp16=700,fp32=60, used "
+          "instead of the start-up measurement for those dtypes (ServerInfo and the "
+          "gemm_peak_flops_per_second gauge then say method=\"flag\"); CPU backend");
+ABSL_FLAG(std::string, peak_memory_gbps, "",
+          "memory bandwidth in GB/s (bytes read plus written) used instead of the start-up "
+          "measurement; CPU backend");
+ABSL_FLAG(absl::Duration, calibration_budget, kDefaults.cpu.calibration_budget,
+          "CPU backend: time the start-up sgemm measurement may take to reach the peak");
 ABSL_FLAG(uint64_t, max_message_bytes, kLimits.max_message_bytes,
           "largest gRPC message in either direction (at most 2^31-1)");
 ABSL_FLAG(uint64_t, max_receive_buffer_bytes, kLimits.max_receive_buffer_bytes,
@@ -148,6 +158,31 @@ int main(int argc, char** argv) {
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  options.cpu.calibration_budget = absl::GetFlag(FLAGS_calibration_budget);
+  if (options.cpu.calibration_budget <= absl::ZeroDuration() ||
+      options.cpu.calibration_budget > absl::Minutes(5)) {
+    spdlog::critical("--calibration_budget: must be in (0, 5m]");
+    return 2;
+  }
+  {
+    auto tflops = gemm::ParsePeakTflops(absl::GetFlag(FLAGS_peak_tflops), "peak_tflops");
+    auto gbps =
+        gemm::ParsePeakMemoryGbps(absl::GetFlag(FLAGS_peak_memory_gbps), "peak_memory_gbps");
+    for (const absl::Status& st : {tflops.status(), gbps.status()}) {
+      if (!st.ok()) {
+        spdlog::critical("{}", std::string(st.message()));
+        return 2;
+      }
+    }
+    options.cpu.peak_overrides = *tflops;
+    options.cpu.peak_overrides.insert(options.cpu.peak_overrides.end(), gbps->begin(), gbps->end());
+    // The CUDA executor does not take overrides yet: refuse rather than
+    // ignore them.
+    if (!options.cpu.peak_overrides.empty() && options.backend != "cpu") {
+      spdlog::critical("--peak_tflops/--peak_memory_gbps: only the cpu backend takes them so far");
+      return 2;
+    }
+  }
   gemm::ServiceLimits& l = options.limits;
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   l.max_receive_buffer_bytes = absl::GetFlag(FLAGS_max_receive_buffer_bytes);
