@@ -6,9 +6,15 @@
 //   gemm_cli bench --concurrency=16      load generator: requests/s, GFLOP/s,
 //                                        MB/s, latency percentiles
 //
-// Exit status: 0 on success, 1 when a result is wrong, 2 on a usage or RPC
-// error.
+// Exit status: 0 on success, 1 when a result is wrong, 2 on a usage error or
+// a size over a limit (refused before anything is allocated or sent), 3 when
+// a call to the server failed.
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+#include <thread>
+#include <utility>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -29,11 +35,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/numbers.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/gemm_client.h"
+#include "client/cli/size_check.h"
 #include "client/matrix_view.h"
 #include "common/dtype.h"
 #include "common/reference_gemm.h"
@@ -74,12 +84,41 @@ ABSL_FLAG(bool, resident_b, false,
           "bench: register each problem's B on the server once (RegisterMatrix) and send only "
           "its handle");
 ABSL_FLAG(int64_t, verify_every, 0, "bench: check every N-th response against the reference (0 = never)");
+ABSL_FLAG(int64_t, max_consecutive_failures, 20,
+          "bench: stop early after this many failed calls in a row (0 = never stop early)");
+ABSL_FLAG(bool, stream, false,
+          "bench: send the requests over one GemmStream (--concurrency in flight) instead of "
+          "unary calls");
+ABSL_FLAG(bool, json, false, "bench: print one JSON document with the figures instead of text");
+ABSL_FLAG(std::string, sizes, "",
+          "bench: a sweep, comma-separated square sizes (--sizes=256,512,1024 runs M=N=K=256, "
+          "then 512, ...); empty = one run of --m/--n/--k");
+ABSL_FLAG(uint64_t, max_client_bytes, 0,
+          "Most bytes of operands and references the CLI may allocate (0 = half of this "
+          "machine's memory); larger shapes are refused before anything is allocated");
 
 namespace gemm {
 namespace {
 
 constexpr int kExitMismatch = 1;
+// Usage errors and sizes over a limit: nothing was sent.
 constexpr int kExitError = 2;
+// A call to the server failed.
+constexpr int kExitRpc = 3;
+
+// Library option names in errors read as the CLI flags that set them.
+absl::Status FlagNames(const absl::Status& s) {
+  if (s.ok()) return s;
+  std::string m(s.message());
+  m = absl::StrReplaceAll(m, {{"retry.max_attempts", "--max_attempts"},
+                              {"default_timeout", "--deadline_ms"},
+                              {"tls_root_certs_pem", "--tls_ca"},
+                              {"tls_cert_chain_pem", "--tls_cert"},
+                              {"tls_private_key_pem", "--tls_key"},
+                              {"bearer_token", "--token"},
+                              {"replica_policy", "--replica_policy"}});
+  return absl::Status(s.code(), m);
+}
 
 absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "fp32") return DType::kFp32;
@@ -129,6 +168,12 @@ absl::Status SetSecurityOptions(ClientOptions* options) {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
+  if (absl::GetFlag(FLAGS_deadline_ms) <= 0) {
+    return absl::InvalidArgumentError("--deadline_ms must be positive");
+  }
+  if (absl::GetFlag(FLAGS_max_attempts) < 1) {
+    return absl::InvalidArgumentError("--max_attempts must be >= 1");
+  }
   ClientOptions options;
   options.target = absl::GetFlag(FLAGS_target);
   GEMM_RETURN_IF_ERROR(SetSecurityOptions(&options));
@@ -143,7 +188,53 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--replica_policy must be least_outstanding or round_robin, got \"", policy, "\""));
   }
-  return Client::Create(options);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Create(options);
+  if (!client.ok()) return FlagNames(client.status());
+  return client;
+}
+
+// The shape of the flags, with --m/--n/--k replaced by `m`, `n`, `k`.
+absl::StatusOr<cli::Shape> FlagShape(uint64_t m, uint64_t n, uint64_t k, bool references) {
+  const bool sweep = !absl::GetFlag(FLAGS_sizes).empty();
+  GEMM_ASSIGN_OR_RETURN(const DType in, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  DType out = in;
+  if (!absl::GetFlag(FLAGS_out_dtype).empty()) {
+    GEMM_ASSIGN_OR_RETURN(out, ParseDType(absl::GetFlag(FLAGS_out_dtype)));
+  }
+  cli::Shape s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.batch = absl::GetFlag(FLAGS_batch);
+  s.in_bytes = in == DType::kFp32 ? 4 : 2;
+  s.out_bytes = out == DType::kFp32 ? 4 : 2;
+  s.with_c = absl::GetFlag(FLAGS_beta) != 0.0;
+  s.references = references;
+  if (sweep) s.m_flag = s.n_flag = s.k_flag = "--sizes";
+  return s;
+}
+
+// The limits to check shapes against: the server's when GetServerInfo
+// answers, else the local ones (and a note on stderr saying so).
+struct CheckLimits {
+  v1::Limits limits;
+  bool from_server = false;
+};
+CheckLimits FetchLimits(Client* client) {
+  CallOptions call;
+  call.timeout = std::min(absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms)), absl::Seconds(10));
+  absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo(call);
+  if (info.ok()) return {info->limits(), true};
+  absl::FPrintF(stderr,
+                "note: GetServerInfo failed (%s); sizes are checked against local limits only\n",
+                info.status().ToString());
+  return {cli::LocalLimits(), false};
+}
+
+absl::Status CheckSize(const cli::Shape& s, const CheckLimits& l) {
+  uint64_t budget = absl::GetFlag(FLAGS_max_client_bytes);
+  if (budget == 0) budget = cli::DefaultClientBudget();
+  return cli::CheckShape(s, l.limits, budget, l.from_server);
 }
 
 // ---------------------------------------------------------------------------
@@ -151,7 +242,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
 
 // One request of --batch problems of the flags' shape, on uniform random data
 // in [-1, 1).
-absl::StatusOr<v1::GemmRequest> BuildRequest() {
+absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k) {
   GEMM_ASSIGN_OR_RETURN(const DType in, ParseDType(absl::GetFlag(FLAGS_dtype)));
   DType out = in;
   if (!absl::GetFlag(FLAGS_out_dtype).empty()) {
@@ -169,9 +260,9 @@ absl::StatusOr<v1::GemmRequest> BuildRequest() {
   if (absl::GetFlag(FLAGS_batch) < 1) return absl::InvalidArgumentError("--batch must be >= 1");
 
   GemmShape shape;
-  shape.m = absl::GetFlag(FLAGS_m);
-  shape.n = absl::GetFlag(FLAGS_n);
-  shape.k = absl::GetFlag(FLAGS_k);
+  shape.m = m;
+  shape.n = n;
+  shape.k = k;
   shape.transpose_a = options.transpose_a;
   shape.transpose_b = options.transpose_b;
 
@@ -256,7 +347,7 @@ int Info() {
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return absl::FPrintF(stderr, "error: %s\n", client.status().ToString()), kExitError;
   absl::StatusOr<v1::ServerInfo> info = (*client)->GetServerInfo();
-  if (!info.ok()) return absl::FPrintF(stderr, "error: %s\n", info.status().ToString()), kExitError;
+  if (!info.ok()) return absl::FPrintF(stderr, "error: %s\n", info.status().ToString()), kExitRpc;
 
   absl::PrintF("server        %s\n", absl::GetFlag(FLAGS_target));
   absl::PrintF("version       %s\n", info->version());
@@ -298,10 +389,20 @@ int Info() {
 // run
 
 int Run() {
-  absl::StatusOr<v1::GemmRequest> request = BuildRequest();
-  if (!request.ok()) return absl::FPrintF(stderr, "error: %s\n", request.status().ToString()), kExitError;
+  const uint64_t m = absl::GetFlag(FLAGS_m), n = absl::GetFlag(FLAGS_n), k = absl::GetFlag(FLAGS_k);
+  absl::StatusOr<cli::Shape> shape = FlagShape(m, n, k, /*references=*/true);
+  if (!shape.ok()) return absl::FPrintF(stderr, "error: %s\n", shape.status().ToString()), kExitError;
+  // Checks that need no server first, so that a zero or absurd size fails at once.
+  if (absl::Status s = CheckSize(*shape, {cli::LocalLimits(), false}); !s.ok()) {
+    return absl::FPrintF(stderr, "error: %s\n", s.ToString()), kExitError;
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return absl::FPrintF(stderr, "error: %s\n", client.status().ToString()), kExitError;
+  if (absl::Status s = CheckSize(*shape, FetchLimits(client->get())); !s.ok()) {
+    return absl::FPrintF(stderr, "error: %s\n", s.ToString()), kExitError;
+  }
+  absl::StatusOr<v1::GemmRequest> request = BuildRequest(m, n, k);
+  if (!request.ok()) return absl::FPrintF(stderr, "error: %s\n", request.status().ToString()), kExitError;
 
   const v1::GemmProblem& p0 = request->problems(0);
   absl::PrintF("problem   %dx%dx%d (MxNxK) %s -> %s, A %s%s, B %s%s, alpha %g beta %g%s, batch %d\n",
@@ -317,8 +418,8 @@ int Run() {
   GemmResult response = (*client)->Gemm(*request);
   const absl::Duration wall = absl::Now() - start;
   if (!response.ok()) {
-    absl::FPrintF(stderr, "error: %s\n", response.status().ToString());
-    return kExitError;
+    absl::FPrintF(stderr, "error: %s\n", FlagNames(response.status()).ToString());
+    return kExitRpc;
   }
   if (response->results_size() != request->problems_size()) {
     absl::FPrintF(stderr, "error: %d results for %d problems\n", response->results_size(),
@@ -375,44 +476,159 @@ absl::StatusOr<v1::GemmRequest> WithResidentB(Client* client, const v1::GemmRequ
   return sent;
 }
 
+// Escapes `s` for a JSON string.
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+// A finite number for JSON (NaN and infinities have no JSON spelling).
+std::string JsonNumber(double x) {
+  if (!std::isfinite(x)) return "null";
+  return absl::StrFormat("%.6g", x);
+}
+
+// How bench sends its requests.
+enum class Transport {
+  kAsync,    // GemmAsync: one message per request
+  kChunked,  // blocking Gemm on --concurrency threads: large operands in chunks, as `run`
+  kStream,   // one GemmStream (GemmStreamSession), --concurrency requests in flight
+};
+
+const char* TransportName(Transport t) {
+  switch (t) {
+    case Transport::kAsync: return "unary";
+    case Transport::kChunked: return "unary-chunked";
+    case Transport::kStream: return "stream";
+  }
+  return "?";
+}
+
+// What one bench run measured.
+struct Figures {
+  std::string workload;
+  uint64_t m = 0, n = 0, k = 0;
+  int batch = 0;
+  std::string transport;
+  int64_t requests = 0, ok = 0;
+  // (code, message) -> count.
+  std::map<std::pair<absl::StatusCode, std::string>, int64_t> failures;
+  std::string stopped_early;  // why, when it stopped before its duration/count
+  double seconds = 0, requests_per_s = 0, gflops = 0, mb_per_s = 0, request_mb_per_s = 0,
+         response_mb_per_s = 0;
+  double p50 = 0, p90 = 0, p99 = 0, max = 0;
+  int64_t verified = 0, mismatches = 0;
+};
+
 class Bench {
  public:
   // `checked` is `request` with every operand's bytes (they differ when B is
   // resident); checks read its shapes and types.
   Bench(Client* client, std::shared_ptr<const v1::GemmRequest> request,
         std::shared_ptr<const v1::GemmRequest> checked,
-        std::vector<std::vector<double>> references)
+        std::vector<std::vector<double>> references, Transport transport)
       : client_(client), request_(std::move(request)), checked_(std::move(checked)),
-        references_(std::move(references)), request_bytes_(request_->ByteSizeLong()),
-        flops_(RequestFlops(*request_)) {}
+        references_(std::move(references)), transport_(transport),
+        request_bytes_(request_->ByteSizeLong()), flops_(RequestFlops(*request_)) {}
 
-  int Main() {
+  Figures Main() {
     const int concurrency = absl::GetFlag(FLAGS_concurrency);
     limit_ = absl::GetFlag(FLAGS_requests);
     verify_every_ = absl::GetFlag(FLAGS_verify_every);
+    max_consecutive_ = absl::GetFlag(FLAGS_max_consecutive_failures);
     start_ = absl::Now();
     end_ = start_ + absl::Seconds(absl::GetFlag(FLAGS_duration_s));
+    {
+      absl::MutexLock lock(&mu_);
+      last_ = start_;
+    }
     slots_ = concurrency;
-    for (int i = 0; i < concurrency; ++i) Issue();
+    std::vector<std::thread> threads;
+    if (transport_ == Transport::kChunked) {
+      for (int i = 0; i < concurrency; ++i) threads.emplace_back([this] { BlockingSlot(); });
+    } else {
+      if (transport_ == Transport::kStream) {
+        CallOptions stream_options;
+        // The stream's deadline bounds the whole run: its duration, or with
+        // --requests one --deadline_ms per round of --concurrency requests.
+        const absl::Duration per_call = absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));
+        stream_options.deadline =
+            limit_ > 0 ? start_ + per_call * (limit_ / concurrency + 1) : end_ + per_call;
+        stream_ = client_->OpenStream(stream_options);
+        // The session fills in unique ids; a fixed one would collide.
+        auto copy = std::make_shared<v1::GemmRequest>(*request_);
+        copy->clear_request_id();
+        request_ = std::move(copy);
+      }
+      for (int i = 0; i < concurrency; ++i) Issue();
+    }
     while (!all_done_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) Progress();
+    for (std::thread& t : threads) t.join();
+    if (stream_ != nullptr) {
+      stream_->CloseSend();
+      stream_->Finish().IgnoreError();  // failures were counted per request
+      stream_.reset();
+    }
     Progress();
     absl::FPrintF(stderr, "\n");
     return Report();
   }
 
  private:
+  // Whether a slot should send another request.
+  bool More() {
+    if (stop_.load()) return false;
+    return limit_ > 0 ? issued_.fetch_add(1) < limit_ : absl::Now() < end_;
+  }
+
+  void Retire() {
+    if (--slots_ == 0) all_done_.Notify();
+  }
+
   // Starts the next request of this slot, or retires the slot.
   void Issue() {
-    const bool more = limit_ > 0 ? issued_.fetch_add(1) < limit_ : absl::Now() < end_;
-    if (!more) {
-      if (--slots_ == 0) all_done_.Notify();
-      return;
-    }
+    if (!More()) return Retire();
     const absl::Time sent = absl::Now();
-    client_->GemmAsync(request_, {}, [this, sent](GemmResult result) {
+    auto done = [this, sent](GemmResult result) {
       Record(absl::Now() - sent, result);
       Issue();
-    });
+    };
+    if (transport_ == Transport::kAsync) {
+      client_->GemmAsync(request_, {}, std::move(done));
+      return;
+    }
+    absl::Status s = stream_->Send(*request_, std::move(done));
+    if (!s.ok()) {
+      // The stream has ended (its failure was counted per request) or
+      // refused the request: this slot is done.
+      Record(absl::Now() - sent, GemmResult(s));
+      Retire();
+    }
+  }
+
+  // One --concurrency slot of the chunked transport.
+  void BlockingSlot() {
+    while (More()) {
+      const absl::Time sent = absl::Now();
+      GemmResult result = client_->Gemm(*request_);
+      Record(absl::Now() - sent, result);
+    }
+    Retire();
   }
 
   void Record(absl::Duration latency, const GemmResult& result) {
@@ -422,9 +638,17 @@ class Bench {
       n = ++completed_;
       last_ = absl::Now();
       if (!result.ok()) {
-        ++errors_[result.status().code()];
+        ++errors_[{result.status().code(), std::string(result.status().message())}];
+        ++consecutive_failures_;
+        if (max_consecutive_ > 0 && consecutive_failures_ >= max_consecutive_ && !stop_.load()) {
+          stopped_early_ = absl::StrCat(consecutive_failures_,
+                                        " consecutive failures (--max_consecutive_failures=",
+                                        max_consecutive_, ")");
+          stop_ = true;
+        }
         return;
       }
+      consecutive_failures_ = 0;
       latencies_ms_.push_back(absl::ToDoubleMilliseconds(latency));
       response_bytes_ += result->ByteSizeLong();
     }
@@ -452,106 +676,271 @@ class Bench {
                   static_cast<long long>(errors));
   }
 
-  int Report() {
+  Figures Report() {
     absl::MutexLock lock(&mu_);
-    const double s = std::max(1e-9, absl::ToDoubleSeconds(last_ - start_));
-    const int64_t ok = static_cast<int64_t>(latencies_ms_.size());
+    Figures f;
+    f.seconds = std::max(1e-9, absl::ToDoubleSeconds(last_ - start_));
+    f.requests = completed_;
+    f.ok = static_cast<int64_t>(latencies_ms_.size());
+    f.failures = errors_;
+    f.stopped_early = stopped_early_;
     std::sort(latencies_ms_.begin(), latencies_ms_.end());
     auto pct = [&](double q) {
       if (latencies_ms_.empty()) return 0.0;
       const size_t i = static_cast<size_t>(q * (latencies_ms_.size() - 1) + 0.5);
       return latencies_ms_[std::min(i, latencies_ms_.size() - 1)];
     };
-    const double req_mb = static_cast<double>(request_bytes_) * ok / 1e6;
+    const double req_mb = static_cast<double>(request_bytes_) * f.ok / 1e6;
     const double resp_mb = static_cast<double>(response_bytes_) / 1e6;
     const v1::GemmProblem& p0 = request_->problems(0);
-    absl::PrintF("workload      %dx%dx%d %s -> %s, batch %d, concurrency %d\n", p0.m(), p0.n(),
-                 p0.k(), Name(p0.input_dtype()), Name(p0.output_dtype()),
-                 request_->problems_size(), absl::GetFlag(FLAGS_concurrency));
-    absl::PrintF("requests      %lld (ok %lld, errors %lld)\n",
-                 static_cast<long long>(completed_), static_cast<long long>(ok),
-                 static_cast<long long>(completed_ - ok));
-    for (const auto& [code, count] : errors_) {
-      absl::PrintF("  %-22s %lld\n", absl::StatusCodeToString(code), static_cast<long long>(count));
-    }
-    absl::PrintF("duration      %.2f s\n", s);
-    absl::PrintF("requests/s    %.1f\n", ok / s);
-    absl::PrintF("GFLOP/s       %.2f\n", flops_ * ok / s / 1e9);
-    absl::PrintF("MB/s          %.1f (request %.1f + response %.1f)\n", (req_mb + resp_mb) / s,
-                 req_mb / s, resp_mb / s);
-    absl::PrintF("latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", pct(0.50), pct(0.90),
-                 pct(0.99), latencies_ms_.empty() ? 0.0 : latencies_ms_.back());
-    // How the requests were spread over the target's replicas (retries and
-    // registrations included).
-    const std::vector<Client::ReplicaStats> replicas = client_->Replicas();
-    uint64_t sent = 0;
-    for (const Client::ReplicaStats& r : replicas) sent += r.requests;
-    absl::PrintF("replicas      %d (policy %s)\n", replicas.size(),
-                 absl::GetFlag(FLAGS_replica_policy));
-    for (const Client::ReplicaStats& r : replicas) {
-      absl::PrintF("  %-30s instance %-16s %lld requests (%.1f%%), %lld failed over%s\n",
-                   r.address, r.instance_id.empty() ? "?" : r.instance_id,
-                   static_cast<long long>(r.requests),
-                   sent == 0 ? 0.0 : 100.0 * static_cast<double>(r.requests) / sent,
-                   static_cast<long long>(r.failed_over), r.active ? "" : " (left the set)");
-    }
-    if (verify_every_ > 0) {
-      absl::PrintF("verified      %lld responses, %lld mismatches\n",
-                   static_cast<long long>(verified_), static_cast<long long>(mismatches_));
-    }
-    if (mismatches_ > 0) return kExitMismatch;
-    return completed_ > ok ? kExitError : 0;
+    f.m = p0.m();
+    f.n = p0.n();
+    f.k = p0.k();
+    f.batch = request_->problems_size();
+    f.workload = absl::StrFormat("%dx%dx%d %s -> %s, batch %d, concurrency %d", p0.m(), p0.n(),
+                                 p0.k(), Name(p0.input_dtype()), Name(p0.output_dtype()),
+                                 request_->problems_size(), absl::GetFlag(FLAGS_concurrency));
+    f.transport = TransportName(transport_);
+    f.requests_per_s = f.ok / f.seconds;
+    f.gflops = flops_ * f.ok / f.seconds / 1e9;
+    f.request_mb_per_s = req_mb / f.seconds;
+    f.response_mb_per_s = resp_mb / f.seconds;
+    f.mb_per_s = f.request_mb_per_s + f.response_mb_per_s;
+    f.p50 = pct(0.50);
+    f.p90 = pct(0.90);
+    f.p99 = pct(0.99);
+    f.max = latencies_ms_.empty() ? 0.0 : latencies_ms_.back();
+    f.verified = verified_;
+    f.mismatches = mismatches_;
+    return f;
   }
 
   Client* const client_;
-  const std::shared_ptr<const v1::GemmRequest> request_;
+  std::shared_ptr<const v1::GemmRequest> request_;
   const std::shared_ptr<const v1::GemmRequest> checked_;
   const std::vector<std::vector<double>> references_;
+  const Transport transport_;
   const size_t request_bytes_;
   const double flops_;
+  std::unique_ptr<GemmStreamSession> stream_;
   int64_t limit_ = 0;
   int64_t verify_every_ = 0;
+  int64_t max_consecutive_ = 0;
   absl::Time start_, end_;
   std::atomic<int64_t> issued_{0};
   std::atomic<int> slots_{0};
+  std::atomic<bool> stop_{false};
   absl::Notification all_done_;
 
   absl::Mutex mu_;
   int64_t completed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t consecutive_failures_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string stopped_early_ ABSL_GUARDED_BY(mu_);
   absl::Time last_ ABSL_GUARDED_BY(mu_);
   std::vector<double> latencies_ms_ ABSL_GUARDED_BY(mu_);
-  std::map<absl::StatusCode, int64_t> errors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<absl::StatusCode, std::string>, int64_t> errors_ ABSL_GUARDED_BY(mu_);
   uint64_t response_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t verified_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t mismatches_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+void PrintText(const Figures& f, Client* client) {
+  absl::PrintF("workload      %s\n", f.workload);
+  absl::PrintF("transport     %s\n", f.transport);
+  absl::PrintF("requests      %lld (ok %lld, errors %lld)\n", static_cast<long long>(f.requests),
+               static_cast<long long>(f.ok), static_cast<long long>(f.requests - f.ok));
+  // One line per (code, message): the code and count first, so that scripts
+  // can match them, then the server's message.
+  for (const auto& [key, count] : f.failures) {
+    absl::PrintF("  %-22s %lld  %s\n", absl::StatusCodeToString(key.first),
+                 static_cast<long long>(count), key.second);
+  }
+  if (!f.stopped_early.empty()) absl::PrintF("stopped early %s\n", f.stopped_early);
+  absl::PrintF("duration      %.2f s\n", f.seconds);
+  absl::PrintF("requests/s    %.1f\n", f.requests_per_s);
+  absl::PrintF("GFLOP/s       %.2f\n", f.gflops);
+  absl::PrintF("MB/s          %.1f (request %.1f + response %.1f)\n", f.mb_per_s,
+               f.request_mb_per_s, f.response_mb_per_s);
+  absl::PrintF("latency ms    p50 %.3f  p90 %.3f  p99 %.3f  max %.3f\n", f.p50, f.p90, f.p99,
+               f.max);
+  // How the requests were spread over the target's replicas (retries and
+  // registrations included).
+  const std::vector<Client::ReplicaStats> replicas = client->Replicas();
+  uint64_t sent = 0;
+  for (const Client::ReplicaStats& r : replicas) sent += r.requests;
+  absl::PrintF("replicas      %d (policy %s)\n", replicas.size(),
+               absl::GetFlag(FLAGS_replica_policy));
+  for (const Client::ReplicaStats& r : replicas) {
+    absl::PrintF("  %-30s instance %-16s %lld requests (%.1f%%), %lld failed over%s\n", r.address,
+                 r.instance_id.empty() ? "?" : r.instance_id, static_cast<long long>(r.requests),
+                 sent == 0 ? 0.0 : 100.0 * static_cast<double>(r.requests) / sent,
+                 static_cast<long long>(r.failed_over), r.active ? "" : " (left the set)");
+  }
+  if (absl::GetFlag(FLAGS_verify_every) > 0) {
+    absl::PrintF("verified      %lld responses, %lld mismatches\n",
+                 static_cast<long long>(f.verified), static_cast<long long>(f.mismatches));
+  }
+}
+
+std::string Json(const Figures& f) {
+  std::vector<std::string> failures;
+  for (const auto& [key, count] : f.failures) {
+    failures.push_back(absl::StrCat("{\"code\": ", JsonString(absl::StatusCodeToString(key.first)),
+                                    ", \"message\": ", JsonString(key.second),
+                                    ", \"count\": ", count, "}"));
+  }
+  return absl::StrCat(
+      "{\"m\": ", f.m, ", \"n\": ", f.n, ", \"k\": ", f.k, ", \"batch\": ", f.batch,
+      ", \"workload\": ", JsonString(f.workload), ", \"transport\": ", JsonString(f.transport),
+      ", \"requests\": ", f.requests, ", \"ok\": ", f.ok, ", \"errors\": ", f.requests - f.ok,
+      ", \"failures\": [", absl::StrJoin(failures, ", "), "]",
+      ", \"stopped_early\": ", f.stopped_early.empty() ? "null" : JsonString(f.stopped_early),
+      ", \"duration_s\": ", JsonNumber(f.seconds),
+      ", \"requests_per_s\": ", JsonNumber(f.requests_per_s),
+      ", \"gflop_per_s\": ", JsonNumber(f.gflops), ", \"mb_per_s\": ", JsonNumber(f.mb_per_s),
+      ", \"request_mb_per_s\": ", JsonNumber(f.request_mb_per_s),
+      ", \"response_mb_per_s\": ", JsonNumber(f.response_mb_per_s),
+      ", \"latency_ms\": {\"p50\": ", JsonNumber(f.p50), ", \"p90\": ", JsonNumber(f.p90),
+      ", \"p99\": ", JsonNumber(f.p99), ", \"max\": ", JsonNumber(f.max), "}",
+      ", \"verified\": ", f.verified, ", \"mismatches\": ", f.mismatches, "}");
+}
+
+// The (m, n, k) of each bench run: --sizes, else the flags' one shape.
+absl::StatusOr<std::vector<std::array<uint64_t, 3>>> BenchShapes() {
+  const std::string sizes = absl::GetFlag(FLAGS_sizes);
+  if (sizes.empty()) {
+    return std::vector<std::array<uint64_t, 3>>{
+        {absl::GetFlag(FLAGS_m), absl::GetFlag(FLAGS_n), absl::GetFlag(FLAGS_k)}};
+  }
+  std::vector<std::array<uint64_t, 3>> shapes;
+  for (absl::string_view part : absl::StrSplit(sizes, ',')) {
+    uint64_t v;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: \"", part, "\" is not a size (e.g. --sizes=256,512,1024)"));
+    }
+    shapes.push_back({v, v, v});
+  }
+  return shapes;
+}
+
+// One bench run of shape (m, n, k); nullopt (after printing why) when it
+// could not start, with the exit code in `*exit_code`.
+std::optional<Figures> BenchOne(Client* client, const CheckLimits& limits, uint64_t m, uint64_t n,
+                                uint64_t k, int* exit_code) {
+  const bool verify = absl::GetFlag(FLAGS_verify_every) > 0;
+  absl::StatusOr<cli::Shape> shape = FlagShape(m, n, k, verify);
+  absl::Status checked = shape.ok() ? CheckSize(*shape, limits) : shape.status();
+  if (!checked.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", checked.ToString());
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  absl::StatusOr<v1::GemmRequest> request = BuildRequest(m, n, k);
+  if (!request.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", request.status().ToString());
+    *exit_code = kExitError;
+    return std::nullopt;
+  }
+  std::vector<std::vector<double>> refs;
+  if (verify) {
+    absl::StatusOr<std::vector<std::vector<double>>> r = References(*request);
+    if (!r.ok()) {
+      absl::FPrintF(stderr, "error: %s\n", r.status().ToString());
+      *exit_code = kExitError;
+      return std::nullopt;
+    }
+    refs = std::move(*r);
+  }
+  auto full = std::make_shared<const v1::GemmRequest>(*std::move(request));
+  auto sent = full;
+  std::vector<ResidentHandle> residents;
+  if (absl::GetFlag(FLAGS_resident_b)) {
+    absl::StatusOr<v1::GemmRequest> r = WithResidentB(client, *full, &residents);
+    if (!r.ok()) {
+      absl::FPrintF(stderr, "error: %s\n", FlagNames(r.status()).ToString());
+      for (const ResidentHandle& h : residents) client->ReleaseMatrix(h).IgnoreError();
+      *exit_code = kExitRpc;
+      return std::nullopt;
+    }
+    sent = std::make_shared<const v1::GemmRequest>(*std::move(r));
+  }
+  // The transfer path of `run` (Client::Gemm): operands over the library's
+  // chunked threshold, or requests over a message, go in chunks.
+  Transport transport = absl::GetFlag(FLAGS_stream) ? Transport::kStream : Transport::kAsync;
+  uint64_t largest = 0;
+  for (const v1::GemmProblem& p : sent->problems()) {
+    largest = std::max<uint64_t>({largest, p.a().data().size(), p.b().data().size(),
+                                  p.c().data().size()});
+  }
+  if (transport == Transport::kAsync &&
+      (largest > client->options().chunked_threshold_bytes ||
+       sent->ByteSizeLong() > static_cast<uint64_t>(client->options().max_message_bytes))) {
+    transport = Transport::kChunked;
+  }
+  Bench bench(client, sent, full, std::move(refs), transport);
+  Figures f = bench.Main();
+  for (const ResidentHandle& h : residents) client->ReleaseMatrix(h).IgnoreError();
+  return f;
+}
 
 int RunBench() {
   if (absl::GetFlag(FLAGS_concurrency) < 1) {
     absl::FPrintF(stderr, "error: --concurrency must be >= 1\n");
     return kExitError;
   }
-  absl::StatusOr<v1::GemmRequest> request = BuildRequest();
-  if (!request.ok()) return absl::FPrintF(stderr, "error: %s\n", request.status().ToString()), kExitError;
-  std::vector<std::vector<double>> refs;
-  if (absl::GetFlag(FLAGS_verify_every) > 0) {
-    absl::StatusOr<std::vector<std::vector<double>>> r = References(*request);
-    if (!r.ok()) return absl::FPrintF(stderr, "error: %s\n", r.status().ToString()), kExitError;
-    refs = std::move(*r);
+  if (absl::GetFlag(FLAGS_max_consecutive_failures) < 0) {
+    absl::FPrintF(stderr, "error: --max_consecutive_failures must be >= 0\n");
+    return kExitError;
+  }
+  absl::StatusOr<std::vector<std::array<uint64_t, 3>>> shapes = BenchShapes();
+  if (!shapes.ok()) return absl::FPrintF(stderr, "error: %s\n", shapes.status().ToString()), kExitError;
+  const bool verify = absl::GetFlag(FLAGS_verify_every) > 0;
+  // Every shape of the sweep is checked locally before any connection.
+  for (const auto& [m, n, k] : *shapes) {
+    absl::StatusOr<cli::Shape> shape = FlagShape(m, n, k, verify);
+    absl::Status s = shape.ok() ? CheckSize(*shape, {cli::LocalLimits(), false}) : shape.status();
+    if (!s.ok()) return absl::FPrintF(stderr, "error: %s\n", s.ToString()), kExitError;
   }
   absl::StatusOr<std::unique_ptr<Client>> client = MakeClient();
   if (!client.ok()) return absl::FPrintF(stderr, "error: %s\n", client.status().ToString()), kExitError;
-  auto checked = std::make_shared<const v1::GemmRequest>(*std::move(request));
-  auto sent = checked;
-  std::vector<ResidentHandle> residents;
-  if (absl::GetFlag(FLAGS_resident_b)) {
-    absl::StatusOr<v1::GemmRequest> r = WithResidentB(client->get(), *checked, &residents);
-    if (!r.ok()) return absl::FPrintF(stderr, "error: %s\n", r.status().ToString()), kExitError;
-    sent = std::make_shared<const v1::GemmRequest>(*std::move(r));
+  const CheckLimits limits = FetchLimits(client->get());
+  for (const auto& [m, n, k] : *shapes) {
+    absl::StatusOr<cli::Shape> shape = FlagShape(m, n, k, verify);
+    absl::Status s = shape.ok() ? CheckSize(*shape, limits) : shape.status();
+    if (!s.ok()) return absl::FPrintF(stderr, "error: %s\n", s.ToString()), kExitError;
   }
-  Bench bench(client->get(), sent, checked, std::move(refs));
-  const int exit_code = bench.Main();
-  for (const ResidentHandle& h : residents) (*client)->ReleaseMatrix(h).IgnoreError();
+  const bool json = absl::GetFlag(FLAGS_json);
+  std::vector<std::string> runs;
+  int exit_code = 0;
+  for (size_t i = 0; i < shapes->size(); ++i) {
+    const auto& [m, n, k] = (*shapes)[i];
+    int failed_code = 0;
+    std::optional<Figures> f = BenchOne(client->get(), limits, m, n, k, &failed_code);
+    if (!f.has_value()) {
+      exit_code = std::max(exit_code, failed_code);
+      break;
+    }
+    if (json) {
+      runs.push_back(Json(*f));
+    } else {
+      if (i > 0) absl::PrintF("\n");
+      PrintText(*f, client->get());
+    }
+    int code = 0;
+    if (f->mismatches > 0) {
+      code = kExitMismatch;
+    } else if (f->requests > f->ok) {
+      code = kExitRpc;
+    }
+    // A wrong result outranks failed calls.
+    if (code == kExitMismatch || (code == kExitRpc && exit_code == 0)) exit_code = code;
+    if (!f->stopped_early.empty()) break;  // the next sizes would fail the same way
+  }
+  if (json) {
+    absl::PrintF("{\"target\": %s, \"runs\": [%s], \"exit_code\": %d}\n",
+                 JsonString(absl::GetFlag(FLAGS_target)), absl::StrJoin(runs, ", "), exit_code);
+  }
   return exit_code;
 }
 

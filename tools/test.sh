@@ -48,6 +48,9 @@ cd "$(dirname "$0")/.."
 asan_targets=(//service/... //client/... //tests/... //common/...)
 tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_test
   -//tests:tls_e2e_test -//tests:replica_process_test)
+# tests:cli_limits_test drives the gemm_server and gemm_cli binaries too (as
+# e2e_test does, for the same reason above).
+tsan_targets+=(-//tests:cli_limits_test)
 
 log=$(mktemp)
 rc=0
