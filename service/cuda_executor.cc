@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "common/status_macros.h"
 #include "service/cuda/batch_layout.h"
 #include "service/cuda/calibration.h"
@@ -92,7 +93,40 @@ absl::StatusOr<uint64_t> CudaExecutor::DeviceBytesInUse(int device) {
 
 absl::Status CudaExecutor::ReleaseCachedMemory() { return gpu::TrimPool(options_.device); }
 
+void CudaExecutor::SetHealthListener(HealthListener listener) {
+  absl::MutexLock lock(&health_mu_);
+  listener_ = std::move(listener);
+}
+
+absl::Status CudaExecutor::OutOfService() const {
+  return absl::UnavailableError(
+      absl::StrCat("GPU ", options_.device, " is out of service after a fault; retry"));
+}
+
+void CudaExecutor::CheckForFault() {
+  const cudaError_t e = cudaPeekAtLastError();
+  if (!gpu::IsStickyError(e)) return;
+  absl::Status why = absl::InternalError(
+      absl::StrCat("GPU ", options_.device, ": ", cudaGetErrorName(e), " (",
+                   cudaGetErrorString(e), ")"));
+  absl::MutexLock lock(&health_mu_);
+  if (!healthy_.exchange(false)) return;  // already out
+  fault_ = why;
+  spdlog::critical(
+      "GPU {} out of service: sticky CUDA error {} ({}); its context is unusable, so "
+      "requests on it are answered UNAVAILABLE from now on",
+      options_.device, cudaGetErrorName(e), cudaGetErrorString(e));
+  // Under the lock: SetHealthListener(nullptr) at shutdown waits for a call
+  // in progress, so the listener never outlives what it reports to.
+  if (listener_) listener_(0, why);
+}
+
 void CudaExecutor::Execute(Batch batch) {
+  if (!healthy()) {
+    for (auto& item : batch.items) item->Complete(OutOfService());
+    if (batch.on_done) batch.on_done();
+    return;
+  }
   gpu::Lane* lane;
   {
     absl::MutexLock lock(&mu_);
@@ -109,7 +143,8 @@ void CudaExecutor::Execute(Batch batch) {
     // Wait for what was enqueued, then answer every request of the batch
     // with the error.
     lane->Abandon();
-    for (auto& item : lane->batch().items) item->Complete(st);
+    CheckForFault();
+    for (auto& item : lane->batch().items) item->Complete(healthy() ? st : OutOfService());
     ReleaseLane(lane);
   }
 }
@@ -156,6 +191,12 @@ void CudaExecutor::CompletionLoop() {
       finished_lanes_.pop_front();
     }
     gpu::Outcomes outcomes = lane->Finish();
+    bool failed = false;
+    for (const auto& outcome : outcomes) failed |= !outcome.second.ok();
+    if (failed) CheckForFault();
+    if (!healthy())
+      for (auto& outcome : outcomes)
+        if (!outcome.second.ok()) outcome.second = OutOfService();
     // The lane is free before the answers go out, so that a client's next
     // request finds the executor idle rather than just about to be.
     ReleaseLane(lane);

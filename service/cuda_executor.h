@@ -29,6 +29,7 @@
 #ifndef GEMM_SERVICE_CUDA_EXECUTOR_H_
 #define GEMM_SERVICE_CUDA_EXECUTOR_H_
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <thread>
@@ -88,6 +89,13 @@ class CudaExecutor : public Executor {
   int max_concurrent_batches() const override { return options_.streams; }
   bool supports_grouped() const override { return grouped_; }
   void Execute(Batch batch) override;
+  // False for good once a sticky CUDA error was seen on the device (see
+  // gpu::IsStickyError): from then on the executor answers every request
+  // UNAVAILABLE (retryable) without touching the device.
+  bool healthy() const override { return healthy_.load(); }
+  // Called with the lock that guards the listener held (clearing it waits
+  // for a call in progress).
+  void SetHealthListener(HealthListener listener) override;
   // Staging copies, H2D, the kernels at the calibrated peak rates, D2H.
   absl::Duration PredictRunTime(const WorkItem& item) const override;
   // Device memory holding a copy of `source` (no host copy is kept); launches
@@ -110,6 +118,12 @@ class CudaExecutor : public Executor {
   // Returns the lane to the free list and tells the batcher.
   void ReleaseLane(gpu::Lane* lane);
 
+  // After a failure seen on this thread: if the thread's last CUDA error is
+  // sticky, takes the device out of service (logs, tells the listener, once).
+  void CheckForFault();
+  // The status requests get once the device is out of service.
+  absl::Status OutOfService() const;
+
   const Options options_;
   BackendInfo info_;
   bool grouped_ = false;
@@ -126,6 +140,11 @@ class CudaExecutor : public Executor {
   int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread completion_thread_;
+
+  std::atomic<bool> healthy_{true};
+  absl::Mutex health_mu_;
+  HealthListener listener_ ABSL_GUARDED_BY(health_mu_);
+  absl::Status fault_ ABSL_GUARDED_BY(health_mu_);
 };
 
 }  // namespace gemm

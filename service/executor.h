@@ -6,6 +6,7 @@
 #ifndef GEMM_SERVICE_EXECUTOR_H_
 #define GEMM_SERVICE_EXECUTOR_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -93,6 +94,18 @@ class Executor {
   // Returns without waiting for the work (it runs on the executor's threads
   // or devices). Thread-safe.
   virtual void Execute(Batch batch) = 0;
+
+  // Fault containment. A device that faulted (a sticky CUDA error, which
+  // leaves its context unusable, or a launch past the watchdog deadline)
+  // goes out of service for good: its executor answers what it holds and
+  // everything later UNAVAILABLE (retryable) and reports healthy() false.
+  // An executor of several devices is healthy while one of them is.
+  virtual bool healthy() const { return true; }
+  // Called once for each device that goes out of service: its index within
+  // this executor and the reason. Set before the first Execute; called from
+  // the executor's threads.
+  using HealthListener = std::function<void(int device, const absl::Status& why)>;
+  virtual void SetHealthListener(HealthListener listener) { (void)listener; }
 };
 
 // The peak_rates kind that serves `shape`: "bf16", "fp16", "tf32" or "fp32".

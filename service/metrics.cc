@@ -207,6 +207,16 @@ void ServiceMetrics::SetPeakRates(const std::vector<PeakRate>& rates) {
   }
 }
 
+void ServiceMetrics::SetDeviceHealthy(int gpu, bool healthy) {
+  std::call_once(device_healthy_once_, [this] {
+    device_healthy_ = &prometheus::BuildGauge()
+                           .Name("gemm_device_healthy")
+                           .Help("1 while the GPU serves, 0 once a fault took it out of service.")
+                           .Register(*registry_);
+  });
+  device_healthy_->Add({{"gpu", std::to_string(gpu)}}).Set(healthy ? 1 : 0);
+}
+
 void ServiceMetrics::RecordRequest(const std::string& method, int grpc_code,
                                    absl::Duration latency) {
   requests_.Add({{"method", method}, {"code", GrpcCodeName(grpc_code)}}).Increment();

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,9 @@ class ServiceMetrics {
   // Bytes of resident matrices moved in chunks by gemm.v1.Transfer,
   // direction "upload" or "download".
   void AddChunkBytes(const std::string& direction, double bytes);
+  // gemm_device_healthy{gpu}: 1 while the GPU serves, 0 once it went out of
+  // service after a fault (Executor::healthy). Thread-safe.
+  void SetDeviceHealthy(int gpu, bool healthy);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -105,6 +109,9 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Counter>& chunk_bytes_;
   prometheus::Counter& upload_chunk_bytes_;
   prometheus::Counter& download_chunk_bytes_;
+  // gemm_device_healthy, registered by the first SetDeviceHealthy.
+  std::once_flag device_healthy_once_;
+  prometheus::Family<prometheus::Gauge>* device_healthy_ = nullptr;
 };
 
 // Latency buckets (seconds) from 50 us to 60 s: GEMMs run from microseconds

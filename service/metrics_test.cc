@@ -75,6 +75,16 @@ TEST(MetricsTest, RecordsRequestsWorkAndRoofline) {
   EXPECT_THAT(more, HasSubstr(R"(gemm_device_memory_used_bytes{gpu="1"} 6)"));
 }
 
+TEST(MetricsTest, DeviceHealthyPerGpu) {
+  ServiceMetrics m;
+  m.SetDeviceHealthy(0, true);
+  m.SetDeviceHealthy(1, true);
+  m.SetDeviceHealthy(1, false);
+  const std::string text = m.Scrape();
+  EXPECT_NE(text.find("gemm_device_healthy{gpu=\"0\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("gemm_device_healthy{gpu=\"1\"} 0"), std::string::npos) << text;
+}
+
 TEST(MetricsTest, ExposerServesOnAFreePort) {
   ServiceMetrics m;
   ASSERT_TRUE(m.StartExposer("127.0.0.1:0").ok());

@@ -123,7 +123,34 @@ void MultiDeviceExecutor::HandOverLoop(int device) {
       h.parts.pop_front();
       h.busy = true;
     }
+    // A device that went out of service after the part was queued for it
+    // answers nothing more: its items are refused here, retryable.
+    if (!children_[device]->healthy()) {
+      Refuse(std::move(part), absl::UnavailableError(absl::StrCat(
+                                  "GPU ", device, " is out of service after a fault; retry")));
+      continue;
+    }
     children_[device]->Execute(std::move(part));
+  }
+}
+
+void MultiDeviceExecutor::Refuse(Batch part, const absl::Status& why) {
+  for (auto& item : part.items) item->Complete(why);
+  if (part.on_done) part.on_done();
+}
+
+bool MultiDeviceExecutor::healthy() const {
+  for (const auto& c : children_)
+    if (c->healthy()) return true;
+  return false;
+}
+
+void MultiDeviceExecutor::SetHealthListener(HealthListener listener) {
+  auto shared = std::make_shared<HealthListener>(std::move(listener));
+  for (size_t d = 0; d < children_.size(); ++d) {
+    children_[d]->SetHealthListener([shared, d](int, const absl::Status& why) {
+      if (*shared) (*shared)(static_cast<int>(d), why);
+    });
   }
 }
 
@@ -191,6 +218,14 @@ std::vector<double> MultiDeviceExecutor::outstanding_seconds() const {
 
 void MultiDeviceExecutor::Execute(Batch batch) {
   const int n = devices();
+  std::vector<bool> up(n);
+  int healthy_devices = 0;
+  for (int d = 0; d < n; ++d) healthy_devices += (up[d] = children_[d]->healthy());
+  if (healthy_devices == 0) {
+    Refuse(std::move(batch),
+           absl::UnavailableError("every GPU is out of service after a fault; retry elsewhere"));
+    return;
+  }
   // Requests pinned by resident operands go to their device (the one holding
   // most of their bytes, the rest copied through the host); the others stay
   // together (so their strided launches stay whole) on the least loaded one.
@@ -209,6 +244,13 @@ void MultiDeviceExecutor::Execute(Batch batch) {
         continue;
       }
     }
+    if (!up[d]) {
+      // Its operands live in the memory of a device that faulted: gone.
+      item->Complete(absl::UnavailableError(absl::StrCat(
+          "GPU ", d, " holding this request's resident operands is out of service after a "
+          "fault; register them again and retry")));
+      continue;
+    }
     items[d].push_back(item);
   }
   std::vector<double> cost(n, 0.0);
@@ -216,14 +258,15 @@ void MultiDeviceExecutor::Execute(Batch batch) {
     absl::MutexLock lock(&mu_);
     if (!free_items.empty()) {
       // Least predicted finish time, counting what this batch itself adds.
-      int best = 0;
+      int best = -1;
       double best_finish = 0;
       for (int d = 0; d < n; ++d) {
+        if (!up[d]) continue;
         double pinned = 0, mine = 0;
         for (const auto& it : items[d]) pinned += Cost(*it, d);
         for (const auto& it : free_items) mine += Cost(*it, d);
         const double finish = outstanding_[d] + pinned + mine;
-        if (d == 0 || finish < best_finish) {
+        if (best < 0 || finish < best_finish) {
           best = d;
           best_finish = finish;
         }
@@ -290,8 +333,11 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::PlaceReside
   int d;
   {
     absl::MutexLock lock(&mu_);
-    d = static_cast<int>(std::min_element(resident_bytes_.begin(), resident_bytes_.end()) -
-                         resident_bytes_.begin());
+    d = -1;  // the healthy device holding the fewest resident bytes
+    for (int i = 0; i < devices(); ++i)
+      if (children_[i]->healthy() && (d < 0 || resident_bytes_[i] < resident_bytes_[d])) d = i;
+    if (d < 0)
+      return absl::UnavailableError("every GPU is out of service after a fault; retry elsewhere");
     resident_bytes_[d] += bytes;
   }
   auto m = make(*children_[d]);

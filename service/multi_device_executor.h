@@ -64,6 +64,12 @@ class MultiDeviceExecutor : public Executor {
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
 
+  // Healthy while one device is: requests go only to healthy devices (those
+  // pinned to a device out of service, and everything once none is left, are
+  // answered UNAVAILABLE). The listener hears each device that goes out.
+  bool healthy() const override;
+  void SetHealthListener(HealthListener listener) override;
+
   int devices() const { return static_cast<int>(children_.size()); }
   // Predicted seconds of work handed to each device and not yet done.
   std::vector<double> outstanding_seconds() const;
@@ -79,6 +85,8 @@ class MultiDeviceExecutor : public Executor {
   MultiDeviceExecutor(std::vector<std::unique_ptr<Executor>> children, const Options& options);
   // The device with the least outstanding work.
   int LeastLoaded() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Answers every item of `part` with `why` and reports it done.
+  static void Refuse(Batch part, const absl::Status& why);
 
   const Options options_;
   std::vector<std::unique_ptr<Executor>> children_;

@@ -1,5 +1,6 @@
 #include "service/multi_device_executor.h"
 
+#include <atomic>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -60,6 +61,15 @@ class FakeDevice : public Executor {
     mu.Await(absl::Condition(+[](bool* b) { return !*b; }, &blocked));
     batches.push_back(std::move(batch));
   }
+  bool healthy() const override { return up.load(); }
+  void SetHealthListener(HealthListener l) override { listener = std::move(l); }
+  // Goes out of service like a faulted GPU: reports it to the listener.
+  void Fault() {
+    up = false;
+    if (listener) listener(0, absl::InternalError("injected fault"));
+  }
+  std::atomic<bool> up{true};
+  HealthListener listener;
   // Completes batch `n` and reports it done.
   void Finish(size_t n) {
     for (auto& item : batches[n].items) item->Complete(absl::OkStatus());
@@ -333,6 +343,122 @@ TEST(MultiDeviceExecutorTest, NoPredictionWithoutMeasuredRates) {
 TEST(MultiDeviceExecutorTest, CreateRejectsMixedBackends) {
   std::vector<std::unique_ptr<Executor>> none;
   EXPECT_FALSE(MultiDeviceExecutor::Create(std::move(none)).ok());
+}
+
+}  // namespace
+}  // namespace gemm
+
+namespace gemm {
+namespace {
+
+// An item that records the status it is answered with.
+std::shared_ptr<WorkItem> Recorded(uint64_t n, std::vector<absl::StatusCode>* codes,
+                                   absl::Mutex* mu, const ResidentMatrix* resident_b = nullptr) {
+  auto item = Item(n, resident_b);
+  item->done = [codes, mu](const absl::Status& st, const ExecutionReport&) {
+    absl::MutexLock lock(mu);
+    codes->push_back(st.code());
+  };
+  return item;
+}
+
+TEST(MultiDeviceExecutorFaultTest, WorkGoesOnlyToTheHealthyDevice) {
+  Fixture f({1e14, 1e14});
+  std::vector<std::pair<int, std::string>> heard;
+  f.multi->SetHealthListener([&heard](int d, const absl::Status& why) {
+    heard.emplace_back(d, std::string(why.message()));
+  });
+  f.devices[0]->Fault();
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, 0);
+  EXPECT_EQ(heard[0].second, "injected fault");
+  EXPECT_TRUE(f.multi->healthy());
+  // Device 0 is idle and would win on load; it is out, so all goes to 1.
+  for (int i = 0; i < 4; ++i) f.multi->Execute(BatchOf({Item(1024)}));
+  f.multi->WaitHandedOver();
+  EXPECT_EQ(f.devices[0]->batches.size(), 0u);
+  EXPECT_EQ(f.devices[1]->batches.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) f.devices[1]->Finish(i);
+}
+
+TEST(MultiDeviceExecutorFaultTest, UnavailableWhenNoDeviceIsLeft) {
+  Fixture f({1e14, 1e14});
+  int heard = 0;
+  f.multi->SetHealthListener([&heard](int, const absl::Status&) { ++heard; });
+  f.devices[0]->Fault();
+  f.devices[1]->Fault();
+  EXPECT_EQ(heard, 2);
+  EXPECT_FALSE(f.multi->healthy());
+  absl::Mutex mu;
+  std::vector<absl::StatusCode> codes;
+  int done = 0;
+  f.multi->Execute(BatchOf({Recorded(64, &codes, &mu), Recorded(64, &codes, &mu)}, &done));
+  f.multi->WaitHandedOver();
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(codes, std::vector<absl::StatusCode>(2, absl::StatusCode::kUnavailable));
+  EXPECT_EQ(f.devices[0]->batches.size() + f.devices[1]->batches.size(), 0u);
+  const GemmShape shape = Bf16Cube(4);
+  const MatrixRef m = MatrixB(shape, nullptr);
+  EXPECT_EQ(f.multi->AllocateResident(m).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(MultiDeviceExecutorFaultTest, PartsQueuedForADeviceThatFaultsAreAnswered) {
+  Fixture f({1e14, 1e14});
+  {
+    absl::MutexLock lock(&f.devices[0]->mu);
+    f.devices[0]->blocked = true;  // device 0's hand-over thread waits in Execute
+  }
+  absl::Mutex mu;
+  std::vector<absl::StatusCode> codes;
+  int done = 0;
+  // Equal devices: the first batch goes to device 0 (blocked there), the
+  // second to 1, the third to 0 again and waits in the hand-over queue.
+  f.multi->Execute(BatchOf({Recorded(1024, &codes, &mu)}, &done));
+  f.multi->Execute(BatchOf({Recorded(1024, &codes, &mu)}, &done));
+  f.multi->Execute(BatchOf({Recorded(1024, &codes, &mu)}, &done));
+  absl::SleepFor(absl::Milliseconds(50));
+  f.devices[0]->Fault();
+  {
+    absl::MutexLock lock(&f.devices[0]->mu);
+    f.devices[0]->blocked = false;
+  }
+  f.multi->WaitHandedOver();
+  // The one device 0 had taken is its to answer (a CUDA executor fails it);
+  // the one still queued was refused without reaching it.
+  ASSERT_EQ(f.devices[0]->batches.size(), 1u);
+  ASSERT_EQ(f.devices[1]->batches.size(), 1u);
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(codes, std::vector<absl::StatusCode>{absl::StatusCode::kUnavailable});
+  }
+  EXPECT_EQ(done, 1);  // the refused batch; the other two are still held
+  f.devices[1]->Finish(0);
+  for (auto& item : f.devices[0]->batches[0].items)
+    item->Complete(absl::UnavailableError("faulted"));
+  f.devices[0]->batches[0].on_done();
+  EXPECT_EQ(codes.size(), 3u);
+  EXPECT_EQ(done, 3);
+}
+
+TEST(MultiDeviceExecutorFaultTest, RequestsPinnedToAFaultedDeviceAreUnavailable) {
+  Fixture f({1e14, 1e14});
+  const GemmShape shape = Bf16Cube(64);
+  const MatrixRef b = MatrixB(shape, nullptr);
+  auto first = f.multi->AllocateResident(b);   // device 0
+  auto second = f.multi->AllocateResident(b);  // device 1
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ((*first)->device(), 0);
+  f.devices[0]->Fault();
+  // New resident matrices go to the healthy device only.
+  auto third = f.multi->AllocateResident(b);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ((*third)->device(), 1);
+  absl::Mutex mu;
+  std::vector<absl::StatusCode> codes;
+  f.multi->Execute(BatchOf({Recorded(64, &codes, &mu, first->get())}));
+  f.multi->WaitHandedOver();
+  EXPECT_EQ(codes, std::vector<absl::StatusCode>{absl::StatusCode::kUnavailable});
+  EXPECT_EQ(f.devices[0]->batches.size(), 0u);
 }
 
 }  // namespace

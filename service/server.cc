@@ -124,6 +124,32 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   return Start(options, std::move(executor));
 }
 
+namespace {
+
+// gemm_device_healthy per GPU, and health NOT_SERVING once no GPU is left:
+// the executor answers UNAVAILABLE from then on, balancers move traffic away
+// and the orchestrator's health probe restarts the process.
+void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server* server) {
+  const std::string backend = executor->info().backend;
+  if (backend != "cuda") return;
+  for (size_t d = 0; d < executor->info().devices.size(); ++d)
+    metrics->SetDeviceHealthy(static_cast<int>(d), true);
+  executor->SetHealthListener([executor, metrics, server](int d, const absl::Status& why) {
+    metrics->SetDeviceHealthy(d, false);
+    if (executor->healthy()) {
+      spdlog::error("GPU {} out of service ({}); the other GPUs go on serving", d,
+                    std::string(why.message()));
+      return;
+    }
+    spdlog::critical("GPU {} out of service ({}) and no GPU is left: health NOT_SERVING, "
+                     "every request answered UNAVAILABLE; restart the process",
+                     d, std::string(why.message()));
+    server->GetHealthCheckService()->SetServingStatus(false);
+  });
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
     const ServerOptions& options, std::unique_ptr<Executor> executor) {
   GEMM_RETURN_IF_ERROR(options.Validate());
@@ -237,6 +263,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->server_->GetHealthCheckService()->SetServingStatus(v1::GemmService::service_full_name(),
                                                         true);
 
+  WatchDeviceHealth(s->executor_.get(), s->metrics_.get(), s->server_.get());
+
   BatcherOptions batcher = options.batcher;
   batcher.plan.grouped_supported = s->executor_->supports_grouped();
   s->batcher_ = std::make_unique<Batcher>(batcher, s->queue_.get(), s->executor_.get(),
@@ -266,6 +294,8 @@ void GemmServer::Shutdown(absl::Duration drain) {
   spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
   // Balancers and health-checking clients move new traffic first.
   server_->GetHealthCheckService()->SetServingStatus(false);
+  // No fault report after this reaches the server as it goes away.
+  executor_->SetHealthListener(nullptr);
   // Then the drain proper: the port stays open and new work gets UNAVAILABLE
   // (retryable elsewhere), while requests already under way here run to
   // their end, the downloads and releases of what they left on the server

@@ -12,6 +12,12 @@ namespace gpu {
 // OK for cudaSuccess, else INTERNAL naming `what` and the CUDA error.
 absl::Status CudaStatus(cudaError_t e, const char* what);
 
+// Whether `e` is sticky: the device's context is corrupt (an illegal address,
+// a kernel that trapped, an uncorrectable ECC error) and every later CUDA
+// call on it fails, so the device must go out of service. Recoverable errors
+// such as cudaErrorMemoryAllocation are not.
+bool IsStickyError(cudaError_t e);
+
 }  // namespace gpu
 }  // namespace gemm
 
