@@ -2,7 +2,9 @@
 // README explains each one.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <fstream>
 
 #include <spdlog/spdlog.h>
@@ -10,7 +12,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "service/calibration.h"
 #include "service/server.h"
@@ -18,6 +24,34 @@
 namespace {
 const gemm::ServerOptions kDefaults;
 const gemm::ServiceLimits kLimits;
+
+// The version of the service; the commit is not stamped into this build, so
+// --version says so rather than guessing.
+constexpr char kVersion[] = "0.1.0";
+
+std::string VersionString() {
+#ifdef NDEBUG
+  const char* build = "optimized";
+#else
+  const char* build = "debug (NDEBUG not defined)";
+#endif
+  return absl::StrCat("gemm_server ", kVersion, ", commit unknown, ", build, " build\n");
+}
+
+// Whether a gRPC listen address only accepts connections from this host.
+bool IsLoopbackAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    return true;
+  }
+  absl::string_view host = address;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') == absl::string_view::npos ? host.size() - 1
+                                                                    : host.find(']') - 1);
+  } else if (size_t colon = host.rfind(':'); colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
 }  // namespace
 
 ABSL_FLAG(std::string, listen, kDefaults.listen_address,
@@ -114,12 +148,34 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "on SIGTERM/SIGINT: health turns NOT_SERVING and new work gets UNAVAILABLE, while "
           "requests already admitted (their uploads, downloads and releases included) get up to "
           "this long to finish; what still runs then is cancelled");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(bool, allow_insecure_tokens, false,
+          "allow --auth_tokens_file without TLS on a non-loopback --listen address (tokens then "
+          "travel in clear, and gRPC clients do not send call credentials over an insecure "
+          "channel unless told to)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("gemm_server: batched GEMM offload over gRPC (gemm.v1)");
+  absl::FlagsUsageConfig usage;
+  // Abseil's default --help lists only flags of a file named after the
+  // program (gemm_server.cc); ours live in server_main.cc, so list them all.
+  usage.contains_help_flags = [](absl::string_view) { return true; };
+  usage.contains_helpshort_flags = [](absl::string_view) { return true; };
+  usage.version_string = VersionString;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  {
+    // spdlog's from_str maps an unknown name to "off": refuse it instead.
+    static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn",
+                                              "error", "critical", "off"};
+    const std::string level = absl::GetFlag(FLAGS_log_level);
+    if (std::find(std::begin(kLevels), std::end(kLevels), level) == std::end(kLevels)) {
+      std::fprintf(stderr, "--log_level: \"%s\" is not one of %s\n", level.c_str(),
+                   absl::StrJoin(kLevels, ", ").c_str());
+      return 2;
+    }
+    spdlog::set_level(spdlog::level::from_str(level));
+  }
 
   // Block the shutdown signals in every thread; main waits for them below.
   sigset_t signals;
@@ -136,6 +192,15 @@ int main(int argc, char** argv) {
   options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  if (!options.security.auth_tokens_file.empty() && options.security.tls_cert_file.empty() &&
+      !IsLoopbackAddress(options.listen_address) && !absl::GetFlag(FLAGS_allow_insecure_tokens)) {
+    spdlog::critical(
+        "--auth_tokens_file without --tls_cert/--tls_key on non-loopback --listen {}: tokens "
+        "would travel in clear and gRPC clients will not send them over an insecure channel; "
+        "turn TLS on, listen on loopback, or pass --allow_insecure_tokens",
+        options.listen_address);
+    return 2;
+  }
   options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
   options.batcher.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
