@@ -4,6 +4,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <spdlog/spdlog.h>
@@ -126,14 +127,26 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     pending->request.Swap(&incoming_);
     Pending* p = pending.get();
     const uint64_t id = next_id_++;
+    bool duplicate = false;
     {
       absl::MutexLock lock(&mu_);
       pending_[id] = std::move(pending);
+      const std::string& request_id = p->request.request_id();
+      if (!request_id.empty()) {
+        // Answers are matched to requests by id alone, so two in flight
+        // under one id could not be told apart: the second is refused.
+        duplicate = !ids_in_flight_.insert(request_id).second;
+        if (!duplicate) p->id_in_flight = request_id;
+      }
     }
     absl::Status st;
     const absl::Time received = service_->clock()->Now();
     if (p->request.request_id().empty()) {
       st = absl::InvalidArgumentError("request_id: required on GemmStream");
+    } else if (duplicate) {
+      st = absl::InvalidArgumentError(
+          "request_id: already in flight on this stream (an id can be used again once its "
+          "answer has been sent)");
     } else {
       absl::Duration pushback;
       st = service_->Admit(
@@ -181,6 +194,8 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     v1::GemmRequest request;
     v1::GemmResponse response;
     std::shared_ptr<WorkItem> item;
+    // The request_id this request holds in ids_in_flight_ (empty if none).
+    std::string id_in_flight;
   };
 
   void OnRequestDone(uint64_t id, const absl::Status& status, absl::Time received) {
@@ -209,6 +224,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     if (it == pending_.end()) return;
     std::unique_ptr<Pending> p = std::move(it->second);
     pending_.erase(it);
+    if (!p->id_in_flight.empty()) ids_in_flight_.erase(p->id_in_flight);
     if (broken_) return;
     auto response = std::make_unique<v1::GemmResponse>();
     if (status.ok()) {
@@ -280,6 +296,8 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
   absl::Mutex mu_;
   std::map<uint64_t, std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
   std::deque<std::unique_ptr<v1::GemmResponse>> ready_ ABSL_GUARDED_BY(mu_);
+  // The request_ids of the requests admitted and not yet answered.
+  std::set<std::string> ids_in_flight_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   // True when no read is outstanding and the next one should start as soon

@@ -284,6 +284,44 @@ TEST_F(GemmServiceTest, GemmStreamTagsEachAnswerAndABadRequestDoesNotEndTheStrea
   EXPECT_EQ(h_.executor_.items_run(), 2);
 }
 
+TEST_F(GemmServiceTest, GemmStreamRefusesASecondRequestWithAnIdInFlight) {
+  auto ctx = ServiceHarness::Context();
+  auto stream = stub_->GemmStream(ctx.get());
+  v1::GemmRequest first;
+  first.set_request_id("same");
+  *first.add_problems() = Problem(2, 3, 4);
+  v1::GemmRequest second = first;
+  second.mutable_problems(0)->set_alpha(2.0);
+  ASSERT_TRUE(stream->Write(first));
+  ASSERT_TRUE(stream->Write(second));
+  // The duplicate is answered at once, before the first has run.
+  v1::GemmResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "same");
+  EXPECT_EQ(response.status_code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_THAT(response.status_message(), HasSubstr("request_id"));
+  EXPECT_THAT(response.status_message(), HasSubstr("already in flight"));
+  EXPECT_EQ(h_.Dispatch(1), 1u);
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "same");
+  EXPECT_EQ(response.status_code(), 0) << response.status_message();
+  ASSERT_EQ(response.results_size(), 1);
+  ExpectFakeResult(response.results(0), 2, 3, 4, 1.0);
+  // Once answered, the id can be used again.
+  ASSERT_TRUE(stream->Write(second));
+  EXPECT_EQ(h_.Dispatch(1), 1u);
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "same");
+  EXPECT_EQ(response.status_code(), 0) << response.status_message();
+  ASSERT_EQ(response.results_size(), 1);
+  ExpectFakeResult(response.results(0), 2, 3, 4, 2.0);
+  ASSERT_TRUE(stream->WritesDone());
+  EXPECT_FALSE(stream->Read(&response));
+  const grpc::Status st = stream->Finish();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(h_.executor_.items_run(), 2);
+}
+
 TEST_F(GemmServiceTest, ACancelledCallLeavesNothingQueued) {
   AsyncGemm call;
   *call.request.add_problems() = Problem(8, 8, 8);
