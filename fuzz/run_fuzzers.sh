@@ -35,7 +35,7 @@ build() {  # name, extra sources...
 }
 echo "building fuzzers in $work"
 build request_fuzzer
-build cpu_gemm_fuzzer service/cpu_executor.cc service/executor.cc
+build cpu_gemm_fuzzer service/cpu_executor.cc service/executor.cc service/calibration.cc
 # The zero-copy Chunk parser of gemm.v1.Transfer (needs gRPC's slices).
 read -r -a grpc_libs <<<"$(pkg-config --libs grpc++)"
 build chunk_fuzzer common/chunk_wire.cc "${grpc_libs[@]}"

@@ -31,7 +31,8 @@
 # Left out of the TSan step, and why:
 #   tests:large_transfer_test: needs more than its 300 s under TSan;
 #     chunked_transfer_test runs the same paths at small sizes.
-#   tests:e2e_test, tests:tls_e2e_test, tests:replica_process_test: they
+#   tests:e2e_test, tests:tls_e2e_test, tests:replica_process_test,
+#     tests:cli_limits_test, tests:server_flags_test: they
 #     drive the gemm_server (and gemm_cli) binaries, which do not link tools/sanitizers (only tests do,
 #     through //third_party:gtest); the same server and client code runs
 #     under TSan in-process in the integration tests.
@@ -48,9 +49,9 @@ cd "$(dirname "$0")/.."
 asan_targets=(//service/... //client/... //tests/... //common/...)
 tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_test
   -//tests:tls_e2e_test -//tests:replica_process_test)
-# tests:cli_limits_test drives the gemm_server and gemm_cli binaries too (as
-# e2e_test does, for the same reason above).
-tsan_targets+=(-//tests:cli_limits_test)
+# tests:cli_limits_test and tests:server_flags_test drive the gemm_server (and
+# gemm_cli) binaries too (as e2e_test does, for the same reason above).
+tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test)
 
 log=$(mktemp)
 rc=0
