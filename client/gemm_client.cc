@@ -393,12 +393,15 @@ absl::StatusOr<std::shared_ptr<Client::Replica>> Client::PickReplica(const Repli
   const uint64_t turn = next_replica_++;
   if (options_.replica_policy == ClientOptions::ReplicaPolicy::kRoundRobin)
     return usable[turn % usable.size()];
-  // Fewest outstanding; among equals, in turn.
-  int fewest = usable[0]->outstanding.load();
-  for (const auto& r : usable) fewest = std::min(fewest, r->outstanding.load());
+  // Fewest outstanding; among equals, in turn. The counts are read once:
+  // other threads change them meanwhile, and a second read could leave no
+  // replica equal to the minimum of the first.
+  std::vector<int> outstanding(usable.size());
+  for (size_t i = 0; i < usable.size(); ++i) outstanding[i] = usable[i]->outstanding.load();
+  const int fewest = *std::min_element(outstanding.begin(), outstanding.end());
   std::vector<std::shared_ptr<Replica>> least;
-  for (const auto& r : usable)
-    if (r->outstanding.load() == fewest) least.push_back(r);
+  for (size_t i = 0; i < usable.size(); ++i)
+    if (outstanding[i] == fewest) least.push_back(usable[i]);
   return least[turn % least.size()];
 }
 
