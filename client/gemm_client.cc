@@ -93,10 +93,12 @@ namespace client_internal {
 
 // The replica refused the request while draining, is down, or cut the call
 // off as it stopped (gRPC's bare "CANCELLED" for a call that reached a
-// stopping server's transport, never its handler).
+// stopping server's transport, never its handler; the chunked path names the
+// operand or the transfer in front of it, as in "problems[0].a: CANCELLED").
 bool FailsOver(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnavailable ||
-         (status.code() == absl::StatusCode::kCancelled && status.message() == "CANCELLED");
+  if (status.code() == absl::StatusCode::kUnavailable) return true;
+  if (status.code() != absl::StatusCode::kCancelled) return false;
+  return status.message() == "CANCELLED" || absl::EndsWith(status.message(), ": CANCELLED");
 }
 
 }  // namespace client_internal

@@ -11,11 +11,25 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/notification.h"
+#include "client/gemm_client_internal.h"
 #include "client/matrix_view.h"
 #include "common/reference_gemm.h"
 
 namespace gemm {
 namespace {
+
+// A stopping replica's bare CANCELLED fails over, also with the operand or
+// transfer named in front of it; other cancellations and codes do not.
+TEST(FailsOverTest, UnavailableAndAStoppingReplicasCancelledFailOver) {
+  using client_internal::FailsOver;
+  EXPECT_TRUE(FailsOver(absl::UnavailableError("draining; retry on another replica")));
+  EXPECT_TRUE(FailsOver(absl::CancelledError("CANCELLED")));
+  EXPECT_TRUE(FailsOver(absl::CancelledError("problems[0].a: CANCELLED")));
+  EXPECT_TRUE(FailsOver(absl::CancelledError("upload: CANCELLED")));
+  EXPECT_FALSE(FailsOver(absl::CancelledError("client is shutting down")));
+  EXPECT_FALSE(FailsOver(absl::InvalidArgumentError("CANCELLED")));
+  EXPECT_FALSE(FailsOver(absl::OkStatus()));
+}
 
 // Answers with the float64 reference, after failing the first `reject` calls
 // with `reject_code` (and the pushback value, if any), or every call with
