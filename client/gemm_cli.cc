@@ -865,19 +865,10 @@ std::optional<Figures> BenchOne(Client* client, const CheckLimits& limits, uint6
     }
     sent = std::make_shared<const v1::GemmRequest>(*std::move(r));
   }
-  // The transfer path of `run` (Client::Gemm): operands over the library's
-  // chunked threshold, or requests over a message, go in chunks.
+  // The transfer path of `run`: what Client::Gemm would send in chunks goes
+  // through it.
   Transport transport = absl::GetFlag(FLAGS_stream) ? Transport::kStream : Transport::kAsync;
-  uint64_t largest = 0;
-  for (const v1::GemmProblem& p : sent->problems()) {
-    largest = std::max<uint64_t>({largest, p.a().data().size(), p.b().data().size(),
-                                  p.c().data().size()});
-  }
-  if (transport == Transport::kAsync &&
-      (largest > client->options().chunked_threshold_bytes ||
-       sent->ByteSizeLong() > static_cast<uint64_t>(client->options().max_message_bytes))) {
-    transport = Transport::kChunked;
-  }
+  if (transport == Transport::kAsync && client->NeedsChunks(*sent)) transport = Transport::kChunked;
   Bench bench(client, sent, full, std::move(refs), transport);
   Figures f = bench.Main();
   for (const ResidentHandle& h : residents) client->ReleaseMatrix(h).IgnoreError();

@@ -163,6 +163,9 @@ class Client {
   // handles, whatever their size). The asynchronous calls and
   // streams below send one message per request.
   GemmResult Gemm(const v1::GemmRequest& request, const CallOptions& options = {});
+  // Whether Gemm sends `request` the chunked way: an operand or the results
+  // at or over chunked_threshold_bytes, or the request over a message.
+  bool NeedsChunks(const v1::GemmRequest& request) const;
 
   // Non-blocking Gemm. `done` runs exactly once, on a gRPC or retry thread, so
   // it must not block for long. The request is shared, not copied: the same
@@ -290,7 +293,6 @@ class Client {
                          const CallOptions& options);
   GemmResult GemmOnce(const Route& route, const v1::GemmRequest& request,
                       const CallOptions& options, bool fail_over);
-  bool NeedsChunks(const v1::GemmRequest& request) const;
   // BeginUpload for `matrix` (its bytes to follow through the replica's
   // transfer pool).
   absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(const Route& route,

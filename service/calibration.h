@@ -15,10 +15,6 @@
 
 namespace gemm {
 
-// The method label of a peak that was measured, and of one set by flag.
-inline constexpr char kPeakMethodMeasured[] = "measured";
-inline constexpr char kPeakMethodFlag[] = "flag";
-
 // Parses "bf16=700,fp16=700,fp32=60" (TFLOP/s per dtype; kinds fp32, tf32,
 // fp16, bf16, each at most once) into per-second rates with method "flag".
 // Empty text is no override. Errors name `flag_name`.

@@ -111,7 +111,6 @@ void CudaExecutor::CheckForFault() {
                    cudaGetErrorString(e), ")"));
   absl::MutexLock lock(&health_mu_);
   if (!healthy_.exchange(false)) return;  // already out
-  fault_ = why;
   spdlog::critical(
       "GPU {} out of service: sticky CUDA error {} ({}); its context is unusable, so "
       "requests on it are answered UNAVAILABLE from now on",

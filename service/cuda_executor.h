@@ -144,7 +144,6 @@ class CudaExecutor : public Executor {
   std::atomic<bool> healthy_{true};
   absl::Mutex health_mu_;
   HealthListener listener_ ABSL_GUARDED_BY(health_mu_);
-  absl::Status fault_ ABSL_GUARDED_BY(health_mu_);
 };
 
 }  // namespace gemm

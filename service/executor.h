@@ -28,10 +28,14 @@ struct DeviceDescription {
   uint32_t threads = 0;  // CPU threads the backend uses
 };
 
+// The method label of a peak that was measured, and of one set by flag.
+inline constexpr char kPeakMethodMeasured[] = "measured";
+inline constexpr char kPeakMethodFlag[] = "flag";
+
 struct PeakRate {
   std::string kind;  // "fp32", "tf32", "fp16", "bf16", or "memory" (bytes/s)
   double per_second = 0;
-  std::string method;
+  std::string method;  // kPeakMethodMeasured or kPeakMethodFlag
 };
 
 struct BackendInfo {
@@ -96,8 +100,7 @@ class Executor {
   virtual void Execute(Batch batch) = 0;
 
   // Fault containment. A device that faulted (a sticky CUDA error, which
-  // leaves its context unusable, or a launch past the watchdog deadline)
-  // goes out of service for good: its executor answers what it holds and
+  // leaves its context unusable) goes out of service for good: its executor answers what it holds and
   // everything later UNAVAILABLE (retryable) and reports healthy() false.
   // An executor of several devices is healthy while one of them is.
   virtual bool healthy() const { return true; }

@@ -20,22 +20,21 @@
 #include "absl/time/time.h"
 #include "service/calibration.h"
 #include "service/server.h"
+#include "service/version.h"
 
 namespace {
 const gemm::ServerOptions kDefaults;
 const gemm::ServiceLimits kLimits;
 
-// The version of the service; the commit is not stamped into this build, so
-// --version says so rather than guessing.
-constexpr char kVersion[] = "0.1.0";
-
+// The commit is not stamped into this build, so --version says so rather
+// than guessing.
 std::string VersionString() {
 #ifdef NDEBUG
   const char* build = "optimized";
 #else
   const char* build = "debug (NDEBUG not defined)";
 #endif
-  return absl::StrCat("gemm_server ", kVersion, ", commit unknown, ", build, " build\n");
+  return absl::StrCat("gemm_server ", gemm::kVersion, ", commit unknown, ", build, " build\n");
 }
 
 // Whether a gRPC listen address only accepts connections from this host.

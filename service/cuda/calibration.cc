@@ -90,7 +90,7 @@ std::optional<PeakRate> MeasureGemm(const GemmCase& c, int device, std::mt19937&
   const double seconds = Median(*ms) / 1e3;
   // The method label says only how the peak was obtained ("measured" or
   // "flag"); which kernel and size are the calibration's business.
-  return PeakRate{c.kind, 2.0 * c.n * double(c.n) * c.n / seconds, "measured"};
+  return PeakRate{c.kind, 2.0 * c.n * double(c.n) * c.n / seconds, kPeakMethodMeasured};
 }
 
 // A 1 GiB device-to-device copy moves 2 GiB (read + write): the median of 4
@@ -115,8 +115,7 @@ std::optional<PeakRate> MeasureMemory(int device) {
       times.push_back(ms);
   }
   if (times.empty()) return std::nullopt;
-  return PeakRate{"memory", 2.0 * bytes / (Median(times) / 1e3),
-                  "measured"};
+  return PeakRate{"memory", 2.0 * bytes / (Median(times) / 1e3), kPeakMethodMeasured};
 }
 
 double MedianRate(size_t bytes, const std::vector<double>& seconds) {
