@@ -55,11 +55,12 @@ declare -A TARGETS=(
   [transport]="//bench:transfer_bench //bench:service_bench"
   [multi-gpu]="//bench:multi_gpu_bench"
   [soak]="//tests:gpu_server_test"
+  [faults]="//tests:gpu_fault_test"
   [power]="//bench:power_probe"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak power overload ab"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power overload ab"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -67,6 +68,7 @@ declare -A ABOUT=(
   [transport]="service and chunked transfers beside a plain gRPC echo (CPU or GPU)"
   [multi-gpu]="requests/s on one GPU and on every visible GPU"
   [soak]="gpu_server_test with a long --soak_seconds"
+  [faults]="GPU faults injected under load (hung kernel, sticky error), each test in its own process"
   [power]="ours and cuBLAS each alone for seconds, nvidia-smi sampling beside"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
@@ -235,7 +237,7 @@ gtest() {
   echo "== [$tag] $bin $*"
   launch "$dir" "$tag" "$secs" "$log" "$bin" "$@"
   echo "rc=$RC"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|WATCHDOG|soak:" "$OUT/$log" | head -30
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED|Failure|WATCHDOG|soak:|, lost [0-9]+$" "$OUT/$log" | head -30
   if [[ $RC -eq 124 ]] || grep -q WATCHDOG "$OUT/$log"; then
     echo "$bin hung: the rest of the run is skipped"
     tail -5 "$OUT/$log"
@@ -349,6 +351,18 @@ bench_multi-gpu() { bench "$1" "$2" 400 "$3" multi_gpu_bench; }
 
 tests_soak() { gtest "$1" "$2" $((SOAK + 200)) gpu_server_test --soak_seconds="$SOAK"; }
 bench_soak() { :; }
+
+# A sticky error leaves the process's CUDA context unusable, so each fault
+# test runs in a process of its own.
+tests_faults() {
+  local t
+  for t in AHungKernelPastTheWatchdogTakesTheGpuOutAndEveryCallIsAnswered \
+    TwoExecutorsOnOneGpuMoveWorkToTheHealthyOne \
+    AStickyErrorTakesTheGpuOutAndEveryCallIsAnswered; do
+    gtest "$1" "$2" 120 gpu_fault_test --gtest_filter="GpuFaultTest.$t" || return 1
+  done
+}
+bench_faults() { :; }
 
 tests_power() { :; }
 bench_power() { power_sampled "$1" "$2" "$3"; }

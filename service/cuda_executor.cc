@@ -2,6 +2,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,7 +19,16 @@
 
 namespace gemm {
 
-CudaExecutor::CudaExecutor(const Options& options) : options_(options) {}
+struct CudaExecutor::DoneRelay {
+  absl::Mutex mu;
+  CudaExecutor* executor ABSL_GUARDED_BY(mu) = nullptr;
+};
+
+CudaExecutor::CudaExecutor(const Options& options)
+    : options_(options), relay_(std::make_shared<DoneRelay>()) {
+  absl::MutexLock lock(&relay_->mu);
+  relay_->executor = this;
+}
 
 int CudaExecutor::DeviceCount() { return gpu::VisibleDeviceCount(); }
 
@@ -30,6 +41,8 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options
   if (absl::Status st = ex->Init(); !st.ok()) return st;
   if (options.calibrate) ex->Calibrate();
   ex->completion_thread_ = std::thread([e = ex.get()] { e->CompletionLoop(); });
+  if (options.watchdog > absl::ZeroDuration())
+    ex->watchdog_thread_ = std::thread([e = ex.get()] { e->WatchdogLoop(); });
   return ex;
 }
 
@@ -51,10 +64,14 @@ absl::Status CudaExecutor::Init() {
   lane_options.reducing_schedules = options_.reducing_schedules;
   lane_options.reducing_min_flops = options_.reducing_min_flops;
   lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
+  lane_options.before_launches = options_.before_launches;
+  auto on_done = [relay = relay_](gpu::Lane* done) {
+    absl::MutexLock lock(&relay->mu);
+    if (relay->executor != nullptr) relay->executor->OnLaneDone(done);
+  };
   for (int i = 0; i < options_.streams; ++i) {
     GEMM_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Lane> lane,
-                          gpu::Lane::Create(lane_options, reducer_.get(),
-                                            [this](gpu::Lane* done) { OnLaneDone(done); }));
+                          gpu::Lane::Create(lane_options, reducer_.get(), on_done));
     absl::MutexLock lock(&mu_);
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
@@ -79,6 +96,26 @@ CudaExecutor::~CudaExecutor() {
     stopping_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
+  if (watchdog_thread_.joinable()) watchdog_thread_.join();
+  {
+    absl::MutexLock lock(&relay_->mu);
+    relay_->executor = nullptr;
+  }
+  // A lane whose batch the watchdog abandoned and whose host callback has
+  // not come may still have a kernel running that reads and writes its
+  // stream, staging and device memory: it is left allocated, not freed
+  // under the kernel. Its callback, if it ever comes, reaches the relay only.
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& lane : lanes_) {
+      auto it = in_flight_.find(lane.get());
+      if (it == in_flight_.end() || !it->second.abandoned) continue;
+      spdlog::warn("GPU {}: a lane's batch is still running past the watchdog at shutdown; "
+                   "its memory is left to the process's exit",
+                   options_.device);
+      lane.release();  // NOLINT(bugprone-unused-return-value): deliberately not freed
+    }
+  }
   cudaSetDevice(options_.device);
   // The reducing workspace goes back to the pool before the pool is trimmed.
   reducer_.reset();
@@ -106,18 +143,49 @@ absl::Status CudaExecutor::OutOfService() const {
 void CudaExecutor::CheckForFault() {
   const cudaError_t e = cudaPeekAtLastError();
   if (!gpu::IsStickyError(e)) return;
-  absl::Status why = absl::InternalError(
-      absl::StrCat("GPU ", options_.device, ": ", cudaGetErrorName(e), " (",
-                   cudaGetErrorString(e), ")"));
+  TakeOutOfService(absl::StrCat("sticky CUDA error ", cudaGetErrorName(e), " (",
+                                cudaGetErrorString(e), "); its context is unusable"));
+}
+
+void CudaExecutor::TakeOutOfService(const std::string& why) {
   absl::MutexLock lock(&health_mu_);
   if (!healthy_.exchange(false)) return;  // already out
-  spdlog::critical(
-      "GPU {} out of service: sticky CUDA error {} ({}); its context is unusable, so "
-      "requests on it are answered UNAVAILABLE from now on",
-      options_.device, cudaGetErrorName(e), cudaGetErrorString(e));
+  spdlog::critical("GPU {} out of service: {}; requests on it are answered UNAVAILABLE from now on",
+                   options_.device, why);
   // Under the lock: SetHealthListener(nullptr) at shutdown waits for a call
   // in progress, so the listener never outlives what it reports to.
-  if (listener_) listener_(0, why);
+  if (listener_)
+    listener_(0, absl::InternalError(absl::StrCat("GPU ", options_.device, ": ", why)));
+}
+
+void CudaExecutor::WatchdogLoop() {
+  // Checks a few times per watchdog period: a batch is answered at most a
+  // tenth of the period (and at most a second) after its deadline.
+  const absl::Duration tick =
+      std::clamp(options_.watchdog / 10, absl::Milliseconds(5), absl::Seconds(1));
+  while (true) {
+    std::vector<InFlight> late;
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), tick)) return;
+      const absl::Time now = absl::Now();
+      for (auto& [lane, batch] : in_flight_) {
+        if (batch.finishing || batch.abandoned || now < batch.deadline) continue;
+        batch.abandoned = true;
+        --busy_lanes_;
+        late.push_back(InFlight{batch.deadline, batch.items, batch.on_done});
+      }
+    }
+    if (late.empty()) continue;
+    TakeOutOfService(absl::StrCat(late.size(), " batch(es) still running ",
+                                  absl::FormatDuration(options_.watchdog),
+                                  " past their predicted end (watchdog)"));
+    for (InFlight& batch : late) {
+      for (auto& item : batch.items) item->Complete(OutOfService());
+      if (batch.on_done) batch.on_done();
+    }
+  }
 }
 
 void CudaExecutor::Execute(Batch batch) {
@@ -125,6 +193,23 @@ void CudaExecutor::Execute(Batch batch) {
     for (auto& item : batch.items) item->Complete(OutOfService());
     if (batch.on_done) batch.on_done();
     return;
+  }
+  // The batcher's callback runs once, whether the batch ends normally or the
+  // watchdog ends it first.
+  if (batch.on_done) {
+    auto callback = std::make_shared<std::function<void()>>(std::move(batch.on_done));
+    auto ran = std::make_shared<std::atomic<bool>>(false);
+    batch.on_done = [callback, ran] {
+      if (!ran->exchange(true)) (*callback)();
+    };
+  }
+  InFlight watched;
+  watched.items = batch.items;
+  watched.on_done = batch.on_done;
+  if (options_.watchdog > absl::ZeroDuration()) {
+    absl::Duration predicted = absl::ZeroDuration();
+    for (const auto& item : batch.items) predicted += PredictRunTime(*item);
+    watched.deadline = absl::Now() + predicted + options_.watchdog;
   }
   gpu::Lane* lane;
   {
@@ -136,6 +221,7 @@ void CudaExecutor::Execute(Batch batch) {
     lane = free_lanes_.front();
     free_lanes_.pop_front();
     ++busy_lanes_;
+    in_flight_[lane] = std::move(watched);
   }
   lane->Reset();
   if (absl::Status st = lane->Enqueue(std::move(batch)); !st.ok()) {
@@ -173,6 +259,8 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
 
 void CudaExecutor::OnLaneDone(gpu::Lane* lane) {
   absl::MutexLock lock(&mu_);
+  // Done in time: from here the watchdog leaves it to the completion thread.
+  if (auto it = in_flight_.find(lane); it != in_flight_.end()) it->second.finishing = true;
   finished_lanes_.push_back(lane);
 }
 
@@ -188,6 +276,14 @@ void CudaExecutor::CompletionLoop() {
       if (finished_lanes_.empty()) return;
       lane = finished_lanes_.front();
       finished_lanes_.pop_front();
+      auto it = in_flight_.find(lane);
+      if (it != in_flight_.end() && it->second.abandoned) {
+        // The watchdog answered it; the late kernel has ended, but the lane
+        // is not used again (the device is out of service).
+        in_flight_.erase(it);
+        continue;
+      }
+      if (it != in_flight_.end()) it->second.finishing = true;
     }
     gpu::Outcomes outcomes = lane->Finish();
     bool failed = false;
@@ -204,6 +300,17 @@ void CudaExecutor::CompletionLoop() {
 }
 
 void CudaExecutor::ReleaseLane(gpu::Lane* lane) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = in_flight_.find(lane);
+    if (it != in_flight_.end()) {
+      // A failed Enqueue that the watchdog ended first (its Abandon waited
+      // on the late kernel): the watchdog has answered and released it.
+      const bool abandoned = it->second.abandoned;
+      in_flight_.erase(it);
+      if (abandoned) return;
+    }
+  }
   std::function<void()> on_done = std::move(lane->batch().on_done);
   lane->Reset();
   {

@@ -31,12 +31,16 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "service/executor.h"
 
 namespace gemm {
@@ -69,6 +73,17 @@ class CudaExecutor : public Executor {
     bool reducing_schedules = true;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
+    // A batch still running `watchdog` after its predicted run time (or
+    // after `watchdog` where nothing is predicted) takes the device out of
+    // service: a kernel that never ends cannot be stopped, and a context
+    // with one is no longer trusted. Its requests and every later one are
+    // answered UNAVAILABLE at once. Zero turns the watchdog off.
+    absl::Duration watchdog = absl::Seconds(60);
+    // Test seam: called on a lane's stream (a cudaStream_t) after a batch's
+    // operands are enqueued and before its kernels, so that a test can put
+    // a kernel that faults or hangs where the batch's kernels would run
+    // (service/cuda/testing/fault_kernels.h). Empty in production.
+    std::function<void(void* stream)> before_launches;
   };
 
   // The number of CUDA devices visible, 0 when there is no driver or GPU.
@@ -90,8 +105,9 @@ class CudaExecutor : public Executor {
   bool supports_grouped() const override { return grouped_; }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
-  // gpu::IsStickyError): from then on the executor answers every request
-  // UNAVAILABLE (retryable) without touching the device.
+  // gpu::IsStickyError) or a batch ran past the watchdog: from then on the
+  // executor answers every request UNAVAILABLE (retryable) without touching
+  // the device.
   bool healthy() const override { return healthy_.load(); }
   // Called with the lock that guards the listener held (clearing it waits
   // for a call in progress).
@@ -119,8 +135,13 @@ class CudaExecutor : public Executor {
   void ReleaseLane(gpu::Lane* lane);
 
   // After a failure seen on this thread: if the thread's last CUDA error is
-  // sticky, takes the device out of service (logs, tells the listener, once).
+  // sticky, takes the device out of service.
   void CheckForFault();
+  // Logs why and tells the listener, once.
+  void TakeOutOfService(const std::string& why);
+  // Answers the batches that ran past their deadline and takes the device
+  // out of service; until the executor stops.
+  void WatchdogLoop();
   // The status requests get once the device is out of service.
   absl::Status OutOfService() const;
 
@@ -140,6 +161,25 @@ class CudaExecutor : public Executor {
   int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread completion_thread_;
+
+  // A batch in flight on a lane, as the watchdog sees it: its deadline, its
+  // requests and the batcher's callback (wrapped to run once, whoever ends
+  // the batch). An abandoned batch was answered by the watchdog; its lane is
+  // never used again, and when (if) its host callback still comes, nothing
+  // of it is touched.
+  struct InFlight {
+    absl::Time deadline = absl::InfiniteFuture();
+    std::vector<std::shared_ptr<WorkItem>> items;
+    std::function<void()> on_done;
+    bool finishing = false;  // the completion thread has it
+    bool abandoned = false;
+  };
+  absl::flat_hash_map<gpu::Lane*, InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::thread watchdog_thread_;
+  // What the lanes' host callbacks call: it outlives the executor where a
+  // hung kernel keeps an abandoned lane alive, and then calls nothing.
+  struct DoneRelay;
+  std::shared_ptr<DoneRelay> relay_;
 
   std::atomic<bool> healthy_{true};
   absl::Mutex health_mu_;

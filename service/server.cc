@@ -129,12 +129,14 @@ namespace {
 // gemm_device_healthy per GPU, and health NOT_SERVING once no GPU is left:
 // the executor answers UNAVAILABLE from then on, balancers move traffic away
 // and the orchestrator's health probe restarts the process.
-void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server* server) {
+void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server* server,
+                       absl::Notification* no_device_left) {
   const std::string backend = executor->info().backend;
   if (backend != "cuda") return;
   for (size_t d = 0; d < executor->info().devices.size(); ++d)
     metrics->SetDeviceHealthy(static_cast<int>(d), true);
-  executor->SetHealthListener([executor, metrics, server](int d, const absl::Status& why) {
+  executor->SetHealthListener([executor, metrics, server, no_device_left](
+                                  int d, const absl::Status& why) {
     metrics->SetDeviceHealthy(d, false);
     if (executor->healthy()) {
       spdlog::error("GPU {} out of service ({}); the other GPUs go on serving", d,
@@ -145,6 +147,7 @@ void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server
                      "every request answered UNAVAILABLE; restart the process",
                      d, std::string(why.message()));
     server->GetHealthCheckService()->SetServingStatus(false);
+    if (!no_device_left->HasBeenNotified()) no_device_left->Notify();
   });
 }
 
@@ -263,7 +266,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->server_->GetHealthCheckService()->SetServingStatus(v1::GemmService::service_full_name(),
                                                         true);
 
-  WatchDeviceHealth(s->executor_.get(), s->metrics_.get(), s->server_.get());
+  WatchDeviceHealth(s->executor_.get(), s->metrics_.get(), s->server_.get(),
+                    &s->no_device_left_);
 
   BatcherOptions batcher = options.batcher;
   batcher.plan.grouped_supported = s->executor_->supports_grouped();

@@ -86,6 +86,11 @@ class GemmServer {
   // running is cancelled (UNAVAILABLE / CANCELLED to its client). Idempotent.
   void Shutdown(absl::Duration drain);
 
+  // Notified once the executor has no healthy GPU left (every device out of
+  // service after a fault): health is NOT_SERVING and every request is
+  // answered UNAVAILABLE; the binary then exits or stays per --on_gpu_loss.
+  const absl::Notification& no_device_left() const { return no_device_left_; }
+
  private:
   GemmServer() = default;
   // Nothing admitted, transient or streaming is left.
@@ -102,6 +107,7 @@ class GemmServer {
   std::unique_ptr<Batcher> batcher_;
   // Frees idle transient matrices (ResidentStore::ExpireIdle) until stopped.
   absl::Notification stop_reaper_;
+  absl::Notification no_device_left_;
   std::thread reaper_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

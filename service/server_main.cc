@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <iterator>
 #include <fstream>
+#include <string>
 
 #include <spdlog/spdlog.h>
 
@@ -79,6 +81,13 @@ ABSL_FLAG(bool, cuda_grouped_launches, kDefaults.cuda.grouped_launches,
 ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
           "CUDA backend: stream-K / split-K for problems of at least --large_problem_flops "
           "where the kernel's heuristic prefers them (run one at a time)");
+ABSL_FLAG(absl::Duration, gpu_watchdog, kDefaults.cuda.watchdog,
+          "CUDA backend: a batch still running this long after its predicted end takes its "
+          "GPU out of service (its requests answered UNAVAILABLE); 0 turns it off");
+ABSL_FLAG(std::string, on_gpu_loss, "exit",
+          "CUDA backend, once no GPU is left in service after faults: 'exit' (drain for at "
+          "most 10 s, then exit with status 3 so the orchestrator restarts the process) or "
+          "'stay' (keep running NOT_SERVING, answering UNAVAILABLE, until signalled)");
 ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
           "while the backend is busy, how long a request may wait for its batch to fill");
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
@@ -220,6 +229,16 @@ int main(int argc, char** argv) {
   options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
   options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options.cuda.watchdog = absl::GetFlag(FLAGS_gpu_watchdog);
+  if (options.cuda.watchdog < absl::ZeroDuration()) {
+    spdlog::critical("--gpu_watchdog: must be 0 (off) or positive");
+    return 2;
+  }
+  const std::string on_gpu_loss = absl::GetFlag(FLAGS_on_gpu_loss);
+  if (on_gpu_loss != "exit" && on_gpu_loss != "stay") {
+    spdlog::critical("--on_gpu_loss: \"{}\" is not one of exit, stay", on_gpu_loss);
+    return 2;
+  }
   options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
   options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.cpu.calibration_budget = absl::GetFlag(FLAGS_calibration_budget);
@@ -272,9 +291,20 @@ int main(int argc, char** argv) {
     std::ofstream(path) << (*server)->port() << "\n";
   }
 
-  int sig = 0;
-  sigwait(&signals, &sig);
-  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-  (*server)->Shutdown(absl::GetFlag(FLAGS_drain_timeout));
-  return 0;
+  // A signal, or (with --on_gpu_loss=exit) the loss of the last GPU, ends
+  // the process; the wait wakes four times a second to look for the latter.
+  const timespec tick{0, 250 * 1000 * 1000};
+  while (true) {
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      (*server)->Shutdown(absl::GetFlag(FLAGS_drain_timeout));
+      return 0;
+    }
+    if (on_gpu_loss == "exit" && (*server)->no_device_left().HasBeenNotified()) {
+      spdlog::critical("no GPU is left in service: exiting with status 3 (--on_gpu_loss=exit)");
+      (*server)->Shutdown(std::min(absl::GetFlag(FLAGS_drain_timeout), absl::Seconds(10)));
+      return 3;
+    }
+  }
 }

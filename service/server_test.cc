@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
@@ -145,6 +147,38 @@ class HealthWatch {
   grpc::ClientContext ctx_;
   grpc::CompletionQueue cq_;
   std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+// A one-GPU CUDA executor as the server sees it (backend "cuda"), whose GPU
+// the test takes out of service: from then on it answers UNAVAILABLE, as
+// CudaExecutor does after a sticky error or a watchdog expiry.
+class LosableGpuExecutor final : public Executor {
+ public:
+  LosableGpuExecutor() : info_(inner_.info()) { info_.backend = "cuda"; }
+  const BackendInfo& info() const override { return info_; }
+  int max_concurrent_batches() const override { return inner_.max_concurrent_batches(); }
+  void Execute(Batch batch) override {
+    if (healthy()) return inner_.Execute(std::move(batch));
+    for (auto& item : batch.items) item->Complete(absl::UnavailableError("GPU 0 is out of service"));
+    if (batch.on_done) batch.on_done();
+  }
+  bool healthy() const override { return healthy_.load(); }
+  void SetHealthListener(HealthListener listener) override {
+    absl::MutexLock lock(&mu_);
+    listener_ = std::move(listener);
+  }
+  void LoseGpu() {
+    absl::MutexLock lock(&mu_);
+    healthy_ = false;
+    if (listener_) listener_(0, absl::InternalError("GPU 0: test fault"));
+  }
+
+ private:
+  FakeExecutor inner_;
+  BackendInfo info_;
+  std::atomic<bool> healthy_{true};
+  absl::Mutex mu_;
+  HealthListener listener_ ABSL_GUARDED_BY(mu_);
 };
 
 class ServerTest : public ::testing::Test {
@@ -308,6 +342,43 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   executor_->Open();
   shutdown.join();
   EXPECT_EQ(executor_->items_run(), 1) << "B never reached the executor";
+}
+
+double DeviceHealthy(GemmServer* server) {
+  const std::string scrape = server->metrics()->Scrape();
+  const std::string name = "gemm_device_healthy{gpu=\"0\"} ";
+  const size_t at = scrape.find(name);
+  return at == std::string::npos ? -1 : std::stod(scrape.substr(at + name.size()));
+}
+
+TEST_F(ServerTest, LosingTheLastGpuTurnsHealthNotServingAndAnswersEveryRequest) {
+  auto executor = std::make_unique<LosableGpuExecutor>();
+  LosableGpuExecutor* gpu = executor.get();
+  auto server = GemmServer::Start(Loopback(), std::move(executor));
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                 grpc::InsecureChannelCredentials());
+  stub_ = v1::GemmService::NewStub(channel_);
+  EXPECT_EQ(Health(""), kServing);
+  EXPECT_EQ(DeviceHealthy(server_.get()), 1);
+  EXPECT_FALSE(server_->no_device_left().HasBeenNotified());
+  {
+    AsyncGemm call;
+    call.Start(stub_.get(), "before");
+    call.done.WaitForNotification();
+    EXPECT_TRUE(call.status.ok()) << call.status.error_message();
+  }
+
+  gpu->LoseGpu();
+  EXPECT_EQ(Health(""), kNotServing);
+  EXPECT_EQ(DeviceHealthy(server_.get()), 0);
+  EXPECT_TRUE(server_->no_device_left().HasBeenNotified());
+  AsyncGemm call;
+  call.Start(stub_.get(), "after");
+  call.done.WaitForNotification();
+  EXPECT_EQ(call.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  server_->Shutdown(absl::Seconds(5));
 }
 
 }  // namespace

@@ -67,6 +67,7 @@ absl::Status Lane::Enqueue(Batch batch) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staging, in, cudaMemcpyHostToDevice, stream));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(h2d_done_.get(), stream));
   GEMM_RETURN_IF_ERROR(GrowLaunchEvents(launches_.size()));
+  if (options_.before_launches) options_.before_launches(stream);
   for (size_t li = 0; li < launches_.size(); ++li) {
     EnqueueLaunch(li);
     CUDA_RETURN_IF_ERROR(cudaEventRecord(launch_done_[li].get(), stream));

@@ -40,6 +40,9 @@ struct LaneOptions {
   bool reducing_schedules = true;
   double reducing_min_flops = 0;
   uint64_t max_reducing_workspace_bytes = 0;
+  // Test seam (CudaExecutor::Options::before_launches): called with the
+  // lane's stream after the H2D copy is enqueued, before the launches.
+  std::function<void(void* stream)> before_launches;
 };
 
 // One planned launch of a lane's batch, from set-up to completion.
