@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,8 +42,7 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options
   if (absl::Status st = ex->Init(); !st.ok()) return st;
   if (options.calibrate) ex->Calibrate();
   ex->completion_thread_ = std::thread([e = ex.get()] { e->CompletionLoop(); });
-  if (options.watchdog > absl::ZeroDuration())
-    ex->watchdog_thread_ = std::thread([e = ex.get()] { e->WatchdogLoop(); });
+  ex->watch_thread_ = std::thread([e = ex.get()] { e->WatchLoop(); });
   return ex;
 }
 
@@ -96,7 +96,7 @@ CudaExecutor::~CudaExecutor() {
     stopping_ = true;
   }
   if (completion_thread_.joinable()) completion_thread_.join();
-  if (watchdog_thread_.joinable()) watchdog_thread_.join();
+  if (watch_thread_.joinable()) watch_thread_.join();
   {
     absl::MutexLock lock(&relay_->mu);
     relay_->executor = nullptr;
@@ -148,8 +148,17 @@ void CudaExecutor::CheckForFault() {
 }
 
 void CudaExecutor::TakeOutOfService(const std::string& why) {
-  absl::MutexLock lock(&health_mu_);
-  if (!healthy_.exchange(false)) return;  // already out
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (!healthy_.exchange(false)) return;  // already out
+    ReportOutOfService(why);
+  }
+  // Waits on mu_ that look at healthy_ (Execute's wait for a lane) are
+  // evaluated again when mu_ is released.
+  absl::MutexLock wake(&mu_);
+}
+
+void CudaExecutor::ReportOutOfService(const std::string& why) {
   spdlog::critical("GPU {} out of service: {}; requests on it are answered UNAVAILABLE from now on",
                    options_.device, why);
   // Under the lock: SetHealthListener(nullptr) at shutdown waits for a call
@@ -158,30 +167,62 @@ void CudaExecutor::TakeOutOfService(const std::string& why) {
     listener_(0, absl::InternalError(absl::StrCat("GPU ", options_.device, ": ", why)));
 }
 
-void CudaExecutor::WatchdogLoop() {
-  // Checks a few times per watchdog period: a batch is answered at most a
-  // tenth of the period (and at most a second) after its deadline.
+void CudaExecutor::WatchLoop() {
+  // A batch is answered at most a tenth of the watchdog period (at most a
+  // second) after its deadline, or after a sticky error.
   const absl::Duration tick =
-      std::clamp(options_.watchdog / 10, absl::Milliseconds(5), absl::Seconds(1));
+      options_.watchdog > absl::ZeroDuration()
+          ? std::clamp(options_.watchdog / 10, absl::Milliseconds(5), absl::Seconds(1))
+          : absl::Seconds(1);
+  cudaSetDevice(options_.device);
   while (true) {
-    std::vector<InFlight> late;
+    cudaStream_t probe = nullptr;
+    bool any_late = false;
     {
       absl::MutexLock lock(&mu_);
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping), tick)) return;
       const absl::Time now = absl::Now();
-      for (auto& [lane, batch] : in_flight_) {
-        if (batch.finishing || batch.abandoned || now < batch.deadline) continue;
-        batch.abandoned = true;
-        --busy_lanes_;
-        late.push_back(InFlight{batch.deadline, batch.items, batch.on_done});
+      for (const auto& [lane, batch] : in_flight_) {
+        if (batch.finishing || batch.abandoned) continue;
+        if (probe == nullptr) probe = lane->stream();
+        any_late |= now >= batch.deadline;
       }
     }
-    if (late.empty()) continue;
-    TakeOutOfService(absl::StrCat(late.size(), " batch(es) still running ",
-                                  absl::FormatDuration(options_.watchdog),
-                                  " past their predicted end (watchdog)"));
-    for (InFlight& batch : late) {
+    if (probe == nullptr) continue;
+    // After a sticky error the device runs no more stream work, host
+    // callbacks included, so no batch in flight would ever end: the query
+    // of a busy lane's stream reports the error (or another thread found it).
+    const cudaError_t e = cudaStreamQuery(probe);
+    if (gpu::IsStickyError(e)) {
+      TakeOutOfService(absl::StrCat("sticky CUDA error ", cudaGetErrorName(e), " (",
+                                    cudaGetErrorString(e), "); its context is unusable"));
+    }
+    const bool all = !healthy();
+    if (!all && !any_late) continue;
+    std::vector<InFlight> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      for (auto& [lane, batch] : in_flight_) {
+        if (batch.finishing || batch.abandoned || (!all && now < batch.deadline)) continue;
+        batch.abandoned = true;
+        --busy_lanes_;
+        ended.push_back(InFlight{batch.deadline, batch.items, batch.on_done});
+      }
+    }
+    if (ended.empty()) continue;
+    if (!all) {
+      TakeOutOfService(absl::StrCat(ended.size(), " batch(es) still running ",
+                                    absl::FormatDuration(options_.watchdog),
+                                    " past their predicted end (watchdog)"));
+    }
+    spdlog::error("GPU {}: answering the {} request(s) of {} batch(es) that will not end",
+                  options_.device,
+                  std::accumulate(ended.begin(), ended.end(), size_t{0},
+                                  [](size_t n, const InFlight& b) { return n + b.items.size(); }),
+                  ended.size());
+    for (InFlight& batch : ended) {
       for (auto& item : batch.items) item->Complete(OutOfService());
       if (batch.on_done) batch.on_done();
     }
@@ -211,17 +252,28 @@ void CudaExecutor::Execute(Batch batch) {
     for (const auto& item : batch.items) predicted += PredictRunTime(*item);
     watched.deadline = absl::Now() + predicted + options_.watchdog;
   }
-  gpu::Lane* lane;
+  gpu::Lane* lane = nullptr;
   {
     absl::MutexLock lock(&mu_);
     // The batcher keeps at most max_concurrent_batches() in flight, so a lane
-    // is normally free at once.
-    auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !free_lanes_.empty(); };
+    // is normally free at once. Lanes whose batches the watchdog abandoned
+    // never come back: the wait also ends when the device goes out of
+    // service.
+    auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !free_lanes_.empty() || !healthy_.load();
+    };
     mu_.Await(absl::Condition(&has_free));
-    lane = free_lanes_.front();
-    free_lanes_.pop_front();
-    ++busy_lanes_;
-    in_flight_[lane] = std::move(watched);
+    if (healthy_.load()) {
+      lane = free_lanes_.front();
+      free_lanes_.pop_front();
+      ++busy_lanes_;
+      in_flight_[lane] = watched;
+    }
+  }
+  if (lane == nullptr) {
+    for (auto& item : watched.items) item->Complete(OutOfService());
+    if (watched.on_done) watched.on_done();
+    return;
   }
   lane->Reset();
   if (absl::Status st = lane->Enqueue(std::move(batch)); !st.ok()) {

@@ -139,9 +139,11 @@ class CudaExecutor : public Executor {
   void CheckForFault();
   // Logs why and tells the listener, once.
   void TakeOutOfService(const std::string& why);
-  // Answers the batches that ran past their deadline and takes the device
-  // out of service; until the executor stops.
-  void WatchdogLoop();
+  void ReportOutOfService(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu_);
+  // Until the executor stops: answers the batches in flight that will not
+  // end (past the watchdog, or on a device with a sticky error, where no
+  // host callback comes) and takes the device out of service.
+  void WatchLoop();
   // The status requests get once the device is out of service.
   absl::Status OutOfService() const;
 
@@ -175,7 +177,7 @@ class CudaExecutor : public Executor {
     bool abandoned = false;
   };
   absl::flat_hash_map<gpu::Lane*, InFlight> in_flight_ ABSL_GUARDED_BY(mu_);
-  std::thread watchdog_thread_;
+  std::thread watch_thread_;
   // What the lanes' host callbacks call: it outlives the executor where a
   // hung kernel keeps an abandoned lane alive, and then calls nothing.
   struct DoneRelay;

@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <ctime>
 #include <iterator>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -19,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "service/calibration.h"
 #include "service/server.h"
@@ -303,7 +307,21 @@ int main(int argc, char** argv) {
     }
     if (on_gpu_loss == "exit" && (*server)->no_device_left().HasBeenNotified()) {
       spdlog::critical("no GPU is left in service: exiting with status 3 (--on_gpu_loss=exit)");
-      (*server)->Shutdown(std::min(absl::GetFlag(FLAGS_drain_timeout), absl::Seconds(10)));
+      // A hung GPU can hold a thread of the server in a CUDA call for good,
+      // and then the orderly shutdown never ends: it gets a bounded time, and
+      // the process exits without it after that.
+      const absl::Duration drain = std::min(absl::GetFlag(FLAGS_drain_timeout), absl::Seconds(10));
+      auto done = std::make_shared<absl::Notification>();
+      std::thread([server = server->get(), drain, done] {
+        server->Shutdown(drain);
+        done->Notify();
+      }).detach();
+      if (!done->WaitForNotificationWithTimeout(drain + absl::Seconds(5))) {
+        spdlog::critical("the shutdown did not finish in {}; exiting without it",
+                         absl::FormatDuration(drain + absl::Seconds(5)));
+        spdlog::shutdown();
+        std::_Exit(3);
+      }
       return 3;
     }
   }

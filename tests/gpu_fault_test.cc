@@ -145,7 +145,10 @@ class GpuFaultTest : public ::testing::Test {
                                                   grpc::InsecureChannelCredentials()));
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    grpc::ByteBuffer request, response;  // HealthCheckRequest{} (the server as a whole)
+    // HealthCheckRequest{} (the server as a whole): no bytes, but a buffer
+    // (gRPC refuses to send a null one).
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
     absl::Notification done;
     grpc::Status status;
     generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
@@ -242,6 +245,7 @@ TEST_F(GpuFaultTest, TwoExecutorsOnOneGpuMoveWorkToTheHealthyOne) {
 TEST_F(GpuFaultTest, AStickyErrorTakesTheGpuOutAndEveryCallIsAnswered) {
   Tally tally;
   CudaExecutor::Options o = GpuOptions();
+  o.watchdog = absl::Milliseconds(500);  // looks for the sticky error every 50 ms
   o.before_launches = FaultAt(40, &tally, [](void* stream) {
     return gpu_testing::EnqueueIllegalAddress(stream);
   });

@@ -1,6 +1,7 @@
 #include "service/cuda/device.h"
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "service/cuda/cuda_status.h"
 
@@ -8,6 +9,13 @@ namespace gemm {
 namespace gpu {
 
 int VisibleDeviceCount() {
+  // Before the driver starts, which reads it once. With lazy loading (CUDA's
+  // default) the first launch of each kernel loads its module, and loading
+  // waits for the device: behind a kernel that hangs, every lane (and every
+  // executor of the process) would stop at its next new kernel, even after
+  // the watchdog took the hung GPU out of service. Eager loading takes the
+  // modules at start instead. A CUDA_MODULE_LOADING set by the operator wins.
+  setenv("CUDA_MODULE_LOADING", "EAGER", /*overwrite=*/0);
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) {
     cudaGetLastError();  // clear the error a missing driver leaves behind

@@ -12,7 +12,9 @@
 namespace gemm {
 namespace gpu {
 
-// The number of CUDA devices visible, 0 when there is no driver or GPU.
+// The number of CUDA devices visible, 0 when there is no driver or GPU. The
+// first CUDA call of the executor: it turns on eager module loading
+// (CUDA_MODULE_LOADING=EAGER unless set) before the driver starts.
 int VisibleDeviceCount();
 
 struct DeviceProperties {

@@ -91,8 +91,13 @@ absl::Status Lane::GrowStaging(size_t bytes) {
   if (staging_.size() >= bytes) return absl::OkStatus();
   // Grow geometrically so that a lane reallocates only a few times.
   const size_t size = std::max(bytes, 2 * staging_.size());
-  GEMM_RETURN_IF_ERROR(staging_.Free());
-  GEMM_ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(size));
+  GEMM_ASSIGN_OR_RETURN(PinnedBuffer grown, PinnedBuffer::Allocate(size));
+  // cudaFreeHost waits for the whole device: on the hot path, behind a hung
+  // kernel of another lane (or executor), it would stop this lane too. The
+  // outgrown buffer is kept until the lane goes; growth is geometric, so all
+  // of them together are smaller than the buffer in use.
+  if (staging_.size() > 0) outgrown_staging_.push_back(std::move(staging_));
+  staging_ = std::move(grown);
   return absl::OkStatus();
 }
 

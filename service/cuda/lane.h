@@ -130,6 +130,7 @@ class Lane {
   // reducing launches, which is not this launch's compute time.
   std::vector<Event> reduce_start_, reduce_end_;
   PinnedBuffer staging_;
+  std::vector<PinnedBuffer> outgrown_staging_;  // freed with the lane
   PoolMemory device_;  // this batch's device buffer
 
   // The batch in flight and what Finish needs to know about it.
