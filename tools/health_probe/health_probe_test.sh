@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # health_probe's exit status against the gemm_server binary on loopback, with
 # TLS, mutual TLS and tokens on its main port and a health-only port beside
-# it (certificates made here with openssl):
+# it (certificates made here with openssl), after the server's own refusal
+# of --health_port_file without --health_listen (exit 2):
 #   0 SERVING: the health port in plaintext, the main port with TLS and a
 #     client certificate (a token too, which the server does not need for
 #     health checks); 1 not serving: an unknown service; 2 usage: flags that do
@@ -43,6 +44,12 @@ leaf client probe-client "extendedKeyUsage=clientAuth\n"
 printf 'prober probe-e2e-token-0123456789\n' >tokens
 printf 'probe-e2e-token-0123456789\n' >probe.token
 cd - >/dev/null
+
+rc=0
+"$server" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu \
+  --health_port_file="$work/unused" >"$work/server.log" 2>&1 || rc=$?
+[[ "$rc" == 2 ]] || fail "--health_port_file without --health_listen exited $rc, want 2"
+grep -q -- "--health_listen" "$work/server.log" || fail "the refusal does not name --health_listen"
 
 "$server" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
   --health_listen=127.0.0.1:0 --health_port_file="$work/health_port" \
