@@ -1,6 +1,7 @@
 // GemmServer: the whole service in one object — queue, batcher, executor and
-// the gRPC server with health checking and reflection. The server binary and
-// the integration tests both start it this way.
+// the gRPC server with health checking and reflection, and optionally a
+// health-only port beside it (health_listener.h). The server binary and the
+// integration tests both start it this way.
 #ifndef GEMM_SERVICE_SERVER_H_
 #define GEMM_SERVICE_SERVER_H_
 
