@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <functional>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -14,12 +15,14 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "service/clock.h"
 #include "service/gemm_service.h"
+#include "service/health_listener.h"
 #include "service/metrics.h"
 #include "service/multi_device_executor.h"
 #include "service/request_queue.h"
@@ -83,6 +86,11 @@ absl::Status ServerOptions::Validate() const {
   if (transient_idle_timeout <= absl::ZeroDuration())
     return absl::InvalidArgumentError("transient_idle_timeout must be positive");
   GEMM_RETURN_IF_ERROR(http2.Validate());
+  // Port 0 twice is two free ports, not one.
+  if (!health_listen.empty() && health_listen == listen_address &&
+      !absl::EndsWith(listen_address, ":0"))
+    return absl::InvalidArgumentError(
+        absl::StrCat("health_listen must differ from listen_address (both ", listen_address, ")"));
   return limits.Validate();
 }
 
@@ -120,6 +128,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(const ServerOption
   // Before the executor starts (which may take a while): a taken port fails
   // at once.
   GEMM_RETURN_IF_ERROR(CheckPortFree(options.listen_address));
+  if (!options.health_listen.empty()) GEMM_RETURN_IF_ERROR(CheckPortFree(options.health_listen));
   GEMM_ASSIGN_OR_RETURN(std::unique_ptr<Executor> executor, CreateExecutor(options));
   return Start(options, std::move(executor));
 }
@@ -129,13 +138,15 @@ namespace {
 // gemm_device_healthy per GPU, and health NOT_SERVING once no GPU is left:
 // the executor answers UNAVAILABLE from then on, balancers move traffic away
 // and the orchestrator's health probe restarts the process.
-void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server* server,
+void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics,
+                       std::function<void(bool)> set_serving,
                        absl::Notification* no_device_left) {
   const std::string backend = executor->info().backend;
   if (backend != "cuda") return;
   for (size_t d = 0; d < executor->info().devices.size(); ++d)
     metrics->SetDeviceHealthy(static_cast<int>(d), true);
-  executor->SetHealthListener([executor, metrics, server, no_device_left](
+  executor->SetHealthListener([executor, metrics, set_serving = std::move(set_serving),
+                               no_device_left](
                                   int d, const absl::Status& why) {
     metrics->SetDeviceHealthy(d, false);
     if (executor->healthy()) {
@@ -146,7 +157,7 @@ void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics, grpc::Server
     spdlog::critical("GPU {} out of service ({}) and no GPU is left: health NOT_SERVING, "
                      "every request answered UNAVAILABLE; restart the process",
                      d, std::string(why.message()));
-    server->GetHealthCheckService()->SetServingStatus(false);
+    set_serving(false);
     if (!no_device_left->HasBeenNotified()) no_device_left->Notify();
   });
 }
@@ -229,6 +240,15 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                                                   Clock::Real(), s->residents_.get(),
                                                   s->instance_id_);
 
+  // Before the main port, whose start must not fail after it (a server_
+  // without a batcher cannot be shut down): NOT_SERVING until SetServing.
+  if (!options.health_listen.empty()) {
+    HealthListenerOptions health;
+    health.listen_address = options.health_listen;
+    GEMM_ASSIGN_OR_RETURN(
+        s->health_listener_,
+        HealthListener::Start(health, {"", v1::GemmService::service_full_name()}));
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -260,13 +280,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
     return absl::UnavailableError(absl::StrCat(
         "could not listen on ", options.listen_address,
         " (is the port already in use by another server?)"));
-  // The server-wide status ("") and the service's own name, for clients that
-  // check either.
-  s->server_->GetHealthCheckService()->SetServingStatus(true);
-  s->server_->GetHealthCheckService()->SetServingStatus(v1::GemmService::service_full_name(),
-                                                        true);
+  s->SetServing(true);
 
-  WatchDeviceHealth(s->executor_.get(), s->metrics_.get(), s->server_.get(),
+  WatchDeviceHealth(s->executor_.get(), s->metrics_.get(),
+                    [server = s.get()](bool serving) { server->SetServing(serving); },
                     &s->no_device_left_);
 
   BatcherOptions batcher = options.batcher;
@@ -278,10 +295,26 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                s->executor_->max_concurrent_batches(), s->instance_id_);
   if (s->metrics_->exposer_port() != 0)
     spdlog::info("metrics on {} (port {})", options.metrics_listen, s->metrics_->exposer_port());
+  if (s->health_listener_ != nullptr)
+    spdlog::info("grpc.health.v1 only, plaintext and without tokens, on {} (port {})",
+                 options.health_listen, s->health_listener_->port());
   return s;
 }
 
 const BackendInfo& GemmServer::backend() const { return executor_->info(); }
+
+int GemmServer::health_port() const {
+  return health_listener_ != nullptr ? health_listener_->port() : 0;
+}
+
+void GemmServer::SetServing(bool serving) {
+  // The server-wide status ("") and the service's own name, for clients that
+  // check either.
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);
+  health->SetServingStatus(v1::GemmService::service_full_name(), serving);
+  if (health_listener_ != nullptr) health_listener_->SetServing(serving);
+}
 
 bool GemmServer::Drained() const {
   // Unanswered Gemm calls first: a kept result is registered only after its
@@ -297,7 +330,7 @@ void GemmServer::Shutdown(absl::Duration drain) {
   const absl::Time deadline = absl::Now() + drain;
   spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
   // Balancers and health-checking clients move new traffic first.
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  SetServing(false);
   // No fault report after this reaches the server as it goes away.
   executor_->SetHealthListener(nullptr);
   // Then the drain proper: the port stays open and new work gets UNAVAILABLE
@@ -320,6 +353,7 @@ void GemmServer::Shutdown(absl::Duration drain) {
   queue_->Abandon(absl::UnavailableError("the server shut down before the request ran"));
   batcher_->Stop();
   server_->Wait();
+  if (health_listener_ != nullptr) health_listener_->Shutdown();
   stop_reaper_.Notify();
   if (reaper_.joinable()) reaper_.join();
   spdlog::info("shutdown complete");

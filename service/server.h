@@ -1,6 +1,7 @@
 // GemmServer: the whole service in one object — queue, batcher, executor and
-// the gRPC server with health checking and reflection. The server binary and
-// the integration tests both start it this way.
+// the gRPC server with health checking and reflection, and optionally a
+// health-only port beside it (health_listener.h). The server binary and the
+// integration tests both start it this way.
 #ifndef GEMM_SERVICE_SERVER_H_
 #define GEMM_SERVICE_SERVER_H_
 
@@ -27,6 +28,7 @@ class Server;
 namespace gemm {
 
 class GemmServiceImpl;
+class HealthListener;
 class ServiceMetrics;
 class RequestQueue;
 class ResidentStore;
@@ -51,6 +53,10 @@ struct ServerOptions {
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a
   // private interface) to keep it off the public one.
   std::string metrics_listen;
+  // host:port of a plaintext port that serves grpc.health.v1 alone, without
+  // TLS or tokens (health_listener.h), for probes that cannot present them;
+  // empty (the default) turns it off. It reports what the main port does.
+  std::string health_listen;
   // TLS, mutual TLS and bearer tokens for the gRPC port; all off by default.
   SecurityOptions security;
   // Transient resident matrices (uploads the client library makes for one
@@ -73,6 +79,8 @@ class GemmServer {
   ~GemmServer();
 
   int port() const { return port_; }
+  // The health-only port (options.health_listen), or 0 when it is off.
+  int health_port() const;
   // Names this process: new at every start, the prefix of every handle it
   // issues, reported by GetServerInfo.
   const std::string& instance_id() const { return instance_id_; }
@@ -95,6 +103,10 @@ class GemmServer {
   GemmServer() = default;
   // Nothing admitted, transient or streaming is left.
   bool Drained() const;
+  // The one place health changes: the main port's grpc.health.v1 and the
+  // health-only port's together, for the server as a whole ("") and for
+  // gemm.v1.GemmService.
+  void SetServing(bool serving);
 
   ServerOptions options_;
   std::unique_ptr<ServiceMetrics> metrics_;
@@ -110,6 +122,9 @@ class GemmServer {
   absl::Notification no_device_left_;
   std::thread reaper_;
   std::unique_ptr<grpc::Server> server_;
+  // Closed after server_ (Shutdown), so that probes see NOT_SERVING through
+  // the drain rather than a closed port.
+  std::unique_ptr<HealthListener> health_listener_;
   int port_ = 0;
   std::string instance_id_;
   bool shut_down_ = false;

@@ -65,6 +65,12 @@ ABSL_FLAG(std::string, port_file, "", "if set, the bound port is written to this
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "host:port for Prometheus /metrics; empty turns it off; 127.0.0.1:PORT keeps it "
           "off the public interface");
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a plaintext port serving grpc.health.v1 alone (no TLS, no tokens, no "
+          "other service), reporting what the gRPC port does, for probes that cannot do TLS or "
+          "tokens (Kubernetes' gRPC probes); empty turns it off; port 0 picks a free one");
+ABSL_FLAG(std::string, health_port_file, "",
+          "if set, the bound port of --health_listen is written to this file");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain of the server; with --tls_key turns TLS on for the gRPC port");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -200,6 +206,11 @@ int main(int argc, char** argv) {
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (!absl::GetFlag(FLAGS_health_port_file).empty() && options.health_listen.empty()) {
+    spdlog::critical("--health_port_file needs --health_listen");
+    return 2;
+  }
   options.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
@@ -290,6 +301,10 @@ int main(int argc, char** argv) {
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 2;
+  }
+  // The health port first: a script that waits for --port_file finds both.
+  if (const std::string path = absl::GetFlag(FLAGS_health_port_file); !path.empty()) {
+    std::ofstream(path) << (*server)->health_port() << "\n";
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     std::ofstream(path) << (*server)->port() << "\n";
