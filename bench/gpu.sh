@@ -56,10 +56,11 @@ declare -A TARGETS=(
   [multi-gpu]="//bench:multi_gpu_bench"
   [soak]="//tests:gpu_server_test"
   [power]="//bench:power_probe"
+  [tune]="//kernels/cublas:cublas_gemm_gpu_test //bench:tune_portfolio"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak power overload ab"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak power tune overload ab"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -68,6 +69,7 @@ declare -A ABOUT=(
   [multi-gpu]="requests/s on one GPU and on every visible GPU"
   [soak]="gpu_server_test with a long --soak_seconds"
   [power]="ours and cuBLAS each alone for seconds, nvidia-smi sampling beside"
+  [tune]="cuBLAS members' GPU test; a tuning table, then its choices beside cuBLAS and our heuristic"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
 )
@@ -352,6 +354,14 @@ bench_soak() { :; }
 
 tests_power() { :; }
 bench_power() { power_sampled "$1" "$2" "$3"; }
+
+# tune: the table lands in the output folder, beside the logs.
+tests_tune() { gtest "$1" "$2" 300 cublas_gemm_gpu_test; }
+bench_tune() {
+  local table="$OUT/$2_tuning_$3.table"
+  bench "$1" "$2" 480 "$3-tune" tune_portfolio tune --table="$table"
+  bench "$1" "$2" 360 "$3-bench" tune_portfolio bench --table="$table"
+}
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the issue's bound on the rejection p99.

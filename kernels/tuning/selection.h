@@ -53,9 +53,9 @@ struct SelectionOptions {
   int burst_launches = 8;
   // Finalists by burst median besides the default and the best cuBLAS member.
   int sustained_finalists = 2;
-  // Each sustained run: the H200 settles at its power-capped clock within
-  // about half a second of back-to-back compute-bound launches
-  // (bench/power_probe), so 2 s is mostly steady state.
+  // Each sustained run. bench/power_probe counts the first 0.4 s of
+  // back-to-back compute-bound launches as the clock settling to the power
+  // cap, so 2 s is mostly steady state.
   double sustained_seconds = 2.0;
   int min_sustained_repeats = 3;
   int max_sustained_repeats = 5;
