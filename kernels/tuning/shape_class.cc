@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <tuple>
 
@@ -78,6 +79,8 @@ auto Tie(const ShapeClass& c) {
 }  // namespace
 
 int64_t BucketUpperEdge(int index, int buckets_per_octave) {
+  // 2^63 does not fit: the last bucket ends at the largest int64.
+  if (index >= kMaxOctaves * buckets_per_octave) return INT64_MAX;
   return std::llround(std::exp2(static_cast<double>(index) / buckets_per_octave));
 }
 

@@ -67,6 +67,8 @@ TEST(BucketTest, HugeValuesStayInRange) {
   const int64_t big = int64_t{1} << 62;
   EXPECT_EQ(BucketEdgeOf(big, 4), big);
   EXPECT_GE(BucketEdgeOf(big + 1, 4), big + 1);
+  EXPECT_EQ(BucketEdgeOf(INT64_MAX, 1), INT64_MAX);
+  EXPECT_EQ(BucketEdgeOf(INT64_MAX - 5, 4), INT64_MAX);
 }
 
 TEST(ShapeClassTest, ClassOfTakesTypesLayoutsAndBuckets) {
