@@ -359,7 +359,7 @@ bench_power() { power_sampled "$1" "$2" "$3"; }
 tests_tune() { gtest "$1" "$2" 300 cublas_gemm_gpu_test; }
 bench_tune() {
   local table="$OUT/$2_tuning_$3.table"
-  bench "$1" "$2" 480 "$3-tune" tune_portfolio tune --table="$table"
+  bench "$1" "$2" 600 "$3-tune" tune_portfolio tune --table="$table"
   bench "$1" "$2" 360 "$3-bench" tune_portfolio bench --table="$table"
 }
 

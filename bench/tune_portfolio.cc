@@ -12,7 +12,7 @@
 //     Per shape, the table's choice beside cuBLAS alone and our heuristic
 //     alone, interleaved and sustained, in one run, as ratios.
 //
-// Options: --sustained_s=2 (each sustained run), --repeats=3 (sustained
+// Options: --sustained_s=2 (each sustained run), --repeats=2 (sustained
 // rounds; tune takes up to 2 more while noisy), --bursts=15 (interleaved
 // rounds of 8 launches), --lt_algorithms=4 (cuBLASLt heuristic algorithms
 // tried per shape), --finalists=2, --margin=0.01, --buckets_per_octave=4.
@@ -57,7 +57,7 @@ using gemm_kernels::tuning::ShapeClass;
 struct Flags {
   std::string mode, shapes, table;
   double sustained_s = 2.0;
-  int repeats = 3, bursts = 15, lt_algorithms = 4, finalists = 2, buckets_per_octave = 4;
+  int repeats = 2, bursts = 15, lt_algorithms = 4, finalists = 2, buckets_per_octave = 4;
   double margin = 0.01;
 };
 

@@ -42,8 +42,8 @@ absl::StatusOr<std::vector<TuningShape>> ParseTuningShapes(const std::string& te
 
 // The list tune_portfolio measures without --shapes: one shape per class of
 // the dense, stream-K, skinny, strided-batched and grouped sets of
-// kernel_bench and schedule_bench, about 30 s each on an H200 at
-// --sustained_s=2 --repeats=3.
+// kernel_bench and schedule_bench: at --sustained_s=2 --repeats=2, up to
+// four finalists x two rounds x 2 s plus bursts and checks, about 25 s each.
 const char* DefaultTuningShapes();
 
 }  // namespace gemm_bench
