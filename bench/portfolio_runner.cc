@@ -302,7 +302,9 @@ std::vector<CandidateId> PortfolioRunner::Candidates(int lt_algorithms) const {
   if (data_->shape.grouped || lt_algorithms < 1) return out;
   absl::StatusOr<std::vector<gemm_kernels::tuning::LtAlgoConfig>> algos =
       CublasGemm::LtAlgorithms(*ctx_, data_->single[0], lt_algorithms);
-  if (!algos.ok()) return out;  // recorded by Prepare of none: cuBLASLt offers nothing here
+  // Where cuBLASLt's heuristic fails the list goes on without its members;
+  // cuBLAS's own calls stay in it.
+  if (!algos.ok()) return out;
   for (const gemm_kernels::tuning::LtAlgoConfig& a : *algos) {
     CandidateId c;
     c.family = CandidateFamily::kCublasLt;
