@@ -57,10 +57,11 @@ declare -A TARGETS=(
   [soak]="//tests:gpu_server_test"
   [faults]="//tests:gpu_fault_test"
   [power]="//bench:power_probe"
+  [tune]="//kernels/cublas:cublas_gemm_gpu_test //bench:tune_portfolio"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power overload ab"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power tune overload ab"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -70,6 +71,7 @@ declare -A ABOUT=(
   [soak]="gpu_server_test with a long --soak_seconds"
   [faults]="GPU faults injected under load (hung kernel, sticky error), each test in its own process"
   [power]="ours and cuBLAS each alone for seconds, nvidia-smi sampling beside"
+  [tune]="cuBLAS members' GPU test; a tuning table, then its choices beside cuBLAS and our heuristic"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
 )
@@ -366,6 +368,14 @@ bench_faults() { :; }
 
 tests_power() { :; }
 bench_power() { power_sampled "$1" "$2" "$3"; }
+
+# tune: the table lands in the output folder, beside the logs.
+tests_tune() { gtest "$1" "$2" 300 cublas_gemm_gpu_test; }
+bench_tune() {
+  local table="$OUT/$2_tuning_$3.table"
+  bench "$1" "$2" 600 "$3-tune" tune_portfolio tune --table="$table"
+  bench "$1" "$2" 360 "$3-bench" tune_portfolio bench --table="$table"
+}
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the issue's bound on the rejection p99.
