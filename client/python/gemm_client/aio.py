@@ -19,7 +19,7 @@ from gemm.v1 import gemm_pb2, gemm_pb2_grpc
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.client import ClientBase, _check_download, _decode
+from gemm_client.client_base import ClientBase, check_download, decode
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError
 from gemm_client.problems import Problem, operand, shaped
@@ -30,13 +30,14 @@ class AsyncClient(ClientBase):
     """Client (client.py) for asyncio: the same constructor arguments. Make it
     inside a running event loop; `await close()` or use `async with`."""
 
-    def __init__(self, target, **kwargs):
+    def __init__(self, target, *, tls=False, token=None, timeout=30.0, **settings):
         def make_channel(address, creds, options):
             if creds is None:
                 return grpc.aio.insecure_channel(address, options=options)
             return grpc.aio.secure_channel(address, creds, options=options)
 
-        super().__init__(target, make_channel, **kwargs)
+        super().__init__(target, make_channel, tls=tls, token=token, timeout=timeout,
+                         **settings)
 
     async def close(self):
         for r in self._replicas.all():
@@ -213,7 +214,7 @@ class AsyncClient(ClientBase):
             response = await self._call(route, route.replica.stub.Gemm, request, deadline,
                                         fail_over=fail_over and not jobs)
             if not plan.keep_results:
-                return [_decode(r, i, len(prepared)) for i, r in enumerate(response.results)]
+                return [decode(r, i, len(prepared)) for i, r in enumerate(response.results)]
             out = []
             for r in response.results:
                 if not r.handle:
@@ -282,7 +283,7 @@ class AsyncClient(ClientBase):
         try:
             async for offset, data in download(request, timeout=self._remaining(deadline),
                                                metadata=self._metadata(route)):
-                _check_download(offset, data, pos, end, handle)
+                check_download(offset, data, pos, end, handle)
                 dst[offset:offset + len(data)] = data
                 pos += len(data)
         except grpc.RpcError as e:

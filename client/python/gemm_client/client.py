@@ -10,8 +10,6 @@ threads at once.
 
 import concurrent.futures
 import itertools
-import random
-import threading
 import time
 
 import grpc
@@ -21,166 +19,11 @@ from gemm.v1 import gemm_pb2
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.errors import GemmError, invalid_argument
-from gemm_client.problems import Problem, decode_result, operand, shaped
-from gemm_client.replicas import ReplicaSet, handle_instance, split_target
-from gemm_client.resident import ResidentMatrix
+from gemm_client.client_base import ClientBase, check_download, decode
 from gemm_client.dtypes import DType
-from gemm_client.retry import RetryPolicy, next_retry_delay, parse_pushback
-from gemm_client.settings import Settings
-
-
-class Route:
-    """Where one request's calls go: a replica and the affinity key they carry."""
-
-    def __init__(self, replica, key):
-        self.replica = replica
-        self.key = key
-
-
-class ClientBase:
-    """What Client and AsyncClient share: settings, replicas, handle routing."""
-
-    def __init__(self, target, make_channel, **kwargs):
-        retry = kwargs.pop("retry", None) or RetryPolicy()
-        self._settings = Settings(retry=retry, **kwargs)
-        self._settings.validate()
-        _, dns = split_target(target)
-        settings = self._settings
-        creds = settings.credentials()
-
-        def channel_for(address, transfer_index):
-            # A single-server target keeps its own name (and gRPC's resolution).
-            options = settings.channel_args(transfer_index, dns)
-            return make_channel(address, creds, options)
-
-        self._replicas = ReplicaSet(
-            target, channel_for, transfer_channels=settings.transfer_channels,
-            policy=settings.replica_policy, replica_backoff=settings.replica_backoff,
-            resolve_interval=settings.resolve_interval)
-        self._lock = threading.Lock()
-        self._handle_keys = {}
-        self._retries = 0
-
-    @property
-    def settings(self):
-        return self._settings
-
-    @property
-    def retries(self):
-        """Retries made, over all calls and replicas."""
-        return self._retries
-
-    def replicas(self):
-        """[(address, instance_id, requests, failed_over, active)] per replica."""
-        return [(r.address, r.instance_id, r.requests, r.failed_over, r.active)
-                for r in self._replicas.all()]
-
-    def _count_retry(self):
-        with self._lock:
-            self._retries += 1
-
-    def _deadline(self, timeout):
-        t = self._settings.timeout if timeout is None else timeout
-        if not t > 0:
-            raise invalid_argument(f"timeout: must be positive, got {t!r}")
-        return time.monotonic() + t
-
-    @staticmethod
-    def _remaining(deadline):
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise GemmError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
-        return left
-
-    def _metadata(self, route):
-        return self._settings.metadata(route.key)
-
-    def _note_handle(self, route, handle):
-        route.replica.instance_id = handle_instance(handle) or route.replica.instance_id
-        if self._settings.affinity_header:
-            with self._lock:
-                self._handle_keys[handle] = route.key
-
-    def _forget_handle(self, handle):
-        with self._lock:
-            self._handle_keys.pop(handle, None)
-
-    def _route_for_handles(self, handles, ask_instance):
-        replica = self._replicas.owner_of_all(handles, ask_instance)
-        with self._lock:
-            key = self._handle_keys.get(handles[0], handle_instance(handles[0]))
-        return Route(replica, key)
-
-    def _new_route(self, avoid):
-        key = planning.new_affinity_key() if self._settings.affinity_header else ""
-        return Route(self._replicas.pick(avoid), key)
-
-    def _failover_delay(self, err, handles, attempt, deadline, replica):
-        """After a request failed on `replica`: seconds to wait before running it
-        again on another replica, or None to raise `err`."""
-        is_moved = not handles and planning.moved(err)
-        if not (planning.fails_over(err) or is_moved):
-            return None
-        if not is_moved:
-            self._replicas.mark_down(replica)
-        if handles or self._replicas.active_count() < 2:
-            return None
-        delay = next_retry_delay(self._settings.retry, attempt, grpc.StatusCode.UNAVAILABLE,
-                                 None, time.monotonic(), deadline, random.random())
-        if delay is None:
-            return None
-        self._replicas.note_failed_over(replica)
-        self._count_retry()
-        return 0.0 if self._replicas.usable_count(replica) > 0 else delay
-
-    def _retry_delay(self, rpc_error, attempt, deadline, fail_over):
-        code = rpc_error.code()
-        if fail_over and code == grpc.StatusCode.UNAVAILABLE:
-            return None
-        trailers = rpc_error.trailing_metadata() if callable(
-            getattr(rpc_error, "trailing_metadata", None)) else ()
-        delay = next_retry_delay(self._settings.retry, attempt, code, parse_pushback(trailers),
-                                 time.monotonic(), deadline, random.random())
-        if delay is not None:
-            self._count_retry()
-        return delay
-
-    def _limits(self, replica):
-        return planning.effective_limits(self._settings, replica.limits)
-
-    def _resident(self, route, handle, op, nbytes):
-        self._note_handle(route, handle)
-        return ResidentMatrix(self, handle, op.rows, op.cols, op.dtype, op.layout, nbytes)
-
-    @staticmethod
-    def _register_request(op, label):
-        request = gemm_pb2.RegisterMatrixRequest(dtype=op.dtype.proto, rows=op.rows,
-                                                 cols=op.cols, layout=op.layout)
-        request.data = op.flat_bytes().tobytes()
-        if label is not None:
-            request.label = label
-        return request
-
-    @staticmethod
-    def _begin_request(op, transient, label):
-        request = gemm_pb2.BeginUploadRequest(dtype=op.dtype.proto, rows=op.rows,
-                                              cols=op.cols, layout=op.layout,
-                                              transient=transient)
-        if label is not None:
-            request.label = label
-        return request
-
-    def _uses_chunks(self, op, limits):
-        return ((limits.threshold and op.nbytes >= limits.threshold) or
-                op.nbytes + planning.MESSAGE_OVERHEAD > limits.max_message_bytes)
-
-
-def _check_download(offset, data, expected, end, handle):
-    if offset != expected or offset + len(data) > end:
-        raise GemmError(grpc.StatusCode.DATA_LOSS,
-                        f"download of {handle}: got bytes [{offset}, {offset + len(data)}) "
-                        f"where [{expected}, {end}) was due")
+from gemm_client.errors import GemmError
+from gemm_client.problems import Problem, operand, shaped
+from gemm_client.resident import ResidentMatrix
 
 
 class Client(ClientBase):
@@ -194,13 +37,14 @@ class Client(ClientBase):
     Settings fields (settings.py), with the C++ client's defaults.
     """
 
-    def __init__(self, target, **kwargs):
+    def __init__(self, target, *, tls=False, token=None, timeout=30.0, **settings):
         def make_channel(address, creds, options):
             if creds is None:
                 return grpc.insecure_channel(address, options=options)
             return grpc.secure_channel(address, creds, options=options)
 
-        super().__init__(target, make_channel, **kwargs)
+        super().__init__(target, make_channel, tls=tls, token=token, timeout=timeout,
+                         **settings)
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=4 * self._settings.transfer_channels,
             thread_name_prefix="gemm-transfer")
@@ -381,7 +225,7 @@ class Client(ClientBase):
             response = self._call(route, route.replica.stub.Gemm, request, deadline,
                                   fail_over=fail_over and not jobs)
             if not plan.keep_results:
-                return [_decode(r, i, len(prepared)) for i, r in enumerate(response.results)]
+                return [decode(r, i, len(prepared)) for i, r in enumerate(response.results)]
             out = []
             for r in response.results:
                 if not r.handle:
@@ -478,7 +322,7 @@ class Client(ClientBase):
         try:
             for offset, data in download(request, timeout=self._remaining(deadline),
                                          metadata=self._metadata(route)):
-                _check_download(offset, data, pos, end, handle)
+                check_download(offset, data, pos, end, handle)
                 dst[offset:offset + len(data)] = data
                 pos += len(data)
         except grpc.RpcError as e:
@@ -499,6 +343,3 @@ class Client(ClientBase):
         if first is not None:
             raise first
 
-
-def _decode(result, index, count):
-    return decode_result(result, f"results[{index}]" if count > 1 else "result")
