@@ -210,13 +210,13 @@ class AsyncClient(ClientBase):
                 uploaded[(i, name)] = handle
                 jobs.append((handle, op))
             await self._upload_all(route, jobs, deadline, limits)
-            request = planning.fill_request(plan, prepared, uploaded)
-            response = await self._call(route, route.replica.stub.Gemm, request, deadline,
+            request = planning.encode(plan, prepared, uploaded)
+            results = await self._call(route, route.replica.gemm, request, deadline,
                                         fail_over=fail_over and not jobs)
             if not plan.keep_results:
-                return [decode(r, i, len(prepared)) for i, r in enumerate(response.results)]
+                return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
             out = []
-            for r in response.results:
+            for r in results:
                 if not r.handle:
                     raise GemmError(grpc.StatusCode.DATA_LOSS,
                                     "keep_results: a result came back without its handle")

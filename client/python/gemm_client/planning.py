@@ -17,6 +17,7 @@ import grpc
 from gemm.v1 import gemm_pb2
 
 from gemm_client import problems as problems_mod
+from gemm_client import wire
 from gemm_client.errors import GemmError
 
 # Room for a message's framing and fields besides the matrices.
@@ -88,7 +89,7 @@ def effective_limits(settings, server_limits):
 class Plan:
     """A request: which operands to upload first, and whether to keep results."""
 
-    request: object  # gemm_pb2.GemmRequest; uploaded operands' handles filled in later
+    request: object  # gemm_pb2.GemmRequest's request-wide fields (problems: see encode)
     uploads: list  # (problem index, operand name, Operand)
     keep_results: bool
 
@@ -113,15 +114,17 @@ def plan(prepared, base, limits):
     return Plan(request, uploads, keep)
 
 
-def fill_request(plan_, prepared, uploaded):
-    """Adds the problems, operands by bytes or by handle (`uploaded` maps
+def encode(plan_, prepared, uploaded):
+    """The serialized request: operands by bytes or by handle (`uploaded` maps
     (problem index, operand name) to the handle of its upload)."""
+    problems = []
     for i, p in enumerate(prepared):
-        lp = plan_.request.problems.add()
-        lp.CopyFrom(p.proto)
+        operands = {}
         for name, op in p.operands.items():
-            problems_mod.fill_matrix(getattr(lp, name), op, uploaded.get((i, name)))
-    return plan_.request
+            handle = uploaded.get((i, name)) or op.handle
+            operands[name] = (op.layout, handle, None if handle else op.flat_bytes())
+        problems.append((p.proto, operands))
+    return wire.encode_request(plan_.request, problems)
 
 
 def new_affinity_key():

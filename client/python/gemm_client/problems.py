@@ -153,16 +153,6 @@ def prepare(problem, field_prefix=""):
     return Prepared(proto, operands, out_dtype, out_layout)
 
 
-def fill_matrix(matrix, op, handle=None):
-    """Sets a gemm.v1.Matrix from `op`: its handle (or `handle`, the operand
-    uploaded on its own), else its bytes."""
-    matrix.layout = op.layout
-    if handle or op.handle:
-        matrix.handle = handle or op.handle
-    else:
-        matrix.data = op.flat_bytes().tobytes()
-
-
 def decode_result(result, field):
     """A GemmResult's data as a new numpy array in the result's layout."""
     dtype = DType.from_proto(result.dtype)

@@ -24,7 +24,7 @@ import grpc
 
 from gemm.v1 import gemm_pb2, gemm_pb2_grpc
 
-from gemm_client.chunk_wire import decode_chunk, encode_chunk
+from gemm_client.wire import decode_chunk, decode_response, encode_chunk
 from gemm_client.errors import GemmError
 
 _HANDLE = re.compile(r"^([0-9a-f]{16})-[0-9a-f]{32}$")
@@ -94,6 +94,7 @@ class Replica:
         self._lock = threading.Lock()
         self._channel = None
         self._stub = None
+        self._gemm = None
         self._transfer = None
         self.instance_id = ""
         self.limits = None  # gemm.v1.Limits once learned
@@ -118,6 +119,18 @@ class Replica:
                 if self._stub is None:
                     self._stub = stub
         return self._stub
+
+    @property
+    def gemm(self):
+        """GemmService.Gemm taking a request serialized by wire.encode_request
+        and returning wire.decode_response's results."""
+        if self._gemm is None:
+            call = self.channel.unary_unary("/gemm.v1.GemmService/Gemm",
+                                            response_deserializer=decode_response)
+            with self._lock:
+                if self._gemm is None:
+                    self._gemm = call
+        return self._gemm
 
     def transfer(self):
         """(upload, download) calls of gemm.v1.Transfer, one pair per channel

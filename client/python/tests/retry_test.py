@@ -195,6 +195,18 @@ class RetryTest(unittest.TestCase):
             self.assertEqual(len(owner.calls), 4)
             self.assertEqual(len(other.calls), 0)
 
+    def test_dns_target_resolves_to_replicas(self):
+        service = FakeService("6" * 16)
+        server = self.serve(service)
+        with gemm_client.Client(f"dns:///localhost:{server.port}") as client:
+            for _ in range(3):
+                np.testing.assert_array_equal(client.matmul(A, B), A @ B)
+            addresses = [address for address, *_ in client.replicas()]
+        # localhost may also resolve to ::1, where nothing listens: requests
+        # that went there failed over to 127.0.0.1.
+        self.assertIn(f"ipv4:127.0.0.1:{server.port}", addresses)
+        self.assertEqual(len(service.calls), 3)
+
 
 if __name__ == "__main__":
     unittest.main()

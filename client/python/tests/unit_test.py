@@ -11,7 +11,7 @@ import numpy as np
 from gemm.v1 import gemm_pb2
 
 import gemm_client
-from gemm_client import RetryPolicy, chunk_wire, retry
+from gemm_client import RetryPolicy, chunk_wire, retry, wire
 from gemm_client.replicas import handle_instance, split_target
 from gemm_client.settings import Settings
 
@@ -101,22 +101,59 @@ class Bf16Test(unittest.TestCase):
             gemm_client.from_bf16(np.zeros(3, np.float32))
 
 
-class ChunkWireTest(unittest.TestCase):
+class WireTest(unittest.TestCase):
 
     def test_encode_is_protobufs_chunk(self):
         for offset in (0, 1, 300, 1 << 40):
             data = bytes(range(256)) * 3
-            raw = chunk_wire.encode_chunk(("h-1", offset, memoryview(data)))
+            raw = wire.encode_chunk(("h-1", offset, memoryview(data)))
             parsed = gemm_pb2.Chunk.FromString(raw)
             self.assertEqual((parsed.handle, parsed.offset, parsed.data), ("h-1", offset, data))
 
     def test_decode_reads_protobufs_chunk(self):
         for offset in (0, 7, 1 << 33):
             raw = gemm_pb2.Chunk(handle="x", offset=offset, data=b"abc" * 100).SerializeToString()
-            got_offset, data = chunk_wire.decode_chunk(raw)
+            got_offset, data = wire.decode_chunk(raw)
             self.assertEqual((got_offset, bytes(data)), (offset, b"abc" * 100))
         with self.assertRaises(ValueError):
-            chunk_wire.decode_chunk(b"\x1a\x05ab")
+            wire.decode_chunk(b"\x1a\x05ab")
+
+    def test_encode_request_is_protobufs_request(self):
+        base = gemm_pb2.GemmRequest(request_id="r1", priority=3, keep_results=True)
+        shape = gemm_pb2.GemmProblem(m=2, n=3, k=4, input_dtype=gemm_pb2.DATA_TYPE_FP32,
+                                     transpose_b=True, beta=0.5)
+        a = bytes(range(32))
+        c = b"\x01" * 24
+        raw = wire.encode_request(base, [
+            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a)),
+                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None),
+                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c)}),
+            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4),
+                                                   "b": (0, None, b"\0" * 4)})])
+        want = gemm_pb2.GemmRequest()
+        want.CopyFrom(base)
+        p = want.problems.add()
+        p.CopyFrom(shape)
+        p.a.layout, p.a.data = gemm_pb2.LAYOUT_COL_MAJOR, a
+        p.b.layout, p.b.handle = gemm_pb2.LAYOUT_ROW_MAJOR, "h-b"
+        p.c.layout, p.c.data = gemm_pb2.LAYOUT_ROW_MAJOR, c
+        q = want.problems.add(m=1, n=1, k=1)
+        q.a.data, q.b.data = b"\0" * 4, b"\0" * 4
+        self.assertEqual(gemm_pb2.GemmRequest.FromString(raw), want)
+
+    def test_decode_response_reads_protobufs_response(self):
+        response = gemm_pb2.GemmResponse(request_id="x", backend="cpu", kernel="k")
+        response.timing.total_ns = 5
+        response.results.add(dtype=gemm_pb2.DATA_TYPE_BF16, layout=gemm_pb2.LAYOUT_COL_MAJOR,
+                             rows=2, cols=3, data=b"\x07" * 12)
+        response.results.add(dtype=gemm_pb2.DATA_TYPE_FP32, rows=1, cols=1, handle="h-1")
+        got = wire.decode_response(response.SerializeToString())
+        self.assertEqual(len(got), 2)
+        self.assertEqual((got[0].dtype, got[0].layout, got[0].rows, got[0].cols,
+                          bytes(got[0].data), got[0].handle),
+                         (gemm_pb2.DATA_TYPE_BF16, gemm_pb2.LAYOUT_COL_MAJOR, 2, 3,
+                          b"\x07" * 12, ""))
+        self.assertEqual((got[1].rows, got[1].handle, bytes(got[1].data)), (1, "h-1", b""))
 
     def test_stripes_are_whole_chunks_and_cover_everything(self):
         self.assertEqual(chunk_wire.stripes(0, 10, 4), [])
