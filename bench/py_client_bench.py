@@ -15,8 +15,9 @@ results together; the cap is printed and is the same for both clients.
     bazel run //bench:py_client_bench -- --server=... --cli=...   (BUILD passes both)
     py_client_bench.py --cli=gemm_cli --target=host:port          (a running server)
 
-Python side: threads sharing one blocking Client (--py_mode=threads) or one
-AsyncClient with N tasks (--py_mode=asyncio).
+Python side: threads sharing one blocking Client (--py_mode=threads), one
+AsyncClient with N tasks (--py_mode=asyncio), or each in turn (both, the
+default: a column and a ratio each).
 """
 
 import argparse
@@ -26,6 +27,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -148,7 +150,8 @@ def main():
     parser.add_argument("--duration_s", type=float, default=3.0, help="per client and workload")
     parser.add_argument("--max_inflight_mib", type=int, default=2048,
                         help="cap on operand and result bytes of the requests in flight")
-    parser.add_argument("--py_mode", choices=("threads", "asyncio"), default="threads")
+    parser.add_argument("--py_mode", choices=("threads", "asyncio", "both"), default="both",
+                        help="how the Python side keeps requests in flight")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     args = parser.parse_args()
     if bool(args.server) == bool(args.target):
@@ -156,16 +159,18 @@ def main():
     proc = None
     target = args.target
     if args.server:
-        proc, target = start_server(args.server, os.environ.get("TMPDIR", "/tmp"))
+        proc, target = start_server(args.server, tempfile.mkdtemp())
     try:
         with gemm_client.Client(target) as client:
             info = client.server_info()
         print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}, "
               f"{platform.node()} ({os.cpu_count()} CPUs), server {info.version} "
-              f"backend {info.backend}, python side: {args.py_mode}")
+              f"backend {info.backend}")
         print(f"# fp32 M x {INNER} * {INNER} x {INNER}; MB/s = operand + result bytes")
-        print(f"{'operand':>9} {'inflight':>8} {'c++ req/s':>10} {'py req/s':>10} "
-              f"{'c++ MB/s':>9} {'py MB/s':>9} {'py/c++':>7}")
+        modes = ("threads", "asyncio") if args.py_mode == "both" else (args.py_mode,)
+        runners = {"threads": py_threads, "asyncio": py_asyncio}
+        print(f"{'operand':>9} {'inflight':>8} {'c++ req/s':>10} {'c++ MB/s':>9}" +
+              "".join(f" {m + ' req/s':>13} {m + '/c++':>12}" for m in modes))
         rng = np.random.default_rng(1)
         rows = []
         for size in [parse_size(s) for s in args.sizes.split(",")]:
@@ -175,24 +180,28 @@ def main():
             for wanted in [int(c) for c in args.concurrency.split(",")]:
                 cap = max(1, (args.max_inflight_mib << 20) // request_bytes)
                 inflight = min(wanted, cap)
-                cpp_rps, cpp_errors = cpp_run(args.cli, target, m, inflight, args.duration_s)
-                cpp_mbps = cpp_rps * request_bytes / 1e6
-                run = py_threads if args.py_mode == "threads" else py_asyncio
-                count, py_errors, elapsed = run(target, a, b, inflight, args.duration_s)
-                py_rps = count / elapsed
-                py_mbps = py_rps * request_bytes / 1e6
-                ratio = py_rps / cpp_rps if cpp_rps else float("nan")
+                cpp_rps, cpp_failed = cpp_run(args.cli, target, m, inflight, args.duration_s)
+                row = {"operand_bytes": a.nbytes, "inflight": inflight,
+                       "cpp_requests_per_s": cpp_rps,
+                       "cpp_mb_per_s": cpp_rps * request_bytes / 1e6, "cpp_failed": cpp_failed}
+                cells = ""
+                for mode in modes:
+                    count, failed, elapsed = runners[mode](target, a, b, inflight,
+                                                           args.duration_s)
+                    rps = count / elapsed
+                    ratio = rps / cpp_rps if cpp_rps else float("nan")
+                    row.update({f"py_{mode}_requests_per_s": rps, f"py_{mode}_ratio": ratio,
+                                f"py_{mode}_failed": failed})
+                    cells += f" {rps:>13.1f} {ratio:>12.2f}"
+                failures = [f"{k[:-7]} {v}" for k, v in row.items()
+                            if k.endswith("_failed") and v]
                 shown = f"{inflight}" if inflight == wanted else f"{inflight} (cap)"
-                print(f"{label(a.nbytes):>9} {shown:>8} {cpp_rps:>10.1f} {py_rps:>10.1f} "
-                      f"{cpp_mbps:>9.1f} {py_mbps:>9.1f} {ratio:>7.2f}"
-                      + (f"  failed: c++ {cpp_errors}, py {py_errors}"
-                         if cpp_errors or py_errors else ""), flush=True)
-                rows.append({"operand_bytes": a.nbytes, "inflight": inflight,
-                             "cpp_requests_per_s": cpp_rps, "py_requests_per_s": py_rps,
-                             "cpp_mb_per_s": cpp_mbps, "py_mb_per_s": py_mbps, "ratio": ratio,
-                             "cpp_failed": cpp_errors, "py_failed": py_errors})
+                print(f"{label(a.nbytes):>9} {shown:>8} {cpp_rps:>10.1f} "
+                      f"{row['cpp_mb_per_s']:>9.1f}{cells}"
+                      + (f"  failed: {', '.join(failures)}" if failures else ""), flush=True)
+                rows.append(row)
         if args.json:
-            print(json.dumps({"target": target, "py_mode": args.py_mode, "runs": rows}))
+            print(json.dumps({"target": target, "runs": rows}))
     finally:
         if proc is not None:
             proc.terminate()
