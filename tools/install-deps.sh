@@ -14,6 +14,7 @@ packages=(
   libspdlog-dev libfmt-dev
   prometheus yamllint
   clang-14 libclang-rt-14-dev
+  python3 python3-grpcio python3-protobuf python3-numpy
 )
 
 missing=()

@@ -1,0 +1,26 @@
+"""A Python client of the GEMM offload service (gemm.v1): numpy in, numpy out.
+
+    import numpy as np
+    import gemm_client
+
+    with gemm_client.Client("localhost:50051") as client:
+        d = client.matmul(np.ones((64, 32), np.float32), np.ones((32, 16), np.float32))
+
+Client is blocking (and thread-safe); AsyncClient is the same on asyncio
+(grpc.aio). Failures raise GemmError with the gRPC code and message. bf16
+matrices are uint16 arrays of bf16 bits (to_bf16 / from_bf16 convert).
+"""
+
+from gemm_client.aio import AsyncClient
+from gemm_client.client import Client
+from gemm_client.dtypes import BF16, DType, from_bf16, to_bf16
+from gemm_client.errors import GemmError
+from gemm_client.planning import supports_deterministic
+from gemm_client.problems import Problem
+from gemm_client.resident import ResidentMatrix
+from gemm_client.retry import RetryPolicy
+
+__all__ = [
+    "AsyncClient", "BF16", "Client", "DType", "GemmError", "Problem", "ResidentMatrix",
+    "RetryPolicy", "from_bf16", "supports_deterministic", "to_bf16",
+]

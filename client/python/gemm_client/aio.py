@@ -1,0 +1,301 @@
+"""gemm_client.AsyncClient: Client's API on asyncio (grpc.aio), every call a
+coroutine. Same routing, retries, deadlines and chunked transfer as Client
+(the decisions live in planning.py, replicas.py and retry.py); stripes run as
+concurrent streams on the event loop instead of on threads.
+
+    async with gemm_client.AsyncClient("localhost:50051") as client:
+        d = await client.matmul(a, b)
+"""
+
+import asyncio
+import itertools
+import time
+
+import grpc
+import grpc.aio
+import numpy as np
+
+from gemm.v1 import gemm_pb2, gemm_pb2_grpc
+
+from gemm_client import planning
+from gemm_client.chunk_wire import chunks_of, stripes
+from gemm_client.client_base import ClientBase, check_download, decode
+from gemm_client.dtypes import DType
+from gemm_client.errors import GemmError
+from gemm_client.problems import Problem, operand, shaped
+from gemm_client.resident import ResidentMatrix
+
+
+class AsyncClient(ClientBase):
+    """Client (client.py) for asyncio: the same constructor arguments. Make it
+    inside a running event loop; `await close()` or use `async with`."""
+
+    def __init__(self, target, *, tls=False, token=None, timeout=30.0, **settings):
+        def make_channel(address, creds, options):
+            if creds is None:
+                return grpc.aio.insecure_channel(address, options=options)
+            return grpc.aio.secure_channel(address, creds, options=options)
+
+        super().__init__(target, make_channel, tls=tls, token=token, timeout=timeout,
+                         **settings)
+
+    async def close(self):
+        for r in self._replicas.all():
+            for ch in r.channels():
+                await ch.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.close()
+
+    # Public API: as Client's.
+
+    async def matmul(self, a, b, *, c=None, alpha=1.0, beta=0.0, transpose_a=False,
+                     transpose_b=False, out_dtype=None, allow_tf32=False, deterministic=None,
+                     priority=0, timeout=None):
+        """Client.matmul as a coroutine."""
+        problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32)
+        results = await self.matmul_many([problem], deterministic=deterministic,
+                                          priority=priority, timeout=timeout)
+        return results[0]
+
+    async def matmul_many(self, problems, *, deterministic=None, priority=0, timeout=None):
+        """Client.matmul_many as a coroutine."""
+        prepared = planning.prepare_all(problems)
+        base = planning.request_base(priority, deterministic)
+        handles = planning.handles_of(prepared)
+        deadline = self._deadline(timeout)
+        return await self._run_request(
+            handles, deadline, lambda route: self._gemm_on(route, prepared, base, deadline,
+                                                           fail_over=not handles))
+
+    async def server_info(self, timeout=None):
+        deadline = self._deadline(timeout)
+
+        async def body(route):
+            info = await self._call(route, route.replica.stub.GetServerInfo,
+                                    gemm_pb2.GetServerInfoRequest(), deadline, fail_over=True)
+            route.replica.instance_id = info.instance_id
+            route.replica.limits = info.limits
+            return info
+        return await self._run_request([], deadline, body)
+
+    async def register(self, matrix, *, label=None, timeout=None):
+        """Client.register as a coroutine; the ResidentMatrix works with
+        `async with` and its release() is a coroutine."""
+        op = operand(matrix, "matrix")
+        deadline = self._deadline(timeout)
+
+        async def body(route):
+            limits = await self._server_limits(route, deadline, fail_over=True)
+            if self._uses_chunks(op, limits):
+                handle, nbytes = await self._begin_upload(route, op, False, label, deadline,
+                                                          fail_over=True)
+                try:
+                    await self._upload_all(route, [(handle, op)], deadline, limits)
+                except GemmError:
+                    await self._release_quietly(route, handle, deadline)
+                    raise
+            else:
+                response = await self._call(route, route.replica.stub.RegisterMatrix,
+                                            self._register_request(op, label), deadline,
+                                            fail_over=True)
+                handle, nbytes = response.handle, response.bytes
+            return self._resident(route, handle, op, nbytes)
+        return await self._run_request([], deadline, body)
+
+    async def release(self, matrix, *, timeout=None):
+        handle = matrix.handle if isinstance(matrix, ResidentMatrix) else str(matrix)
+        deadline = self._deadline(timeout)
+
+        async def body(route):
+            try:
+                await self._call(route, route.replica.stub.ReleaseMatrix,
+                                 gemm_pb2.ReleaseMatrixRequest(handle=handle), deadline)
+            finally:
+                self._forget_handle(handle)
+        await self._run_request([handle], deadline, body)
+
+    async def download(self, matrix, *, timeout=None):
+        deadline = self._deadline(timeout)
+
+        async def body(route):
+            limits = await self._server_limits(route, deadline)
+            flat = np.empty(matrix.rows * matrix.cols, dtype=matrix.dtype.numpy)
+            await self._download_into(route, matrix.handle, flat, deadline, limits)
+            return shaped(flat, matrix.rows, matrix.cols, matrix.layout)
+        return await self._run_request([matrix.handle], deadline, body)
+
+    # Requests and calls.
+
+    def _ask_instance(self, replica):
+        # Routing runs synchronously; a handle from another client object on a
+        # multi-replica target is resolved with a short blocking query.
+        options = self._settings.channel_args(None)
+        creds = self._settings.credentials()
+        channel = (grpc.secure_channel(replica.address, creds, options=options) if creds
+                   else grpc.insecure_channel(replica.address, options=options))
+        try:
+            info = gemm_pb2_grpc.GemmServiceStub(channel).GetServerInfo(
+                gemm_pb2.GetServerInfoRequest(), timeout=2.0,
+                metadata=self._settings.metadata())
+            replica.instance_id = info.instance_id
+        except grpc.RpcError:
+            pass
+        finally:
+            channel.close()
+
+    async def _run_request(self, handles, deadline, body):
+        avoid = None
+        for attempt in itertools.count(1):
+            route = (self._route_for_handles(handles, self._ask_instance) if handles
+                     else self._new_route(avoid))
+            self._replicas.begin(route.replica)
+            try:
+                return await body(route)
+            except GemmError as err:
+                delay = self._failover_delay(err, handles, attempt, deadline, route.replica)
+                if delay is None:
+                    raise
+            finally:
+                self._replicas.end(route.replica)
+            await asyncio.sleep(delay)
+            avoid = route.replica
+
+    async def _call(self, route, method, request, deadline, fail_over=False):
+        fail_over = fail_over and self._replicas.usable_count(route.replica) > 0
+        for attempt in itertools.count(1):
+            call = method(request, timeout=self._remaining(deadline),
+                          metadata=self._metadata(route),
+                          wait_for_ready=self._settings.wait_for_ready)
+            try:
+                return await call
+            except grpc.RpcError as e:
+                delay = self._retry_delay(e, attempt, deadline, fail_over)
+                if delay is None:
+                    raise GemmError.from_rpc_error(e) from None
+            await asyncio.sleep(delay)
+
+    async def _server_limits(self, route, deadline, fail_over=False):
+        replica = route.replica
+        if replica.limits is None:
+            try:
+                info = await self._call(route, replica.stub.GetServerInfo,
+                                        gemm_pb2.GetServerInfoRequest(), deadline, fail_over)
+                replica.instance_id = info.instance_id or replica.instance_id
+                replica.limits = info.limits
+            except GemmError as e:
+                if e.code != grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                replica.limits = gemm_pb2.Limits()
+        return self._limits(replica)
+
+    async def _gemm_on(self, route, prepared, base, deadline, fail_over):
+        limits = await self._server_limits(route, deadline, fail_over)
+        plan = planning.plan(prepared, base, limits)
+        release = []
+        try:
+            uploaded = {}
+            jobs = []
+            for i, name, op in plan.uploads:
+                try:
+                    handle, _ = await self._begin_upload(route, op, True, None, deadline,
+                                                         fail_over)
+                except GemmError as e:
+                    field = f"problems[{i}].{name}" if len(prepared) > 1 else name
+                    raise e.with_prefix(field) from None
+                release.append(handle)
+                uploaded[(i, name)] = handle
+                jobs.append((handle, op))
+            await self._upload_all(route, jobs, deadline, limits)
+            request = planning.encode(plan, prepared, uploaded)
+            results = await self._call(route, route.replica.gemm, request, deadline,
+                                        fail_over=fail_over and not jobs)
+            if not plan.keep_results:
+                return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
+            out = []
+            for r in results:
+                if not r.handle:
+                    raise GemmError(grpc.StatusCode.DATA_LOSS,
+                                    "keep_results: a result came back without its handle")
+                release.append(r.handle)
+                flat = np.empty(r.rows * r.cols, dtype=DType.from_proto(r.dtype).numpy)
+                await self._download_into(route, r.handle, flat, deadline, limits)
+                out.append(shaped(flat, r.rows, r.cols, r.layout))
+            return out
+        finally:
+            cleanup = max(deadline, time.monotonic() + 5.0)
+            for h in release:
+                await self._release_quietly(route, h, cleanup)
+
+    async def _begin_upload(self, route, op, transient, label, deadline, fail_over):
+        response = await self._call(route, route.replica.stub.BeginUpload,
+                                    self._begin_request(op, transient, label), deadline,
+                                    fail_over)
+        self._note_handle(route, response.handle)
+        return response.handle, response.bytes
+
+    async def _release_quietly(self, route, handle, deadline):
+        try:
+            await route.replica.stub.ReleaseMatrix(
+                gemm_pb2.ReleaseMatrixRequest(handle=handle),
+                timeout=self._remaining(deadline), metadata=self._metadata(route))
+        except (grpc.RpcError, GemmError):
+            pass  # best effort: the server frees transient matrices when idle
+        finally:
+            self._forget_handle(handle)
+
+    async def _upload_all(self, route, jobs, deadline, limits):
+        if not jobs:
+            return
+        calls = route.replica.transfer()
+        streams = []
+        for handle, op in jobs:
+            data = op.flat_bytes()
+            for begin, end in stripes(len(data), limits.chunk_bytes, len(calls)):
+                upload = calls[len(streams) % len(calls)][0]
+                streams.append(self._stream_upload(
+                    upload, chunks_of(handle, data, begin, end, limits.chunk_bytes), route,
+                    deadline))
+        await _gather_all(streams)
+
+    async def _stream_upload(self, upload, chunks, route, deadline):
+        try:
+            await upload(chunks, timeout=self._remaining(deadline),
+                         metadata=self._metadata(route))
+        except grpc.RpcError as e:
+            raise GemmError.from_rpc_error(e) from None
+
+    async def _download_into(self, route, handle, flat, deadline, limits):
+        dst = memoryview(flat).cast("B")
+        calls = route.replica.transfer()
+        await _gather_all([
+            self._stream_download(calls[i % len(calls)][1], handle, dst, begin, end, route,
+                                  deadline, limits.chunk_bytes)
+            for i, (begin, end) in enumerate(stripes(len(dst), limits.chunk_bytes, len(calls)))])
+
+    async def _stream_download(self, download, handle, dst, begin, end, route, deadline, chunk):
+        request = gemm_pb2.DownloadRequest(handle=handle, offset=begin, length=end - begin,
+                                           chunk_bytes=chunk)
+        pos = begin
+        try:
+            async for offset, data in download(request, timeout=self._remaining(deadline),
+                                               metadata=self._metadata(route)):
+                check_download(offset, data, pos, end, handle)
+                dst[offset:offset + len(data)] = data
+                pos += len(data)
+        except grpc.RpcError as e:
+            raise GemmError.from_rpc_error(e) from None
+        if pos != end:
+            raise GemmError(grpc.StatusCode.DATA_LOSS,
+                            f"download of {handle}: ended at byte {pos} of [{begin}, {end})")
+
+
+async def _gather_all(coroutines):
+    """Runs all to their end (none is cancelled) and raises the first error."""
+    results = await asyncio.gather(*coroutines, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r

@@ -1,0 +1,180 @@
+"""What Client and AsyncClient share: settings, the replica set, handle
+routing and affinity keys, and the decisions that follow a failed call
+(retry here after a delay, run the request again on another replica, or
+give up). Neither I/O nor waiting happens here, so one copy serves both."""
+
+import random
+import threading
+import time
+
+import grpc
+
+from gemm.v1 import gemm_pb2
+
+from gemm_client import planning
+from gemm_client.errors import GemmError, invalid_argument
+from gemm_client.problems import decode_result
+from gemm_client.replicas import ReplicaSet, handle_instance, split_target
+from gemm_client.resident import ResidentMatrix
+from gemm_client.retry import RetryPolicy, next_retry_delay, parse_pushback
+from gemm_client.settings import Settings
+
+
+class Route:
+    """Where one request's calls go: a replica and the affinity key they carry."""
+
+    def __init__(self, replica, key):
+        self.replica = replica
+        self.key = key
+
+
+class ClientBase:
+    """What Client and AsyncClient share: settings, replicas, handle routing."""
+
+    def __init__(self, target, make_channel, **kwargs):
+        retry = kwargs.pop("retry", None) or RetryPolicy()
+        self._settings = Settings(retry=retry, **kwargs)
+        self._settings.validate()
+        _, dns = split_target(target)
+        settings = self._settings
+        creds = settings.credentials()
+
+        def channel_for(address, transfer_index):
+            # A single-server target keeps its own name (and gRPC's resolution).
+            options = settings.channel_args(transfer_index, dns)
+            return make_channel(address, creds, options)
+
+        self._replicas = ReplicaSet(
+            target, channel_for, transfer_channels=settings.transfer_channels,
+            policy=settings.replica_policy, replica_backoff=settings.replica_backoff,
+            resolve_interval=settings.resolve_interval)
+        self._lock = threading.Lock()
+        self._handle_keys = {}
+        self._retries = 0
+
+    @property
+    def settings(self):
+        return self._settings
+
+    @property
+    def retries(self):
+        """Retries made, over all calls and replicas."""
+        return self._retries
+
+    def replicas(self):
+        """[(address, instance_id, requests, failed_over, active)] per replica."""
+        return [(r.address, r.instance_id, r.requests, r.failed_over, r.active)
+                for r in self._replicas.all()]
+
+    def _count_retry(self):
+        with self._lock:
+            self._retries += 1
+
+    def _deadline(self, timeout):
+        t = self._settings.timeout if timeout is None else timeout
+        if not t > 0:
+            raise invalid_argument(f"timeout: must be positive, got {t!r}")
+        return time.monotonic() + t
+
+    @staticmethod
+    def _remaining(deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise GemmError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+        return left
+
+    def _metadata(self, route):
+        return self._settings.metadata(route.key)
+
+    def _note_handle(self, route, handle):
+        route.replica.instance_id = handle_instance(handle) or route.replica.instance_id
+        if self._settings.affinity_header:
+            with self._lock:
+                self._handle_keys[handle] = route.key
+
+    def _forget_handle(self, handle):
+        with self._lock:
+            self._handle_keys.pop(handle, None)
+
+    def _route_for_handles(self, handles, ask_instance):
+        replica = self._replicas.owner_of_all(handles, ask_instance)
+        with self._lock:
+            key = self._handle_keys.get(handles[0], handle_instance(handles[0]))
+        return Route(replica, key)
+
+    def _new_route(self, avoid):
+        key = planning.new_affinity_key() if self._settings.affinity_header else ""
+        return Route(self._replicas.pick(avoid), key)
+
+    def _failover_delay(self, err, handles, attempt, deadline, replica):
+        """After a request failed on `replica`: seconds to wait before running it
+        again on another replica, or None to raise `err`."""
+        is_moved = not handles and planning.moved(err)
+        if not (planning.fails_over(err) or is_moved):
+            return None
+        if not is_moved:
+            self._replicas.mark_down(replica)
+        if handles or self._replicas.active_count() < 2:
+            return None
+        delay = next_retry_delay(self._settings.retry, attempt, grpc.StatusCode.UNAVAILABLE,
+                                 None, time.monotonic(), deadline, random.random())
+        if delay is None:
+            return None
+        self._replicas.note_failed_over(replica)
+        self._count_retry()
+        return 0.0 if self._replicas.usable_count(replica) > 0 else delay
+
+    def _retry_delay(self, rpc_error, attempt, deadline, fail_over):
+        code = rpc_error.code()
+        if fail_over and code == grpc.StatusCode.UNAVAILABLE:
+            return None
+        trailers = rpc_error.trailing_metadata() if callable(
+            getattr(rpc_error, "trailing_metadata", None)) else ()
+        delay = next_retry_delay(self._settings.retry, attempt, code, parse_pushback(trailers),
+                                 time.monotonic(), deadline, random.random())
+        if delay is not None:
+            self._count_retry()
+        return delay
+
+    def _limits(self, replica):
+        return planning.effective_limits(self._settings, replica.limits)
+
+    def _resident(self, route, handle, op, nbytes):
+        self._note_handle(route, handle)
+        return ResidentMatrix(self, handle, op.rows, op.cols, op.dtype, op.layout, nbytes)
+
+    @staticmethod
+    def _register_request(op, label):
+        request = gemm_pb2.RegisterMatrixRequest(dtype=op.dtype.proto, rows=op.rows,
+                                                 cols=op.cols, layout=op.layout)
+        request.data = op.flat_bytes().tobytes()
+        if label is not None:
+            request.label = label
+        return request
+
+    @staticmethod
+    def _begin_request(op, transient, label):
+        request = gemm_pb2.BeginUploadRequest(dtype=op.dtype.proto, rows=op.rows,
+                                              cols=op.cols, layout=op.layout,
+                                              transient=transient)
+        if label is not None:
+            request.label = label
+        return request
+
+    def _uses_chunks(self, op, limits):
+        return ((limits.threshold and op.nbytes >= limits.threshold) or
+                op.nbytes + planning.MESSAGE_OVERHEAD > limits.max_message_bytes)
+
+
+def check_download(offset, data, expected, end, handle):
+    """DATA_LOSS unless a downloaded chunk starts where the last ended, within
+    its stripe."""
+    if offset != expected or offset + len(data) > end:
+        raise GemmError(grpc.StatusCode.DATA_LOSS,
+                        f"download of {handle}: got bytes [{offset}, {offset + len(data)}) "
+                        f"where [{expected}, {end}) was due")
+
+
+def decode(result, index, count):
+    """Result number `index` of `count` as a numpy array."""
+    return decode_result(result, f"results[{index}]" if count > 1 else "result")

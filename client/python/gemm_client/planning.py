@@ -1,0 +1,149 @@
+"""What one request sends, decided the same way by Client and AsyncClient
+(and by the C++ client, client/gemm_client_chunked.cc): which operands go as
+chunks (gemm.v1.Transfer) and whether results come back that way.
+
+An operand of at least chunked_threshold_bytes is uploaded on its own as a
+transient resident matrix and named by handle; so is every operand over 4 KiB
+when the request as a whole would not fit in one message. Results are kept on
+the server and downloaded when they are that large together. The server's own
+limits (GetServerInfo) cap the message and chunk sizes.
+"""
+
+import dataclasses
+import random
+
+import grpc
+
+from gemm.v1 import gemm_pb2
+
+from gemm_client import problems as problems_mod
+from gemm_client import wire
+from gemm_client.errors import GemmError
+
+# Room for a message's framing and fields besides the matrices.
+MESSAGE_OVERHEAD = 4096
+
+
+def supports_deterministic():
+    """Whether this client's gemm.v1 has GemmRequest.deterministic."""
+    return "deterministic" in gemm_pb2.GemmRequest.DESCRIPTOR.fields_by_name
+
+
+def request_base(priority, deterministic):
+    """A GemmRequest with its request-wide fields set."""
+    request = gemm_pb2.GemmRequest(priority=int(priority))
+    if deterministic is not None:
+        if not supports_deterministic():
+            raise GemmError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "deterministic: this client's gemm.v1 API has no GemmRequest.deterministic "
+                "field, so the request cannot ask for it (leave deterministic=None)")
+        request.deterministic = bool(deterministic)
+    return request
+
+
+def prepare_all(problem_list):
+    """Checks every problem; field names carry "problems[i]." when there are
+    several."""
+    problem_list = list(problem_list)
+    if not problem_list:
+        raise problems_mod.invalid_argument("problems: is empty")
+    prefix = len(problem_list) > 1
+    out = []
+    for i, p in enumerate(problem_list):
+        if isinstance(p, (tuple, list)):
+            p = problems_mod.Problem(*p)
+        elif isinstance(p, dict):
+            p = problems_mod.Problem(**p)
+        out.append(problems_mod.prepare(p, f"problems[{i}]." if prefix else ""))
+    return out
+
+
+def handles_of(prepared):
+    return [op.handle for p in prepared for op in p.operands.values() if op.handle]
+
+
+@dataclasses.dataclass
+class Limits:
+    """The effective limits for one replica."""
+
+    max_message_bytes: int
+    chunk_bytes: int
+    threshold: int
+
+
+def effective_limits(settings, server_limits):
+    """The client's settings capped by what the server said (None = unknown)."""
+    max_message = settings.max_message_bytes
+    chunk = settings.chunk_bytes
+    if server_limits is not None:
+        if server_limits.max_message_bytes:
+            max_message = min(max_message, server_limits.max_message_bytes)
+        if server_limits.max_chunk_bytes:
+            chunk = min(chunk, server_limits.max_chunk_bytes)
+    chunk = max(1, min(chunk, max_message - MESSAGE_OVERHEAD))
+    return Limits(max_message, chunk, settings.chunked_threshold_bytes)
+
+
+@dataclasses.dataclass
+class Plan:
+    """A request: which operands to upload first, and whether to keep results."""
+
+    request: object  # gemm_pb2.GemmRequest's request-wide fields (problems: see encode)
+    uploads: list  # (problem index, operand name, Operand)
+    keep_results: bool
+
+
+def plan(prepared, base, limits):
+    inline_bytes = sum(op.nbytes for p in prepared for op in p.operands.values()
+                       if not op.handle)
+    result_bytes = sum(p.result_bytes for p in prepared)
+    too_big = inline_bytes + MESSAGE_OVERHEAD * len(prepared) > limits.max_message_bytes
+    threshold = limits.threshold or float("inf")
+    uploads = []
+    for i, p in enumerate(prepared):
+        for name, op in p.operands.items():
+            if not op.handle and (op.nbytes >= threshold or
+                                  (too_big and op.nbytes > MESSAGE_OVERHEAD)):
+                uploads.append((i, name, op))
+    keep = (result_bytes >= threshold or
+            result_bytes + MESSAGE_OVERHEAD * len(prepared) > limits.max_message_bytes)
+    request = gemm_pb2.GemmRequest()
+    request.CopyFrom(base)
+    request.keep_results = keep
+    return Plan(request, uploads, keep)
+
+
+def encode(plan_, prepared, uploaded):
+    """The serialized request: operands by bytes or by handle (`uploaded` maps
+    (problem index, operand name) to the handle of its upload)."""
+    problems = []
+    for i, p in enumerate(prepared):
+        operands = {}
+        for name, op in p.operands.items():
+            handle = uploaded.get((i, name)) or op.handle
+            operands[name] = (op.layout, handle, None if handle else op.flat_bytes())
+        problems.append((p.proto, operands))
+    return wire.encode_request(plan_.request, problems)
+
+
+def new_affinity_key():
+    return f"{random.getrandbits(64):016x}"
+
+
+def fails_over(err):
+    """The replica refused the request while draining, is down, or cut the
+    call off as it stopped (gRPC's bare CANCELLED for a call that reached a
+    stopping server's transport; "problems[0].a: CANCELLED" on the chunked
+    path)."""
+    if err.code == grpc.StatusCode.UNAVAILABLE:
+        return True
+    return err.code == grpc.StatusCode.CANCELLED and (
+        err.message == "CANCELLED" or err.message.endswith(": CANCELLED"))
+
+
+def moved(err):
+    """Behind an L7 proxy, a call the proxy sent to another backend finds the
+    request's own uploads missing: the whole request can run again."""
+    return (err.code == grpc.StatusCode.FAILED_PRECONDITION and
+            "belongs to another server" in err.message)

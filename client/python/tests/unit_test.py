@@ -1,0 +1,213 @@
+"""The client's pure parts, without a server: the retry policy and pushback
+parsing, bf16 rounding, the hand-written Chunk wire format (checked against
+protobuf's own), stripes, target parsing, and settings validation."""
+
+import struct
+import unittest
+
+import grpc
+import numpy as np
+
+from gemm.v1 import gemm_pb2
+
+import gemm_client
+from gemm_client import RetryPolicy, chunk_wire, retry, wire
+from gemm_client.replicas import handle_instance, split_target
+from gemm_client.settings import Settings
+
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE
+EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class RetryPolicyTest(unittest.TestCase):
+
+    def test_backoff_grows_caps_and_jitters(self):
+        p = RetryPolicy(initial_backoff=0.05, max_backoff=0.3, multiplier=2.0, jitter=0.2)
+        self.assertAlmostEqual(retry.backoff_delay(p, 1, 0.5), 0.05)
+        self.assertAlmostEqual(retry.backoff_delay(p, 2, 0.5), 0.1)
+        self.assertAlmostEqual(retry.backoff_delay(p, 3, 0.5), 0.2)
+        self.assertAlmostEqual(retry.backoff_delay(p, 4, 0.5), 0.3)
+        self.assertAlmostEqual(retry.backoff_delay(p, 400, 0.5), 0.3)
+        self.assertAlmostEqual(retry.backoff_delay(p, 1, 0.0), 0.04)
+        self.assertAlmostEqual(retry.backoff_delay(p, 1, 1.0), 0.06)
+
+    def test_next_retry_delay(self):
+        p = RetryPolicy(max_attempts=3, jitter=0.0)
+        self.assertAlmostEqual(retry.next_retry_delay(p, 1, UNAVAILABLE, None, 0, 10, 0.5), 0.05)
+        self.assertEqual(retry.next_retry_delay(p, 1, EXHAUSTED, 0.7, 0, 10, 0.5), 0.7)
+        self.assertIsNone(retry.next_retry_delay(p, 1, EXHAUSTED, retry.DONT_RETRY, 0, 10, 0.5))
+        self.assertIsNone(retry.next_retry_delay(p, 3, UNAVAILABLE, None, 0, 10, 0.5))
+        self.assertIsNone(retry.next_retry_delay(p, 1, grpc.StatusCode.INTERNAL, None, 0, 10,
+                                                 0.5))
+        self.assertIsNone(retry.next_retry_delay(p, 1, EXHAUSTED, 0.7, 9.5, 10, 0.5))
+        self.assertEqual(retry.next_retry_delay(p, 1, EXHAUSTED, 0.7, 0, None, 0.5), 0.7)
+
+    def test_parse_pushback(self):
+        key = retry.PUSHBACK_KEY
+        self.assertIsNone(retry.parse_pushback(()))
+        self.assertIsNone(retry.parse_pushback((("other", "5"),)))
+        self.assertEqual(retry.parse_pushback(((key, "250"),)), 0.25)
+        self.assertEqual(retry.parse_pushback(((key, b" 0 "),)), 0.0)
+        self.assertEqual(retry.parse_pushback(((key, "-1"),)), retry.DONT_RETRY)
+        self.assertEqual(retry.parse_pushback(((key, "soon"),)), retry.DONT_RETRY)
+
+    def test_validate_names_the_field(self):
+        for bad, field in ((RetryPolicy(max_attempts=0), "retry.max_attempts"),
+                           (RetryPolicy(initial_backoff=-1), "retry.initial_backoff"),
+                           (RetryPolicy(max_backoff=0.01), "retry.max_backoff"),
+                           (RetryPolicy(multiplier=0.5), "retry.multiplier"),
+                           (RetryPolicy(jitter=2), "retry.jitter")):
+            with self.assertRaisesRegex(ValueError, field):
+                bad.validate()
+
+
+def bf16_reference(x):
+    """One float32 -> bf16 bits by hand: round half to even on the dropped bits."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    if x != x:
+        return (bits >> 16) | 0x40
+    upper, lower = bits >> 16, bits & 0xFFFF
+    if lower > 0x8000 or (lower == 0x8000 and upper & 1):
+        upper += 1
+    return upper & 0xFFFF
+
+
+class Bf16Test(unittest.TestCase):
+
+    def test_rounds_to_nearest_even(self):
+        rng = np.random.default_rng(3)
+        values = np.concatenate([
+            rng.standard_normal(2000).astype(np.float32),
+            rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32).view(np.float32),
+            np.array([0.0, -0.0, 1.0, 1.00390625, 1.01171875, 3.4028235e38, -3.4028235e38,
+                      np.inf, -np.inf, np.nan, 1e-45, -1e-40], np.float32)])
+        got = gemm_client.to_bf16(values)
+        self.assertEqual(got.dtype, np.uint16)
+        want = np.array([bf16_reference(float(v)) for v in values], np.uint16)
+        nan = np.isnan(values)
+        np.testing.assert_array_equal(got[~nan], want[~nan])
+        self.assertTrue(np.all(np.isnan(gemm_client.from_bf16(got[nan]))))
+        self.assertEqual(gemm_client.to_bf16(np.float32(1.00390625)), 0x3F80)  # tie: even
+        self.assertEqual(gemm_client.to_bf16(np.float32(1.01171875)), 0x3F82)  # tie: up
+
+    def test_round_trip_is_exact_for_bf16_values(self):
+        bits = np.arange(0, 1 << 16, dtype=np.uint32).astype(np.uint16)
+        f = gemm_client.from_bf16(bits)
+        finite = np.isfinite(f)
+        np.testing.assert_array_equal(gemm_client.to_bf16(f)[finite], bits[finite])
+
+    def test_from_bf16_wants_uint16(self):
+        with self.assertRaisesRegex(ValueError, "uint16"):
+            gemm_client.from_bf16(np.zeros(3, np.float32))
+
+
+class WireTest(unittest.TestCase):
+
+    def test_encode_is_protobufs_chunk(self):
+        for offset in (0, 1, 300, 1 << 40):
+            data = bytes(range(256)) * 3
+            raw = wire.encode_chunk(("h-1", offset, memoryview(data)))
+            parsed = gemm_pb2.Chunk.FromString(raw)
+            self.assertEqual((parsed.handle, parsed.offset, parsed.data), ("h-1", offset, data))
+
+    def test_decode_reads_protobufs_chunk(self):
+        for offset in (0, 7, 1 << 33):
+            raw = gemm_pb2.Chunk(handle="x", offset=offset, data=b"abc" * 100).SerializeToString()
+            got_offset, data = wire.decode_chunk(raw)
+            self.assertEqual((got_offset, bytes(data)), (offset, b"abc" * 100))
+        with self.assertRaises(ValueError):
+            wire.decode_chunk(b"\x1a\x05ab")
+
+    def test_encode_request_is_protobufs_request(self):
+        base = gemm_pb2.GemmRequest(request_id="r1", priority=3, keep_results=True)
+        shape = gemm_pb2.GemmProblem(m=2, n=3, k=4, input_dtype=gemm_pb2.DATA_TYPE_FP32,
+                                     transpose_b=True, beta=0.5)
+        a = bytes(range(32))
+        c = b"\x01" * 24
+        raw = wire.encode_request(base, [
+            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a)),
+                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None),
+                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c)}),
+            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4),
+                                                   "b": (0, None, b"\0" * 4)})])
+        want = gemm_pb2.GemmRequest()
+        want.CopyFrom(base)
+        p = want.problems.add()
+        p.CopyFrom(shape)
+        p.a.layout, p.a.data = gemm_pb2.LAYOUT_COL_MAJOR, a
+        p.b.layout, p.b.handle = gemm_pb2.LAYOUT_ROW_MAJOR, "h-b"
+        p.c.layout, p.c.data = gemm_pb2.LAYOUT_ROW_MAJOR, c
+        q = want.problems.add(m=1, n=1, k=1)
+        q.a.data, q.b.data = b"\0" * 4, b"\0" * 4
+        self.assertEqual(gemm_pb2.GemmRequest.FromString(raw), want)
+
+    def test_decode_response_reads_protobufs_response(self):
+        response = gemm_pb2.GemmResponse(request_id="x", backend="cpu", kernel="k")
+        response.timing.total_ns = 5
+        response.results.add(dtype=gemm_pb2.DATA_TYPE_BF16, layout=gemm_pb2.LAYOUT_COL_MAJOR,
+                             rows=2, cols=3, data=b"\x07" * 12)
+        response.results.add(dtype=gemm_pb2.DATA_TYPE_FP32, rows=1, cols=1, handle="h-1")
+        got = wire.decode_response(response.SerializeToString())
+        self.assertEqual(len(got), 2)
+        self.assertEqual((got[0].dtype, got[0].layout, got[0].rows, got[0].cols,
+                          bytes(got[0].data), got[0].handle),
+                         (gemm_pb2.DATA_TYPE_BF16, gemm_pb2.LAYOUT_COL_MAJOR, 2, 3,
+                          b"\x07" * 12, ""))
+        self.assertEqual((got[1].rows, got[1].handle, bytes(got[1].data)), (1, "h-1", b""))
+
+    def test_stripes_are_whole_chunks_and_cover_everything(self):
+        self.assertEqual(chunk_wire.stripes(0, 10, 4), [])
+        self.assertEqual(chunk_wire.stripes(25, 10, 8), [(0, 10), (10, 20), (20, 25)])
+        self.assertEqual(chunk_wire.stripes(100, 10, 3), [(0, 30), (30, 60), (60, 100)])
+        for n, c, s in ((1, 1, 1), (12345, 100, 8), (1 << 20, 1 << 16, 8)):
+            ranges = chunk_wire.stripes(n, c, s)
+            self.assertEqual(ranges[0][0], 0)
+            self.assertEqual(ranges[-1][1], n)
+            for (b0, e0), (b1, _) in zip(ranges, ranges[1:]):
+                self.assertEqual(e0, b1)
+                self.assertEqual(b1 % c, 0)
+
+
+class TargetTest(unittest.TestCase):
+
+    def test_split_target(self):
+        self.assertEqual(split_target("localhost:1"), (["localhost:1"], None))
+        self.assertEqual(split_target("ipv4:1.2.3.4:5,6.7.8.9:5"),
+                         (["ipv4:1.2.3.4:5", "ipv4:6.7.8.9:5"], None))
+        self.assertEqual(split_target("dns:///gemm.svc:50051"), ([], ("gemm.svc", "50051")))
+        self.assertEqual(split_target("dns:gemm"), ([], ("gemm", "443")))
+        self.assertEqual(split_target(["a:1", "b:2"]), (["a:1", "b:2"], None))
+        for bad in ("", [], "dns://x"):
+            with self.assertRaisesRegex(ValueError, "target"):
+                split_target(bad)
+
+    def test_handle_instance(self):
+        self.assertEqual(handle_instance("0123456789abcdef-" + "f" * 32), "0123456789abcdef")
+        self.assertEqual(handle_instance("not-a-handle"), "")
+
+
+class SettingsTest(unittest.TestCase):
+
+    def test_bad_settings_name_the_field(self):
+        for kwargs, field in (({"timeout": 0}, "timeout"),
+                              ({"chunk_bytes": 0}, "chunk_bytes"),
+                              ({"transfer_channels": 0}, "transfer_channels"),
+                              ({"max_message_bytes": 1 << 31}, "max_message_bytes"),
+                              ({"chunked_threshold_bytes": -1}, "chunked_threshold_bytes"),
+                              ({"token": "has space"}, "token"),
+                              ({"root_certificates": b"x"}, "tls"),
+                              ({"certificate_chain": b"x"}, "private_key")):
+            with self.assertRaisesRegex(ValueError, field):
+                Settings(**kwargs).validate()
+        with self.assertRaisesRegex(ValueError, "replica_policy"):
+            gemm_client.Client("localhost:1", replica_policy="random")
+
+    def test_metadata(self):
+        s = Settings(token="abc")
+        self.assertEqual(s.metadata("k1"), (("authorization", "Bearer abc"),
+                                            ("gemm-affinity", "k1")))
+        self.assertEqual(Settings(affinity_header=False).metadata("k1"), ())
+
+
+if __name__ == "__main__":
+    unittest.main()
