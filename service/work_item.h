@@ -45,6 +45,10 @@ struct WorkItem {
   // one priority and deadline are interleaved across clients.
   std::string client;
   absl::Time deadline = absl::InfiniteFuture();
+  // The request asked for batch-invariant results (GemmRequest.deterministic,
+  // or the server's default): its problems share launches only with other
+  // deterministic ones and run their deterministic plans (launch_plan.h).
+  bool deterministic = false;
   absl::Time received;
   absl::Time enqueued;
   uint64_t bytes = 0;  // operands + results, counted against in-flight limits
