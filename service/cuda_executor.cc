@@ -51,6 +51,7 @@ absl::Status CudaExecutor::Init() {
   lane_options.reducing_schedules = options_.reducing_schedules;
   lane_options.reducing_min_flops = options_.reducing_min_flops;
   lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
+  lane_options.device_model = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
   for (int i = 0; i < options_.streams; ++i) {
     GEMM_ASSIGN_OR_RETURN(std::unique_ptr<gpu::Lane> lane,
                           gpu::Lane::Create(lane_options, reducer_.get(),

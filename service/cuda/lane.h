@@ -40,6 +40,8 @@ struct LaneOptions {
   bool reducing_schedules = true;
   double reducing_min_flops = 0;
   uint64_t max_reducing_workspace_bytes = 0;
+  // The device model deterministic results name ("NVIDIA H200 (sm_90)").
+  std::string device_model;
 };
 
 // One planned launch of a lane's batch, from set-up to completion.
@@ -105,6 +107,9 @@ class Lane {
   void PrepareGrouped(size_t launch);
   void PrepareGemm(size_t launch);
   void EnqueueLaunch(size_t launch);
+  // A deterministic launch's reproducibility records, into its items' reports.
+  void RecordDeterministic(size_t launch, gemm_kernels::KernelKind kind,
+                           const std::string& kernel);
   absl::Status EnqueueReducing(size_t launch);
   // Stream-ordered: after every launch of the lane that reads them.
   void FreeOperandCopies();
