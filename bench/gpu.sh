@@ -58,8 +58,9 @@ declare -A TARGETS=(
   [power]="//bench:power_probe"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
+  [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak power overload ab"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak power overload ab determinism"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -70,6 +71,7 @@ declare -A ABOUT=(
   [power]="ours and cuBLAS each alone for seconds, nvidia-smi sampling beside"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
+  [determinism]="batch-invariant results: the determinism GPU test (writes its digests), then the contract's cost"
 )
 
 die() {
@@ -355,6 +357,11 @@ bench_power() { power_sampled "$1" "$2" "$3"; }
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the bound on the rejection p99.
+tests_determinism() {
+  DETERMINISM_DIGEST_OUT="$OUT/$2_determinism_digests.txt" gtest "$1" "$2" 300 determinism_gpu_test
+}
+bench_determinism() { bench "$1" "$2" 300 "$3" determinism_bench; }
+
 tests_overload() {
   echo "== [$2] overload_test (reject p99 bound ${REJECT_P99_MS} ms)"
   launch "$1" "$2" 300 "$2_overload_test.log" overload_test "$1/bin/gemm_cli" \

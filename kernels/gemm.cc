@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/config/deterministic_plan.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/copy/kmajor_copy.h"
 #include "kernels/device_info.h"
@@ -129,12 +128,9 @@ Sm90RowAlignment RowAlignmentOf(const NormalizedProblem& p) {
 // The heuristic's launch (ChooseSm90Launch) for `p` on `dev`; `allow_reduction`
 // false (no workspace) leaves data-parallel and paired split-K, which needs
 // no workspace.
-// `deterministic`: the deterministic plan's launch instead, the same with or
-// without a workspace.
 Sm90LaunchChoice HeuristicLaunch(const NormalizedProblem& p, const DeviceInfo& dev,
-                                 bool allow_reduction, bool deterministic) {
+                                 bool allow_reduction) {
   const int bk = p.in_dtype == DataType::kFp32 ? 32 : 64;
-  if (deterministic) return DeterministicSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms);
   const int max_pairs = dev.sm90() ? Sm90MaxPairClusters() : 0;
   return ChooseSm90Launch(p.m, p.n, p.k, p.batch, bk, dev.num_sms, allow_reduction, max_pairs,
                           RowAlignmentOf(p));
@@ -187,7 +183,6 @@ struct Gemm::Plan::Data {
   DeviceInfo dev;
   TileHint hint = TileHint::kAuto;
   ScheduleHint schedule = ScheduleHint::kAuto;
-  bool deterministic = false;  // GemmArguments::deterministic; hints are then kAuto
   NormalizedProblem problem;
   // The Hopper kernel runs the problem as it is.
   bool sm90 = false;
@@ -215,9 +210,8 @@ size_t Gemm::Plan::operand_copy_bytes() const { return data_ ? data_->copies.tot
 
 Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint schedule) {
   auto d = std::make_shared<Plan::Data>();
-  d->deterministic = args.deterministic;
-  d->hint = args.deterministic ? TileHint::kAuto : hint;
-  d->schedule = args.deterministic ? ScheduleHint::kAuto : schedule;
+  d->hint = hint;
+  d->schedule = schedule;
   d->status = CanImplement(args);
   if (d->status.ok()) d->status = CurrentDevice(&d->dev);
   if (d->status.ok()) {
@@ -225,7 +219,7 @@ Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint
     std::string why;
     d->sm90 = d->dev.sm90() && Sm90Supports(d->problem, &why);
     if (d->sm90) {
-      d->heuristic = HeuristicLaunch(d->problem, d->dev, true, d->deterministic);
+      d->heuristic = HeuristicLaunch(d->problem, d->dev, true);
       d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
       d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
     } else if (d->dev.sm90() && args.a.dtype == DataType::kFp32 && args.allow_tf32) {
@@ -284,11 +278,6 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
       sm90 = Sm90Supports(p, &why);
     }
   }
-  if (d.deterministic && !sm90 && dev.sm90() && d.copies.total_bytes > 0) {
-    return absl::FailedPreconditionError(
-        "deterministic tf32 problem with an operand that is not K-major needs operand_copies "
-        "(without them it would run the strict-fp32 kernel, whose bits differ)");
-  }
   if (sm90) {
     const bool allow_reduction = workspace != nullptr;
     Sm90LaunchChoice choice;
@@ -299,7 +288,7 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
       // launch without a workspace: the paired split-K that it adds then
       // costs more than the in-kernel split-K 2 that lost to it.
       if (!heuristic || (!allow_reduction && heuristic->schedule != Sm90Schedule::kDataParallel))
-        heuristic = HeuristicLaunch(p, dev, allow_reduction, d.deterministic);
+        heuristic = HeuristicLaunch(p, dev, allow_reduction);
       choice = WithHints(*heuristic, p, dev, d.hint, d.schedule, allow_reduction);
     }
     std::string error;

@@ -71,16 +71,6 @@ struct GemmArguments {
   // fp32 inputs: true lets the tensor cores round the inputs to TF32 (about
   // 1e-3 relative error); false (the default) keeps strict fp32 arithmetic.
   bool allow_tf32 = false;
-  // Batch-invariant results: the launch configuration is the deterministic
-  // plan (config/deterministic_plan.h), fixed by m, n, k and the layouts
-  // alone: its tile, data-parallel, never split-K, stream-K, multicast or
-  // paired split-K, whatever batch_count, workspace, hints or device SM
-  // count. Each member's bits then depend only on the problem, the build and
-  // the GPU model. Hints and the workspace are ignored. fp32 with
-  // allow_tf32 and an operand that is not K-major needs operand_copies
-  // (Initialize fails without them rather than take the strict-fp32 kernel,
-  // whose bits differ).
-  bool deterministic = false;
 };
 
 // Tile configuration of the Hopper kernel. kAuto lets the shape heuristic

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/config/deterministic_plan.h"
 #include "kernels/config/heuristic.h"
+#include "kernels/deterministic_hints.h"
 #include "kernels/device_info.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/problem.h"
@@ -36,9 +37,7 @@ GemmArguments AsGemm(const GroupedProblemArguments& p, bool allow_tf32) {
 }
 
 GemmArguments AsGemm(const GroupedGemmArguments& args, size_t i) {
-  GemmArguments g = AsGemm(args.problems[i], args.allow_tf32);
-  g.deterministic = args.deterministic;
-  return g;
+  return AsGemm(args.problems[i], args.allow_tf32);
 }
 
 bool OnHopper(int* num_sms) {
@@ -158,10 +157,11 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   // launches on that tile.
   const std::optional<Sm90Tile> forced =
       args.deterministic ? std::nullopt : Sm90TileOf(hint);
-  std::optional<Sm90Tile> chosen;
-  if (workspace != nullptr && OnHopper(&num_sms) && (!forced || Sm90GroupedHasTile(*forced)) &&
-      GroupedKernelFits(args, &ps) &&
-      (chosen = forced ? forced : ChooseGroupTile(ps, num_sms, args.deterministic))) {
+  const bool fits = workspace != nullptr && OnHopper(&num_sms) &&
+                    (!forced || Sm90GroupedHasTile(*forced)) && GroupedKernelFits(args, &ps);
+  const std::optional<Sm90Tile> chosen =
+      !fits ? std::nullopt : forced ? forced : ChooseGroupTile(ps, num_sms, args.deterministic);
+  if (chosen) {
     const Sm90Tile tile = *chosen;
     std::string error;
     impl_->plan = host_image != nullptr
@@ -174,7 +174,14 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   }
   impl_->loop = std::vector<Gemm>(args.problems.size());
   for (size_t i = 0; i < args.problems.size(); ++i) {
-    s = impl_->loop[i].Initialize(AsGemm(args, i), nullptr, hint);
+    const GemmArguments member = AsGemm(args, i);
+    if (args.deterministic) {
+      // The member's own deterministic launch, as it runs alone.
+      const DeterministicHints h = DeterministicHintsFor(member);
+      s = impl_->loop[i].Initialize(member, nullptr, h.tile, h.schedule);
+    } else {
+      s = impl_->loop[i].Initialize(member, nullptr, hint);
+    }
     if (!s.ok()) {
       impl_->loop.clear();
       return absl::Status(s.code(), absl::StrCat("problems[", i, "]: ", s.message()));

@@ -58,10 +58,11 @@ GroupedProblemArguments GroupedMemberOf(const GemmArguments& g);
 struct GroupedGemmArguments {
   std::vector<GroupedProblemArguments> problems;
   bool allow_tf32 = false;
-  // Every member under GemmArguments::deterministic: the grouped kernel runs
-  // only where all members' deterministic plans share one tile
+  // Every member on its deterministic plan (config/deterministic_plan.h):
+  // the grouped kernel runs only where all members' plans share one tile
   // (DeterministicGroupedTile), on that tile; otherwise each member runs the
-  // launch it would run alone. The tile hint is ignored.
+  // launch it runs alone (DeterministicHintsFor, no workspace). The tile
+  // hint is ignored.
   bool deterministic = false;
 };
 

@@ -225,6 +225,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                                                   s->executor_.get(), s->metrics_.get(),
                                                   Clock::Real(), s->residents_.get(),
                                                   s->instance_id_);
+  s->service_->set_deterministic_by_default(options.deterministic_by_default);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -47,7 +47,8 @@ struct DeterminismOptions {
 
 struct DeterminismResult {
   int compared = 0;    // results compared against their lone run
-  int mismatched = 0;  // of those, not bitwise identical
+  int mismatched = 0;  // of those, not bitwise identical (errors included)
+  int errors = 0;      // runs, lone ones included, that did not succeed
   // Per phase ("strided", "grouped", "concurrent"), the mismatches.
   std::vector<std::pair<std::string, int>> by_phase;
   // Up to 20 descriptions of mismatching problems.

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/kernel_arguments.h"
+#include "kernels/deterministic_hints.h"
 
 namespace gemm {
 namespace gpu {
@@ -153,9 +154,15 @@ void Lane::PrepareGemm(size_t li) {
   const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
-  ls.args.deterministic = g.deterministic;
   ls.gemm = std::make_unique<gk::Gemm>();
-  ls.plan = gk::Gemm::MakePlan(ls.args);
+  if (g.deterministic) {
+    // The plan's tile, data-parallel, and (below) no workspace: every member
+    // of a strided batch runs as it runs alone.
+    const gk::DeterministicHints h = gk::DeterministicHintsFor(ls.args);
+    ls.plan = gk::Gemm::MakePlan(ls.args, h.tile, h.schedule);
+  } else {
+    ls.plan = gk::Gemm::MakePlan(ls.args);
+  }
   ls.status = ls.plan.status();
   if (!ls.status.ok()) return;
   // A deterministic plan never reduces partials (its workspace is 0).
