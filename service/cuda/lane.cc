@@ -6,9 +6,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "kernels/deterministic_hints.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/kernel_arguments.h"
-#include "kernels/deterministic_hints.h"
 
 namespace gemm {
 namespace gpu {
