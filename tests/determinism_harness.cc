@@ -76,7 +76,7 @@ Spec MakeSpec(const DeterminismOptions& o, const Spec* like, std::mt19937_64* rn
     g.input_dtype = o.dtypes[dtype(*rng)];
     const DType outs[] = {g.input_dtype, DType::kFp32};
     g.output_dtype = outs[coin(*rng)];
-    g.allow_tf32 = g.input_dtype == DType::kFp32 && o.allow_tf32;
+    g.allow_tf32 = g.input_dtype == DType::kFp32 && o.allow_tf32 && coin(*rng);
     g.transpose_a = coin(*rng);
     g.transpose_b = coin(*rng);
     g.layout_a = coin(*rng) ? Layout::kRowMajor : Layout::kColMajor;

@@ -20,7 +20,8 @@ struct DeterminismOptions {
   // Distinct random problems, and the seed of everything random.
   int problems = 200;
   uint64_t seed = 33;
-  // Input dtypes drawn from (fp32 problems allow tf32 when `allow_tf32`).
+  // Input dtypes drawn from; with `allow_tf32`, half the fp32 problems allow
+  // tf32 (the others are strict fp32).
   std::vector<DType> dtypes = {DType::kBf16, DType::kFp16, DType::kFp32};
   bool allow_tf32 = true;
   // Shape ranges: most problems M, N, K in [1, max_dim]; every fourth K-heavy
