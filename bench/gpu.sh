@@ -60,8 +60,9 @@ declare -A TARGETS=(
   [tune]="//kernels/cublas:cublas_gemm_gpu_test //bench:tune_portfolio"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
+  [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power tune overload ab"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power tune overload ab determinism"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -74,6 +75,7 @@ declare -A ABOUT=(
   [tune]="cuBLAS members' GPU test; a tuning table, then its choices beside cuBLAS and our heuristic"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
+  [determinism]="batch-invariant results: the determinism GPU test (writes its digests), then the contract's cost"
 )
 
 die() {
@@ -376,6 +378,12 @@ bench_tune() {
   bench "$1" "$2" 600 "$3-tune" tune_portfolio tune --table="$table"
   bench "$1" "$2" 360 "$3-bench" tune_portfolio bench --table="$table"
 }
+
+# determinism: the lone results' digests land in the output folder.
+tests_determinism() {
+  DETERMINISM_DIGEST_OUT="$OUT/$2_determinism_digests.txt" gtest "$1" "$2" 300 determinism_gpu_test
+}
+bench_determinism() { bench "$1" "$2" 300 "$3" determinism_bench; }
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the issue's bound on the rejection p99.

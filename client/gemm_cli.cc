@@ -76,6 +76,9 @@ ABSL_FLAG(double, alpha, 1.0, "alpha");
 ABSL_FLAG(double, beta, 0.0, "beta; non-zero sends a random C");
 ABSL_FLAG(bool, allow_tf32, false, "Let fp32 inputs run on TF32 tensor cores");
 ABSL_FLAG(int, batch, 1, "Problems per request");
+ABSL_FLAG(bool, deterministic, false,
+          "run/bench: ask for batch-invariant results (GemmRequest.deterministic); run prints "
+          "what fixed the bits");
 ABSL_FLAG(uint64_t, seed, 42, "Seed of the random inputs");
 ABSL_FLAG(int, concurrency, 8, "bench: requests in flight");
 ABSL_FLAG(double, duration_s, 10.0, "bench: how long to run, unless --requests is set");
@@ -284,6 +287,7 @@ absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k)
   };
 
   v1::GemmRequest request;
+  if (absl::GetFlag(FLAGS_deterministic)) request.set_deterministic(true);
   request.set_request_id("gemm_cli");
   for (int i = 0; i < absl::GetFlag(FLAGS_batch); ++i) {
     Storage a, b, c;
@@ -430,6 +434,16 @@ int Run() {
   const double flops = RequestFlops(*request);
   absl::PrintF("server    %s, backend %s, kernel %s\n", absl::GetFlag(FLAGS_target),
                response->backend(), response->kernel());
+  if (response->has_reproducibility()) {
+    const v1::Reproducibility& r = response->reproducibility();
+    absl::PrintF("bits      fixed by %s on %s, build %s\n", r.backend(), r.device_model(),
+                 r.build());
+    for (int i = 0; i < r.problems_size(); ++i) {
+      const v1::ProblemReproducibility& p = r.problems(i);
+      absl::PrintF("          problem %d: %s tile %s, %u split(s): %s\n", i, p.kernel(),
+                   p.tile().empty() ? "-" : p.tile(), p.splits(), p.reduction_order());
+    }
+  }
   absl::PrintF("time      client %.3f ms | server %.3f ms = queue %.3f + transfer %.3f + compute %.3f (+ other)\n",
                absl::ToDoubleMilliseconds(wall), Ms(t.total_ns()), Ms(t.queue_ns()),
                Ms(t.transfer_ns()), Ms(t.compute_ns()));

@@ -615,6 +615,11 @@ GemmResult Client::GemmOnce(const Route& route, const v1::GemmRequest& request,
 }
 
 GemmResult Client::Gemm(const v1::GemmRequest& request, const CallOptions& options) {
+  if (options_.deterministic && !request.has_deterministic()) {
+    v1::GemmRequest with = request;
+    with.set_deterministic(*options_.deterministic);
+    return Gemm(with, options);
+  }
   const std::vector<std::string> handles = HandlesOf(request);
   const bool chunked = NeedsChunks(request);
   GemmResult result = absl::UnknownError("no attempt");

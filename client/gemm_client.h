@@ -99,6 +99,13 @@ struct ClientOptions {
   // the server binds each connection to one caller (service/auth.h).
   std::string bearer_token;
 
+  // GemmRequest.deterministic for every Gemm and GemmAsync request that
+  // leaves it unset (batch-invariant results; docs/api.md); unset leaves
+  // such requests to the server's default. A request that sets the field
+  // keeps it. Applying it to a const request copies the request once, so
+  // callers sending large requests set the field themselves.
+  std::optional<bool> deterministic;
+
   // Large operands and results travel in chunks (gemm.v1.Transfer) instead
   // of inside one message: Gemm uploads each operand of at least
   // `chunked_threshold_bytes` as a transient resident matrix, asks the server

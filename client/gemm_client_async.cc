@@ -30,6 +30,11 @@ using client_internal::HandlesOf;
 
 void Client::GemmAsync(std::shared_ptr<const v1::GemmRequest> request,
                        const CallOptions& options, GemmCallback done) {
+  if (options_.deterministic && !request->has_deterministic()) {
+    auto with = std::make_shared<v1::GemmRequest>(*request);
+    with->set_deterministic(*options_.deterministic);
+    request = std::move(with);
+  }
   auto call = std::make_shared<AsyncCall>(std::move(request), options, DeadlineFor(options),
                                           std::move(done));
   call->handles = HandlesOf(*call->request);
@@ -38,6 +43,8 @@ void Client::GemmAsync(std::shared_ptr<const v1::GemmRequest> request,
 }
 
 void Client::GemmAsync(v1::GemmRequest request, const CallOptions& options, GemmCallback done) {
+  if (options_.deterministic && !request.has_deterministic())
+    request.set_deterministic(*options_.deterministic);
   GemmAsync(std::make_shared<const v1::GemmRequest>(std::move(request)), options,
             std::move(done));
 }

@@ -190,6 +190,7 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
   v1::GemmRequest light;
   light.set_request_id(request.request_id());
   light.set_priority(request.priority());
+  if (request.has_deterministic()) light.set_deterministic(request.deterministic());
   uint64_t result_bytes = 0;
   for (const v1::GemmProblem& p : request.problems()) {
     v1::GemmProblem* lp = light.add_problems();

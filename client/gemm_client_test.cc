@@ -59,6 +59,9 @@ class FakeGemmService final : public v1::GemmService::CallbackService {
     response.set_request_id(request.request_id());
     response.set_backend("fake");
     response.set_kernel("reference");
+    // Shows the test what the client sent in GemmRequest.deterministic.
+    if (request.has_deterministic())
+      response.mutable_reproducibility()->set_backend(request.deterministic() ? "det" : "not");
     if (request.request_id() == "bad") {
       response.set_status_code(grpc::StatusCode::INVALID_ARGUMENT);
       response.set_status_message("bad request");
@@ -231,6 +234,33 @@ TEST_F(ClientTest, UnaryGemmAndServerInfo) {
   absl::StatusOr<v1::ServerInfo> info = client->GetServerInfo();
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->backend(), "fake");
+}
+
+TEST_F(ClientTest, DeterministicOptionFillsOnlyUnsetRequests) {
+  std::unique_ptr<Client> plain = MakeClient();
+  GemmResult r = plain->Gemm(MakeRequest());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->has_reproducibility());  // unset: the server's default
+
+  ClientOptions options;
+  options.target = absl::StrCat("127.0.0.1:", port_);
+  options.deterministic = true;
+  auto client = Client::Create(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  r = (*client)->Gemm(MakeRequest());
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reproducibility().backend(), "det");
+  v1::GemmRequest explicit_off = MakeRequest();
+  explicit_off.set_deterministic(false);
+  r = (*client)->Gemm(explicit_off);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reproducibility().backend(), "not");
+  r = (*client)->GemmFuture(MakeRequest()).get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reproducibility().backend(), "det");
+  r = (*client)->GemmFuture(std::make_shared<const v1::GemmRequest>(MakeRequest())).get();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->reproducibility().backend(), "det");
 }
 
 TEST_F(ClientTest, DnsTargetWithRoundRobin) {

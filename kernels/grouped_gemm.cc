@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/config/deterministic_plan.h"
 #include "kernels/config/heuristic.h"
+#include "kernels/deterministic_hints.h"
 #include "kernels/device_info.h"
 #include "kernels/kernel_plan.h"
 #include "kernels/problem.h"
@@ -32,6 +34,10 @@ GemmArguments AsGemm(const GroupedProblemArguments& p, bool allow_tf32) {
   g.beta = p.beta;
   g.allow_tf32 = allow_tf32;
   return g;
+}
+
+GemmArguments AsGemm(const GroupedGemmArguments& args, size_t i) {
+  return AsGemm(args.problems[i], args.allow_tf32);
 }
 
 bool OnHopper(int* num_sms) {
@@ -61,12 +67,19 @@ bool GroupedKernelFits(const GroupedGemmArguments& args, std::vector<NormalizedP
   return true;
 }
 
-// The grouped tile choice (kernels/config/heuristic.h) for these problems.
-Sm90Tile ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms) {
+std::vector<GroupedMemberShape> ShapesOf(const std::vector<NormalizedProblem>& ps) {
   std::vector<GroupedMemberShape> shapes;
   shapes.reserve(ps.size());
   for (const NormalizedProblem& p : ps) shapes.push_back({p.m, p.n, p.k});
-  return ChooseSm90GroupedTile(shapes, num_sms);
+  return shapes;
+}
+
+// The grouped tile choice (kernels/config/heuristic.h) for these problems;
+// for deterministic ones their common plan tile, or none where they differ.
+std::optional<Sm90Tile> ChooseGroupTile(const std::vector<NormalizedProblem>& ps, int num_sms,
+                                        bool deterministic) {
+  if (deterministic) return DeterministicGroupedTile(ShapesOf(ps));
+  return ChooseSm90GroupedTile(ShapesOf(ps), num_sms);
 }
 
 }  // namespace
@@ -99,7 +112,7 @@ absl::Status GroupedGemm::CanImplement(const GroupedGemmArguments& args) {
     return absl::InvalidArgumentError("more than 2^24 problems");
   }
   for (size_t i = 0; i < args.problems.size(); ++i) {
-    const absl::Status s = Gemm::CanImplement(AsGemm(args.problems[i], args.allow_tf32));
+    const absl::Status s = Gemm::CanImplement(AsGemm(args, i));
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("problems[", i, "]: ", s.message()));
     }
@@ -142,10 +155,14 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   std::vector<NormalizedProblem> ps;
   // A hint for a tile the grouped kernel lacks runs the loop of single
   // launches on that tile.
-  const std::optional<Sm90Tile> forced = Sm90TileOf(hint);
-  if (workspace != nullptr && OnHopper(&num_sms) && (!forced || Sm90GroupedHasTile(*forced)) &&
-      GroupedKernelFits(args, &ps)) {
-    const Sm90Tile tile = forced ? *forced : ChooseGroupTile(ps, num_sms);
+  const std::optional<Sm90Tile> forced =
+      args.deterministic ? std::nullopt : Sm90TileOf(hint);
+  const bool fits = workspace != nullptr && OnHopper(&num_sms) &&
+                    (!forced || Sm90GroupedHasTile(*forced)) && GroupedKernelFits(args, &ps);
+  const std::optional<Sm90Tile> chosen =
+      !fits ? std::nullopt : forced ? forced : ChooseGroupTile(ps, num_sms, args.deterministic);
+  if (chosen) {
+    const Sm90Tile tile = *chosen;
     std::string error;
     impl_->plan = host_image != nullptr
                       ? MakeSm90GroupedPlanDeferred(ps, tile, num_sms, workspace, host_image, &error)
@@ -157,7 +174,14 @@ absl::Status GroupedGemm::Init(const GroupedGemmArguments& args, void* workspace
   }
   impl_->loop = std::vector<Gemm>(args.problems.size());
   for (size_t i = 0; i < args.problems.size(); ++i) {
-    s = impl_->loop[i].Initialize(AsGemm(args.problems[i], args.allow_tf32), nullptr, hint);
+    const GemmArguments member = AsGemm(args, i);
+    if (args.deterministic) {
+      // The member's own deterministic launch, as it runs alone.
+      const DeterministicHints h = DeterministicHintsFor(member);
+      s = impl_->loop[i].Initialize(member, nullptr, h.tile, h.schedule);
+    } else {
+      s = impl_->loop[i].Initialize(member, nullptr, hint);
+    }
     if (!s.ok()) {
       impl_->loop.clear();
       return absl::Status(s.code(), absl::StrCat("problems[", i, "]: ", s.message()));

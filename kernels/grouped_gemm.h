@@ -58,6 +58,12 @@ GroupedProblemArguments GroupedMemberOf(const GemmArguments& g);
 struct GroupedGemmArguments {
   std::vector<GroupedProblemArguments> problems;
   bool allow_tf32 = false;
+  // Every member on its deterministic plan (config/deterministic_plan.h):
+  // the grouped kernel runs only where all members' plans share one tile
+  // (DeterministicGroupedTile), on that tile; otherwise each member runs the
+  // launch it runs alone (DeterministicHintsFor, no workspace). The tile
+  // hint is ignored.
+  bool deterministic = false;
 };
 
 class GroupedGemm {

@@ -83,6 +83,17 @@ absl::Duration RunCpuGemm(const GemmProblemRef& p) {
   return staging;
 }
 
+ProblemReproducibility CpuReproducibility(int blas_threads) {
+  ProblemReproducibility r;
+  r.kernel_family = "openblas_sgemm";
+  r.kernel = "openblas_sgemm";
+  r.splits = 1;
+  r.reduction_order = absl::StrCat(
+      "OpenBLAS sgemm in fp32 (fp16 and bf16 widened exactly) on ", blas_threads,
+      " BLAS threads: its K blocking and thread partition follow M, N, K and the thread count");
+  return r;
+}
+
 absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& options) {
   if (options.concurrent_requests < 1)
     return absl::InvalidArgumentError("concurrent_requests must be at least 1");
@@ -97,6 +108,8 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
       absl::StrCat("CPU (OpenBLAS ", openblas_get_config(), ")"), "", 0, 0,
       static_cast<uint32_t>(threads)});
   info.kernels = {"openblas_sgemm"};
+  ex->device_model_ = absl::StrCat("CPU ", openblas_get_corename(), " (OpenBLAS ",
+                                   openblas_get_config(), "), ", threads, " BLAS threads");
   if (options.calibrate) ex->Calibrate();
   ApplyPeakOverrides(options.peak_overrides, &info.peak_rates);
   for (int i = 0; i < options.concurrent_requests; ++i)
@@ -211,7 +224,7 @@ void CpuExecutor::RunThread() {
 // launch the batch planned for it. Each request is answered as soon as it is
 // done; the batch's slot is returned just before the last answer, so that a
 // client's next request finds the executor idle rather than just about to be.
-void CpuExecutor::RunBatch(Batch& batch) {
+void CpuExecutor::RunBatch(Batch& batch) const {
   for (size_t i = 0; i < batch.items.size(); ++i) {
     const std::shared_ptr<WorkItem>& item = batch.items[i];
     const bool last = i + 1 == batch.items.size();
@@ -236,6 +249,11 @@ void CpuExecutor::RunBatch(Batch& batch) {
     item->report.compute = compute;
     item->report.backend = "cpu";
     item->report.kernel = "openblas_sgemm";
+    if (item->deterministic) {
+      item->report.device_model = device_model_;
+      item->report.reproducibility.assign(item->problems.size(),
+                                          CpuReproducibility(blas_threads_));
+    }
     complete(absl::OkStatus());
   }
   if (batch.on_done) batch.on_done();  // an empty batch

@@ -1,11 +1,21 @@
 // The CPU backend: OpenBLAS sgemm. fp16 and bf16 operands are widened to fp32
 // and the result is rounded to the output type, so every dtype of the API is
 // served exactly as the GPU serves it (fp32 accumulation), only slower.
+//
+// Determinism: every problem is one sgemm call of its own, whatever launch
+// the batch planned, at the executor's one BLAS thread count, so its bits
+// never depend on batch partners, launch kind or load. They do depend on
+// that thread count: OpenBLAS 0.3.21 partitions the work, and blocks K,
+// differently with a different count (measured: most random shapes change
+// bits between 1, 2, 4 and 8 threads, and between a whole product and its
+// column or row slices). The count is fixed for the executor's life
+// (blas_threads, or the core count) and deterministic results name it.
 #ifndef GEMM_SERVICE_CPU_EXECUTOR_H_
 #define GEMM_SERVICE_CPU_EXECUTOR_H_
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -53,17 +63,23 @@ class CpuExecutor : public Executor {
       : options_(options), blas_threads_(blas_threads), cores_(cores) {}
   void Calibrate();
   void RunThread();
-  static void RunBatch(Batch& batch);
+  void RunBatch(Batch& batch) const;
 
   const Options options_;
   const int blas_threads_;  // resolved: options_.blas_threads, or one per core
   const int cores_;
   BackendInfo info_;
+  // What deterministic results name: the BLAS build, its core type and the
+  // thread count.
+  std::string device_model_;
   absl::Mutex mu_;
   std::deque<Batch> pending_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
+
+// What fixed a deterministic problem's bits on the CPU backend.
+ProblemReproducibility CpuReproducibility(int blas_threads);
 
 // Runs one problem on the calling thread. Exposed for tests and benchmarks.
 // Returns the time spent converting dtypes and layouts (the CPU's "transfer").

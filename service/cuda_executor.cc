@@ -64,6 +64,7 @@ absl::Status CudaExecutor::Init() {
   lane_options.reducing_schedules = options_.reducing_schedules;
   lane_options.reducing_min_flops = options_.reducing_min_flops;
   lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
+  lane_options.device_model = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
   lane_options.before_launches = options_.before_launches;
   auto on_done = [relay = relay_](gpu::Lane* done) {
     absl::MutexLock lock(&relay->mu);

@@ -319,6 +319,21 @@ void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmRes
   response->set_kernel(report.kernel);
 }
 
+void FillReproducibility(const ExecutionReport& report, v1::GemmResponse* response) {
+  v1::Reproducibility* r = response->mutable_reproducibility();
+  r->set_backend(report.backend);
+  r->set_device_model(report.device_model);
+  r->set_build(kVersion);
+  for (const ProblemReproducibility& p : report.reproducibility) {
+    v1::ProblemReproducibility* out = r->add_problems();
+    out->set_kernel_family(p.kernel_family);
+    out->set_kernel(p.kernel);
+    out->set_tile(p.tile);
+    out->set_splits(static_cast<uint32_t>(p.splits));
+    out->set_reduction_order(p.reduction_order);
+  }
+}
+
 GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queue,
                                  const Executor* executor, ServiceMetrics* metrics,
                                  const Clock* clock, ResidentStore* residents,
@@ -385,11 +400,14 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   item->client = caller.empty() ? context.peer() : caller;
   item->deadline = deadline;
   item->received = received;
+  item->deterministic =
+      request.has_deterministic() ? request.deterministic() : deterministic_by_default_;
+  const bool deterministic = item->deterministic;
   const Clock* clock = clock_;
   ServiceMetrics* metrics = metrics_;
   WorkItem* raw = item.get();
   ResidentStore* store = keep_results ? residents_ : nullptr;
-  item->done = [response, received, clock, metrics, raw, store, caller,
+  item->done = [response, received, clock, metrics, raw, store, caller, deterministic,
                 on_done = std::move(on_done)](const absl::Status& status,
                                               const ExecutionReport& report) {
     absl::Status s = status;
@@ -404,6 +422,10 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     if (s.ok()) {
       for (const GemmProblemRef& p : raw->problems) metrics->RecordProblem(p, report.backend);
       FillTiming(report, clock->Now() - received, response);
+      if (deterministic) {
+        metrics->RecordDeterministicRequest(report.backend);
+        FillReproducibility(report, response);
+      }
     }
     on_done(s);
   };

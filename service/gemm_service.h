@@ -33,6 +33,10 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   // replica, while the calls of requests already under way here (Gemm on
   // their uploaded operands, Transfer, ReleaseMatrix) are still served.
   void StartDrain() { draining_.store(true); }
+  // Whether a request that leaves GemmRequest.deterministic unset runs
+  // deterministic (the server's --deterministic_by_default). Set before
+  // serving.
+  void set_deterministic_by_default(bool on) { deterministic_by_default_ = on; }
   bool draining() const { return draining_.load(); }
   // Unary Gemm calls not yet done (their answers not yet sent). Streams are
   // not counted: an open stream may idle for as long as its client likes.
@@ -93,6 +97,7 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   ResidentStore* const residents_;
   const std::string instance_id_;
   std::atomic<bool> draining_{false};
+  bool deterministic_by_default_ = false;
 };
 
 // The status of a call refused because the server is draining.
@@ -100,6 +105,8 @@ absl::Status DrainingError(absl::string_view what);
 
 // Fills a response's timing and backend fields from an executor's report.
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response);
+// GemmResponse.reproducibility of a deterministic request from its report.
+void FillReproducibility(const ExecutionReport& report, v1::GemmResponse* response);
 
 }  // namespace gemm
 

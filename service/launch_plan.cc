@@ -3,6 +3,8 @@
 #include <map>
 #include <tuple>
 
+#include "kernels/config/deterministic_plan.h"
+
 namespace gemm {
 namespace {
 
@@ -20,11 +22,29 @@ auto BatchKey(const GemmProblemRef& p) {
                          p.c.resident);
 }
 
+// A deterministic problem's plan tile (-1 for the others), which its grouped
+// launch must share.
+int DeterministicTile(const GemmProblemRef& p, bool deterministic) {
+  if (!deterministic) return -1;
+  const GemmShape& s = p.shape;
+  return static_cast<int>(gemm_kernels::PlanDeterministicSm90ForLayout(
+                              static_cast<int64_t>(s.m), static_cast<int64_t>(s.n),
+                              static_cast<int64_t>(s.k), s.layout_d == Layout::kColMajor)
+                              .tile);
+}
+
 // Problems of one class can share a grouped launch: one kernel instantiation
-// serves one (input, output, tf32) combination.
-auto GroupKey(const GemmProblemRef& p) {
+// serves one (input, output, tf32) combination; deterministic problems only
+// with each other, on one plan tile.
+auto GroupKey(const GemmProblemRef& p, bool deterministic) {
   return std::make_tuple(static_cast<int>(p.shape.input_dtype),
-                         static_cast<int>(p.shape.output_dtype), p.shape.allow_tf32);
+                         static_cast<int>(p.shape.output_dtype), p.shape.allow_tf32,
+                         deterministic, DeterministicTile(p, deterministic));
+}
+
+// Whether a problem may join a grouped launch at all.
+bool Groupable(const GemmProblemRef& p, bool deterministic, const LaunchPlanOptions& options) {
+  return options.grouped_supported && !(deterministic && p.shape.input_dtype == DType::kFp32);
 }
 
 }  // namespace
@@ -48,42 +68,49 @@ bool SameBatchShape(const GemmProblemRef& x, const GemmProblemRef& y) {
 std::vector<LaunchGroup> PlanLaunches(const std::vector<std::shared_ptr<WorkItem>>& items,
                                       const LaunchPlanOptions& options) {
   std::vector<LaunchGroup> launches;
-  // Identical shapes first, in order of first appearance.
-  std::vector<std::vector<const GemmProblemRef*>> same_shape;
-  std::map<decltype(BatchKey(GemmProblemRef())), size_t> index;
+  // Identical shapes first, in order of first appearance; deterministic and
+  // other problems apart.
+  struct SameShape {
+    bool deterministic = false;
+    std::vector<const GemmProblemRef*> problems;
+  };
+  std::vector<SameShape> same_shape;
+  std::map<std::pair<bool, decltype(BatchKey(GemmProblemRef()))>, size_t> index;
   for (const auto& item : items) {
+    const bool det = item->deterministic;
     for (const GemmProblemRef& p : item->problems) {
       if (p.shape.flops() >= options.large_problem_flops) {
-        launches.push_back({LaunchGroup::Kind::kSingle, {&p}});
+        launches.push_back({LaunchGroup::Kind::kSingle, {&p}, det});
         continue;
       }
-      auto [it, inserted] = index.emplace(BatchKey(p), same_shape.size());
-      if (inserted) same_shape.emplace_back();
-      same_shape[it->second].push_back(&p);
+      auto [it, inserted] = index.emplace(std::make_pair(det, BatchKey(p)), same_shape.size());
+      if (inserted) same_shape.push_back({det, {}});
+      same_shape[it->second].problems.push_back(&p);
     }
   }
   // What is left over after the strided batches is grouped by type class.
-  std::vector<std::vector<const GemmProblemRef*>> grouped;
-  std::map<decltype(GroupKey(GemmProblemRef())), size_t> group_index;
-  for (auto& problems : same_shape) {
-    if (problems.size() >= options.min_strided_batch) {
-      launches.push_back({LaunchGroup::Kind::kStridedBatched, std::move(problems)});
+  std::vector<SameShape> grouped;
+  std::map<decltype(GroupKey(GemmProblemRef(), false)), size_t> group_index;
+  for (SameShape& shape : same_shape) {
+    const bool det = shape.deterministic;
+    if (shape.problems.size() >= options.min_strided_batch) {
+      launches.push_back({LaunchGroup::Kind::kStridedBatched, std::move(shape.problems), det});
       continue;
     }
-    for (const GemmProblemRef* p : problems) {
-      if (!options.grouped_supported) {
-        launches.push_back({LaunchGroup::Kind::kSingle, {p}});
+    for (const GemmProblemRef* p : shape.problems) {
+      if (!Groupable(*p, det, options)) {
+        launches.push_back({LaunchGroup::Kind::kSingle, {p}, det});
         continue;
       }
-      auto [it, inserted] = group_index.emplace(GroupKey(*p), grouped.size());
-      if (inserted) grouped.emplace_back();
-      grouped[it->second].push_back(p);
+      auto [it, inserted] = group_index.emplace(GroupKey(*p, det), grouped.size());
+      if (inserted) grouped.push_back({det, {}});
+      grouped[it->second].problems.push_back(p);
     }
   }
-  for (auto& problems : grouped) {
+  for (SameShape& group : grouped) {
     const LaunchGroup::Kind kind =
-        problems.size() == 1 ? LaunchGroup::Kind::kSingle : LaunchGroup::Kind::kGrouped;
-    launches.push_back({kind, std::move(problems)});
+        group.problems.size() == 1 ? LaunchGroup::Kind::kSingle : LaunchGroup::Kind::kGrouped;
+    launches.push_back({kind, std::move(group.problems), group.deterministic});
   }
   return launches;
 }
@@ -93,7 +120,7 @@ Batch SingleLaunchBatch(std::vector<std::shared_ptr<WorkItem>> items) {
   batch.items = std::move(items);
   for (const auto& item : batch.items)
     for (const GemmProblemRef& p : item->problems)
-      batch.launches.push_back({LaunchGroup::Kind::kSingle, {&p}});
+      batch.launches.push_back({LaunchGroup::Kind::kSingle, {&p}, item->deterministic});
   return batch;
 }
 

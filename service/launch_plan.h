@@ -5,7 +5,14 @@
 //   - other problems of one (input, output, tf32) type class form one grouped
 //     launch;
 //   - problems at or above the "large" threshold get a launch of their own, so
-//     the kernel's own heuristic (data-parallel or stream-K) sees them alone.
+//     the kernel's own heuristic (data-parallel or stream-K) sees them alone;
+//   - problems of deterministic requests (WorkItem::deterministic) share
+//     launches only with each other, each launch flagged deterministic, so the
+//     kernels run every member with its deterministic plan
+//     (kernels/config/deterministic_plan.h): a grouped launch holds only
+//     16-bit-input members whose plans share one tile; fp32 ones run as
+//     strided batches or alone (the grouped kernel has no tf32, and its
+//     fallback copies no operands into K-major order).
 #ifndef GEMM_SERVICE_LAUNCH_PLAN_H_
 #define GEMM_SERVICE_LAUNCH_PLAN_H_
 
@@ -24,6 +31,8 @@ struct LaunchGroup {
   Kind kind = Kind::kSingle;
   // Problems of the launch, pointing into the batch's items, in queue order.
   std::vector<const GemmProblemRef*> problems;
+  // Every problem is of a deterministic request (none is otherwise).
+  bool deterministic = false;
 };
 
 const char* LaunchKindName(LaunchGroup::Kind kind);

@@ -1,8 +1,12 @@
 #include "service/launch_plan.h"
 
+#include <map>
+#include <random>
 #include <set>
 
 #include <gtest/gtest.h>
+
+#include "kernels/config/deterministic_plan.h"
 
 namespace gemm {
 namespace {
@@ -139,6 +143,116 @@ TEST(LaunchPlanTest, StridedBatchesShareOneResidentOperandOrNone) {
   for (const LaunchGroup& l : launches)
     if (l.kind == LaunchGroup::Kind::kStridedBatched) sizes.insert(l.problems.size());
   EXPECT_EQ(sizes, (std::multiset<size_t>{2, 3}));
+}
+
+}  // namespace
+}  // namespace gemm
+
+namespace gemm {
+namespace {
+
+int PlanTile(const GemmProblemRef& p) {
+  const GemmShape& s = p.shape;
+  return static_cast<int>(gemm_kernels::PlanDeterministicSm90ForLayout(
+                              static_cast<int64_t>(s.m), static_cast<int64_t>(s.n),
+                              static_cast<int64_t>(s.k), s.layout_d == Layout::kColMajor)
+                              .tile);
+}
+
+TEST(LaunchPlanTest, DeterministicProblemsShareLaunchesOnlyWithEachOther) {
+  std::vector<std::shared_ptr<WorkItem>> items;
+  for (int i = 0; i < 4; ++i) {
+    items.push_back(Item({Problem(128, 128, 128), Problem(100, 64, 32)}));
+    items.back()->deterministic = i % 2 == 0;
+  }
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  ASSERT_EQ(CountProblems(launches), 8u);
+  for (const LaunchGroup& l : launches) {
+    EXPECT_EQ(l.kind, LaunchGroup::Kind::kStridedBatched);  // two of each shape on each side
+    for (const GemmProblemRef* p : l.problems) {
+      const bool det = p == &items[0]->problems[0] || p == &items[0]->problems[1] ||
+                       p == &items[2]->problems[0] || p == &items[2]->problems[1];
+      EXPECT_EQ(det, l.deterministic);
+    }
+  }
+}
+
+TEST(LaunchPlanTest, DeterministicFp32NeverGroups) {
+  std::vector<std::shared_ptr<WorkItem>> items = {
+      Item({Problem(100, 64, 32, DType::kFp32), Problem(7, 9, 11, DType::kFp32)})};
+  items[0]->problems[0].shape.allow_tf32 = items[0]->problems[1].shape.allow_tf32 = true;
+  items[0]->deterministic = true;
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  ASSERT_EQ(launches.size(), 2u);
+  for (const LaunchGroup& l : launches) {
+    EXPECT_EQ(l.kind, LaunchGroup::Kind::kSingle);
+    EXPECT_TRUE(l.deterministic);
+  }
+  items[0]->deterministic = false;  // the same problems otherwise group as before
+  EXPECT_EQ(PlanLaunches(items, LaunchPlanOptions())[0].kind, LaunchGroup::Kind::kGrouped);
+}
+
+// Thousands of random queues of deterministic and other requests: every
+// deterministic problem lands in a launch of deterministic problems only,
+// whose members all run its own plan: strided batches of identical problems,
+// grouped launches of one plan tile and 16-bit inputs, and nothing else.
+TEST(LaunchPlanTest, DeterministicLaunchesKeepEachMembersOwnPlan) {
+  std::mt19937_64 rng(33);
+  std::uniform_int_distribution<int> items_per_batch(1, 12), problems_per_item(1, 6),
+      pick_shape(0, 11), coin(0, 1), dtype(0, 2);
+  std::uniform_int_distribution<uint64_t> dim(1, 3000), deep(2048, 20000);
+  const DType dtypes[] = {DType::kBf16, DType::kFp16, DType::kFp32};
+  size_t strided = 0, grouped = 0, det_problems = 0;
+  for (int round = 0; round < 2000; ++round) {
+    // A small pool of shapes so that identical problems meet.
+    std::vector<GemmProblemRef> pool;
+    for (int i = 0; i < 12; ++i) {
+      GemmProblemRef p = Problem(dim(rng), dim(rng), coin(rng) ? dim(rng) : deep(rng),
+                                 dtypes[dtype(rng)]);
+      p.shape.allow_tf32 = p.shape.input_dtype == DType::kFp32;
+      if (coin(rng)) p.shape.layout_d = Layout::kColMajor;
+      pool.push_back(p);
+    }
+    std::vector<std::shared_ptr<WorkItem>> items;
+    for (int i = items_per_batch(rng); i > 0; --i) {
+      std::vector<GemmProblemRef> problems;
+      for (int j = problems_per_item(rng); j > 0; --j) problems.push_back(pool[pick_shape(rng)]);
+      items.push_back(Item(std::move(problems)));
+      items.back()->deterministic = coin(rng);
+    }
+    std::map<const GemmProblemRef*, bool> det_of;
+    size_t total = 0;
+    for (const auto& item : items)
+      for (const GemmProblemRef& p : item->problems) {
+        det_of[&p] = item->deterministic;
+        ++total;
+      }
+    const auto launches = PlanLaunches(items, LaunchPlanOptions());
+    ASSERT_EQ(CountProblems(launches), total);
+    for (const LaunchGroup& l : launches) {
+      const GemmProblemRef& first = *l.problems.front();
+      for (const GemmProblemRef* p : l.problems) ASSERT_EQ(det_of.at(p), l.deterministic);
+      if (!l.deterministic) continue;
+      det_problems += l.problems.size();
+      if (l.kind == LaunchGroup::Kind::kStridedBatched) {
+        ++strided;
+        for (const GemmProblemRef* p : l.problems) EXPECT_TRUE(SameBatchShape(*p, first));
+      } else if (l.kind == LaunchGroup::Kind::kGrouped) {
+        ++grouped;
+        EXPECT_NE(first.shape.input_dtype, DType::kFp32);
+        for (const GemmProblemRef* p : l.problems) {
+          EXPECT_EQ(PlanTile(*p), PlanTile(first));
+          EXPECT_EQ(p->shape.input_dtype, first.shape.input_dtype);
+          EXPECT_EQ(p->shape.output_dtype, first.shape.output_dtype);
+        }
+      } else {
+        EXPECT_EQ(l.problems.size(), 1u);
+      }
+    }
+  }
+  EXPECT_GT(strided, 0u);
+  EXPECT_GT(grouped, 0u);
+  EXPECT_GT(det_problems, 1000u);
 }
 
 }  // namespace

@@ -157,6 +157,12 @@ ServiceMetrics::ServiceMetrics()
                           .Help("The configured --max_inflight_bytes.")
                           .Register(*registry_)
                           .Add({})),
+      deterministic_requests_(BuildCounter()
+                                  .Name("gemm_deterministic_requests_total")
+                                  .Help("Requests answered under the deterministic contract "
+                                        "(GemmRequest.deterministic or the server's default), "
+                                        "by backend.")
+                                  .Register(*registry_)),
       chunk_bytes_(BuildCounter()
                        .Name("gemm_chunk_bytes_total")
                        .Help("Bytes of resident matrices moved in chunks by gemm.v1.Transfer "
@@ -250,6 +256,10 @@ void ServiceMetrics::AddProbe(const std::string& name, const std::string& help,
 void ServiceMetrics::RecordBatch(size_t requests, size_t problems) {
   batch_requests_.Observe(static_cast<double>(requests));
   batch_problems_.Observe(static_cast<double>(problems));
+}
+
+void ServiceMetrics::RecordDeterministicRequest(const std::string& backend) {
+  deterministic_requests_.Add({{"backend", backend}}).Increment();
 }
 
 void ServiceMetrics::RecordProblem(const GemmProblemRef& p, const std::string& backend) {

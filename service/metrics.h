@@ -70,6 +70,9 @@ class ServiceMetrics {
                 const std::map<std::string, std::string>& labels, std::function<double()> read);
   // One batch handed to an executor: its request count and problem count.
   void RecordBatch(size_t requests, size_t problems);
+  // One request run under the deterministic contract
+  // (gemm_deterministic_requests_total{backend}).
+  void RecordDeterministicRequest(const std::string& backend);
   // One finished problem's work.
   void RecordProblem(const GemmProblemRef& problem, const std::string& backend);
   // One kernel launch (or BLAS call) and the time it took.
@@ -106,6 +109,7 @@ class ServiceMetrics {
   std::shared_ptr<ProcessCollector> process_;  // process_* from /proc
   prometheus::Gauge& queue_limit_;
   prometheus::Gauge& inflight_limit_;
+  prometheus::Family<prometheus::Counter>& deterministic_requests_;
   prometheus::Family<prometheus::Counter>& chunk_bytes_;
   prometheus::Counter& upload_chunk_bytes_;
   prometheus::Counter& download_chunk_bytes_;

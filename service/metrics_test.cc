@@ -85,6 +85,19 @@ TEST(MetricsTest, DeviceHealthyPerGpu) {
   EXPECT_NE(text.find("gemm_device_healthy{gpu=\"1\"} 0"), std::string::npos) << text;
 }
 
+TEST(MetricsTest, CountsDeterministicRequestsByBackend) {
+  ServiceMetrics m;
+  m.RecordDeterministicRequest("cpu");
+  m.RecordDeterministicRequest("cpu");
+  m.RecordDeterministicRequest("cuda");
+  const std::string text = m.Scrape();
+  EXPECT_NE(text.find("gemm_deterministic_requests_total{backend=\"cpu\"} 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gemm_deterministic_requests_total{backend=\"cuda\"} 1"),
+            std::string::npos)
+      << text;
+}
+
 TEST(MetricsTest, ExposerServesOnAFreePort) {
   ServiceMetrics m;
   ASSERT_TRUE(m.StartExposer("127.0.0.1:0").ok());

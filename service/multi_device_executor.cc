@@ -306,6 +306,7 @@ void MultiDeviceExecutor::Execute(Batch batch) {
     for (int d = 0; d < n; ++d) {
       if (per[d].problems.empty()) continue;
       per[d].kind = per[d].problems.size() > 1 ? g.kind : LaunchGroup::Kind::kSingle;
+      per[d].deterministic = g.deterministic;
       parts[d].launches.push_back(std::move(per[d]));
     }
   }

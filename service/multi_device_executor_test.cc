@@ -285,6 +285,7 @@ TEST(MultiDeviceExecutorTest, LaunchGroupsSplitByDevice) {
   LaunchGroup strided;
   strided.kind = LaunchGroup::Kind::kStridedBatched;
   strided.problems = {&pinned->problems[0], &free1->problems[0], &free2->problems[0]};
+  strided.deterministic = true;  // each part keeps it
   batch.launches.push_back(strided);
   f.multi->Execute(std::move(batch));
   f.multi->WaitHandedOver();
@@ -299,6 +300,8 @@ TEST(MultiDeviceExecutorTest, LaunchGroupsSplitByDevice) {
   EXPECT_EQ(on1.launches[0].kind, LaunchGroup::Kind::kStridedBatched);
   EXPECT_EQ(on1.launches[0].problems,
             (std::vector<const GemmProblemRef*>{&free1->problems[0], &free2->problems[0]}));
+  EXPECT_TRUE(on0.launches[0].deterministic);
+  EXPECT_TRUE(on1.launches[0].deterministic);
 }
 
 TEST(MultiDeviceExecutorTest, ReleasedResidentBytesFreeTheirDevice) {

@@ -239,6 +239,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                                                   s->executor_.get(), s->metrics_.get(),
                                                   Clock::Real(), s->residents_.get(),
                                                   s->instance_id_);
+  s->service_->set_deterministic_by_default(options.deterministic_by_default);
 
   // Before the main port, whose start must not fail after it (a server_
   // without a batcher cannot be shut down): NOT_SERVING until SetServing.

@@ -48,6 +48,9 @@ struct ServerOptions {
   BatcherOptions batcher;
   // Refusing at once requests predicted to finish past their deadline.
   AdmissionOptions admission;
+  // Requests that leave GemmRequest.deterministic unset run deterministic
+  // (batch-invariant results, at the cost docs/api.md gives).
+  bool deterministic_by_default = false;
   // host:port for the Prometheus /metrics endpoint; empty (the default here,
   // so that embedded servers and tests open no extra port) turns it off. The
   // server binary's flag defaults to 0.0.0.0:9464; bind it to 127.0.0.1 (or a

@@ -110,6 +110,10 @@ ABSL_FLAG(uint64_t, batch_max_bytes, kDefaults.batcher.budget.max_bytes,
           "most operand and result bytes in one batch");
 ABSL_FLAG(double, large_problem_flops, kDefaults.batcher.plan.large_problem_flops,
           "problems with at least this many FLOPs get a launch of their own");
+ABSL_FLAG(bool, deterministic_by_default, false,
+          "requests that leave GemmRequest.deterministic unset get batch-invariant results "
+          "(bits depend only on the problem, the build and the device model; slower where "
+          "stream-K or split-K would run)");
 ABSL_FLAG(bool, reject_predicted_late, kDefaults.admission.reject_predicted_late,
           "refuse at once (RESOURCE_EXHAUSTED with a retry pushback) a request whose predicted "
           "completion, after the work running and queued ahead of it, is past its deadline");
@@ -230,6 +234,7 @@ int main(int argc, char** argv) {
   options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
   options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
   options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options.deterministic_by_default = absl::GetFlag(FLAGS_deterministic_by_default);
   options.admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
   options.admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
   for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {

@@ -15,6 +15,17 @@
 
 namespace gemm {
 
+// What fixed one deterministic problem's result bits, for
+// GemmResponse.reproducibility: two results are comparable bit for bit when
+// these, the backend, the device model and the build agree.
+struct ProblemReproducibility {
+  std::string kernel_family;    // "sm90_wgmma", "portable_simt", "openblas_sgemm"
+  std::string kernel;           // the kernel's full name
+  std::string tile;             // output tile of the kernel as it ran ("128x256")
+  int splits = 1;               // k-ranges per output tile (1: K is never split)
+  std::string reduction_order;  // how each element's k-sum is ordered
+};
+
 // What an executor reports about how it ran a request.
 struct ExecutionReport {
   absl::Duration queue_wait;
@@ -34,6 +45,11 @@ struct ExecutionReport {
   // one request of the batch (GPU backends only).
   uint64_t h2d_bytes = 0;
   uint64_t d2h_bytes = 0;
+  // Deterministic requests only: the device model the bits depend on
+  // ("NVIDIA H200 (sm_90)"; the CPU and BLAS build on the CPU) and, per
+  // problem in request order, what fixed them.
+  std::string device_model;
+  std::vector<ProblemReproducibility> reproducibility;
 };
 
 struct WorkItem {
@@ -45,6 +61,10 @@ struct WorkItem {
   // one priority and deadline are interleaved across clients.
   std::string client;
   absl::Time deadline = absl::InfiniteFuture();
+  // The request asked for batch-invariant results (GemmRequest.deterministic,
+  // or the server's default): its problems share launches only with other
+  // deterministic ones and run their deterministic plans (launch_plan.h).
+  bool deterministic = false;
   absl::Time received;
   absl::Time enqueued;
   uint64_t bytes = 0;  // operands + results, counted against in-flight limits

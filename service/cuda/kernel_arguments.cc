@@ -1,5 +1,7 @@
 #include "service/cuda/kernel_arguments.h"
 
+#include "kernels/config/deterministic_plan.h"
+
 namespace gemm {
 namespace gpu {
 
@@ -20,6 +22,30 @@ const char* KernelFamily(gk::KernelKind k) {
       break;
   }
   return "none";
+}
+
+ProblemReproducibility DeterministicRecord(const GemmProblemRef& p, gk::KernelKind kind,
+                                           const std::string& kernel) {
+  ProblemReproducibility r;
+  r.kernel_family = KernelFamily(kind);
+  r.kernel = kernel;
+  r.splits = 1;
+  const GemmShape& s = p.shape;
+  if (kind == gk::KernelKind::kSm90TmaWgmma) {
+    const gk::DeterministicSm90Plan plan = gk::PlanDeterministicSm90ForLayout(
+        static_cast<int64_t>(s.m), static_cast<int64_t>(s.n), static_cast<int64_t>(s.k),
+        s.layout_d == Layout::kColMajor);
+    r.tile = gk::Sm90TileName(plan.tile);
+    r.reduction_order = s.input_dtype == DType::kFp32
+                            ? "one CTA per output tile: k-blocks of 32 ascending, tf32 wgmma "
+                              "k-steps of 8 in order, fp32 accumulators; K never split"
+                            : "one CTA per output tile: k-blocks of 64 ascending, wgmma k-steps "
+                              "of 16 in order, fp32 accumulators; K never split";
+  } else {
+    r.tile = "64x64";
+    r.reduction_order = "each output element summed by one thread: k ascending, fp32 fused multiply-add";
+  }
+  return r;
 }
 
 gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,

@@ -4,10 +4,12 @@
 #define GEMM_SERVICE_CUDA_KERNEL_ARGUMENTS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "common/gemm_problem.h"
 #include "kernels/gemm.h"
 #include "service/cuda/batch_layout.h"
+#include "service/work_item.h"
 
 namespace gemm {
 namespace gpu {
@@ -18,6 +20,11 @@ gemm_kernels::Layout OperandLayout(Layout stored, bool transposed);
 
 // The metrics' name for a kernel kind: "sm90_wgmma", "portable_simt", "none".
 const char* KernelFamily(gemm_kernels::KernelKind k);
+
+// What fixed a deterministic problem's bits when it ran on `kind`
+// (`kernel` the launch's kernel name): its plan tile and k-order.
+ProblemReproducibility DeterministicRecord(const GemmProblemRef& p, gemm_kernels::KernelKind kind,
+                                           const std::string& kernel);
 
 // The kernel's view of `count` problems starting with `p` at `pl` (the
 // second member at `pl2` gives the batch strides) in a lane's device buffer

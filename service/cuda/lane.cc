@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "kernels/deterministic_hints.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/kernel_arguments.h"
 
@@ -132,6 +133,7 @@ void Lane::PrepareGrouped(size_t li) {
   unsigned char* out_dev = dev + layout_.input_bytes;
   gk::GroupedGemmArguments args;
   args.allow_tf32 = layout_.problem(li, 0).problem->shape.allow_tf32;
+  args.deterministic = batch_.launches[li].deterministic;
   for (size_t i = 0; i < where.count; ++i) {
     const ProblemLayout& q = layout_.problem(li, i);
     args.problems.push_back(
@@ -159,10 +161,18 @@ void Lane::PrepareGemm(size_t li) {
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
   ls.gemm = std::make_unique<gk::Gemm>();
-  ls.plan = gk::Gemm::MakePlan(ls.args);
+  if (g.deterministic) {
+    // The plan's tile, data-parallel, and (below) no workspace: every member
+    // of a strided batch runs as it runs alone.
+    const gk::DeterministicHints h = gk::DeterministicHintsFor(ls.args);
+    ls.plan = gk::Gemm::MakePlan(ls.args, h.tile, h.schedule);
+  } else {
+    ls.plan = gk::Gemm::MakePlan(ls.args);
+  }
   ls.status = ls.plan.status();
   if (!ls.status.ok()) return;
-  if (g.kind == LaunchGroup::Kind::kSingle && options_.reducing_schedules &&
+  // A deterministic plan never reduces partials (its workspace is 0).
+  if (g.kind == LaunchGroup::Kind::kSingle && !g.deterministic && options_.reducing_schedules &&
       p.shape.flops() >= options_.reducing_min_flops) {
     // Nonzero only where the heuristic picks stream-K or split-K with a
     // workspace. Paired split-K needs none, and its CTAs wait only on the
@@ -178,6 +188,13 @@ void Lane::PrepareGemm(size_t li) {
       ls.operand_copies = *std::move(copies);
     } else {
       cudaGetLastError();  // without the copies the strict-fp32 kernel runs
+      // whose bits differ: a deterministic launch fails instead (retryable).
+      if (g.deterministic) {
+        ls.status = absl::ResourceExhaustedError(absl::StrCat(
+            "deterministic tf32 problem: no device memory for its K-major operand copies (",
+            bytes, " bytes); retry"));
+        return;
+      }
     }
   }
   // A reducing launch is set up when it is enqueued, in turn with the others.
@@ -200,6 +217,7 @@ void Lane::EnqueueLaunch(size_t li) {
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
   const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
   ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
+  if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel);
   for (size_t i = 0; i < layout_.launches[li].count; ++i) {
     const size_t item = layout_.problem(li, i).item;
     // This launch's requests fail; the rest of the batch goes on.
@@ -211,6 +229,18 @@ void Lane::EnqueueLaunch(size_t li) {
   }
   // A failed launch leaves CUDA's last-error state set; it is reported above.
   if (!ls.status.ok()) cudaGetLastError();
+}
+
+void Lane::RecordDeterministic(size_t li, gk::KernelKind kind, const std::string& kernel) {
+  for (size_t i = 0; i < layout_.launches[li].count; ++i) {
+    const ProblemLayout& q = layout_.problem(li, i);
+    WorkItem& item = *batch_.items[q.item];
+    const size_t index = static_cast<size_t>(q.problem - item.problems.data());
+    if (item.report.reproducibility.size() < item.problems.size())
+      item.report.reproducibility.resize(item.problems.size());
+    item.report.reproducibility[index] = DeterministicRecord(*q.problem, kind, kernel);
+    item.report.device_model = options_.device_model;
+  }
 }
 
 absl::Status Lane::EnqueueReducing(size_t li) {

@@ -43,6 +43,8 @@ struct LaneOptions {
   // Test seam (CudaExecutor::Options::before_launches): called with the
   // lane's stream after the H2D copy is enqueued, before the launches.
   std::function<void(void* stream)> before_launches;
+  // The device model deterministic results name ("NVIDIA H200 (sm_90)").
+  std::string device_model;
 };
 
 // One planned launch of a lane's batch, from set-up to completion.
@@ -108,6 +110,9 @@ class Lane {
   void PrepareGrouped(size_t launch);
   void PrepareGemm(size_t launch);
   void EnqueueLaunch(size_t launch);
+  // A deterministic launch's reproducibility records, into its items' reports.
+  void RecordDeterministic(size_t launch, gemm_kernels::KernelKind kind,
+                           const std::string& kernel);
   absl::Status EnqueueReducing(size_t launch);
   // Stream-ordered: after every launch of the lane that reads them.
   void FreeOperandCopies();
