@@ -276,6 +276,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   builder.RegisterService(s->service_.get());
   s->transfer_ = std::make_unique<TransferService>(options.limits, s->residents_.get(),
                                                    s->metrics_.get(), Clock::Real());
+  s->transfer_->set_call_log(s->call_log_.get());
   builder.RegisterCallbackGenericService(s->transfer_.get());
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);

@@ -300,6 +300,36 @@ TEST_P(ServerLogTest, UnparsableMessageIsInvalidArgumentAndLogged) {
   EXPECT_FALSE(Find({{"code", "INVALID_ARGUMENT"}, {"method", "Gemm"}}).empty()) << Text();
 }
 
+TEST_P(ServerLogTest, AFailedTransferIsLogged) {
+  StartServer(Loopback());
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  grpc::CompletionQueue cq;
+  auto next = [&cq] {
+    void* tag;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    return ok;
+  };
+  auto call = generic.PrepareCall(&ctx, "/gemm.v1.Transfer/Download", &cq);
+  call->StartCall(nullptr);
+  ASSERT_TRUE(next());
+  v1::DownloadRequest request;
+  request.set_handle("no-such-handle");
+  grpc::Slice slice(request.SerializeAsString());
+  call->Write(grpc::ByteBuffer(&slice, 1), nullptr);
+  next();
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  ASSERT_TRUE(next());
+  ASSERT_FALSE(status.ok());
+  ASSERT_TRUE(Eventually([&] { return !Find({{"method", "Download"}}).empty(); })) << Text();
+  auto line = Find({{"method", "Download"}});
+  EXPECT_EQ(line["caller"], "anonymous");
+  EXPECT_FALSE(line["code"].empty());
+}
+
 TEST_P(ServerLogTest, AuthFailuresAreWarningsWithTheirReasonAndCounted) {
   ServerOptions o = Loopback();
   o.security.auth_tokens_file = WriteTokens();
