@@ -123,6 +123,7 @@ class ServerLogTest : public ::testing::TestWithParam<LogFormat> {
     if (server_) server_->Shutdown(absl::ZeroDuration());
     server_.reset();
     spdlog::set_default_logger(saved_);
+    spdlog::drop("gemm_server");  // the registry keeps default loggers by name
     if (!tokens_file_.empty()) std::remove(tokens_file_.c_str());
   }
 
