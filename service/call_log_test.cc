@@ -65,6 +65,24 @@ TEST_F(CallLogTest, RefusalNamesCodeCallerMethodFieldAndLimit) {
   EXPECT_FALSE(absl::StrContains(lines[1], "field=")) << lines[1];
 }
 
+TEST_F(CallLogTest, DeadlineExceededAndDrainRefusalsAreLogged) {
+  CallLog log(Rate(5, 20), &clock_);
+  log.Failed("GemmStream", "x509:CN=bot",
+             absl::DeadlineExceededError("the deadline passed while the request was queued"));
+  log.Failed("Gemm", "alice",
+             absl::UnavailableError("Gemm: the server is shutting down (draining)"));
+  std::vector<std::string> lines = Lines();
+  ASSERT_EQ(lines.size(), 2u) << out_.str();
+  EXPECT_TRUE(absl::StrContains(lines[0], "[info] GemmStream refused: the deadline passed"))
+      << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "code=DEADLINE_EXCEEDED method=GemmStream "
+                                          "caller=\"x509:CN=bot\""))
+      << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[1], "code=UNAVAILABLE method=Gemm caller=alice")) << lines[1];
+  // The method's own name at the head of a message is no field.
+  EXPECT_FALSE(absl::StrContains(lines[1], "field=")) << lines[1];
+}
+
 TEST_F(CallLogTest, AuthFailureIsAWarningWithItsReason) {
   CallLog log(Rate(5, 20), &clock_);
   log.AuthFailed("unknown_token", "/gemm.v1.GemmService/Gemm", "x509:CN=client",

