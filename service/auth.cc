@@ -32,6 +32,16 @@ bool ValidToken(absl::string_view token) {
 
 }  // namespace
 
+const char* AuthFailureReasonName(AuthFailureReason reason) {
+  switch (reason) {
+    case AuthFailureReason::kMissingToken: return "missing_token";
+    case AuthFailureReason::kWrongScheme: return "wrong_scheme";
+    case AuthFailureReason::kUnknownToken: return "unknown_token";
+    case AuthFailureReason::kOtherCallerOnConnection: return "other_caller_on_connection";
+  }
+  return "unknown_token";
+}
+
 TokenAuthenticator::Digest TokenAuthenticator::Sha256(absl::string_view s) {
   Digest d;
   SHA256(reinterpret_cast<const unsigned char*>(s.data()), s.size(), d.data());
@@ -85,8 +95,22 @@ absl::StatusOr<std::shared_ptr<const TokenAuthenticator>> TokenAuthenticator::Fr
 
 absl::StatusOr<std::string> TokenAuthenticator::Authenticate(
     absl::string_view authorization) const {
-  if (!absl::StartsWithIgnoreCase(authorization, kBearerPrefix))
+  return Authenticate(authorization, nullptr);
+}
+
+absl::StatusOr<std::string> TokenAuthenticator::Authenticate(absl::string_view authorization,
+                                                             AuthFailureReason* reason) const {
+  AuthFailureReason ignored;
+  if (reason == nullptr) reason = &ignored;
+  if (authorization.empty()) {
+    *reason = AuthFailureReason::kMissingToken;
     return absl::UnauthenticatedError("missing \"authorization: Bearer <token>\" metadata");
+  }
+  if (!absl::StartsWithIgnoreCase(authorization, kBearerPrefix)) {
+    *reason = AuthFailureReason::kWrongScheme;
+    return absl::UnauthenticatedError(
+        "the \"authorization\" metadata is not \"Bearer <token>\" (another scheme?)");
+  }
   const Digest presented = Sha256(authorization.substr(sizeof(kBearerPrefix) - 1));
   const Entry* match = nullptr;
   for (const Entry& e : entries_) {
@@ -94,7 +118,10 @@ absl::StatusOr<std::string> TokenAuthenticator::Authenticate(
     const bool equal = CRYPTO_memcmp(e.digest.data(), presented.data(), presented.size()) == 0;
     if (equal) match = &e;
   }
-  if (match == nullptr) return absl::UnauthenticatedError("unknown bearer token");
+  if (match == nullptr) {
+    *reason = AuthFailureReason::kUnknownToken;
+    return absl::UnauthenticatedError("unknown bearer token");
+  }
   return match->caller;
 }
 
@@ -104,16 +131,17 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
                                            OutputMetadata* /*response_metadata*/) {
   // Health checks are open: probes carry no token, and the answer says only
   // whether the server is serving.
+  absl::string_view method;
   if (auto path = auth_metadata.find(":path"); path != auth_metadata.end()) {
-    const absl::string_view method(path->second.data(), path->second.size());
+    method = absl::string_view(path->second.data(), path->second.size());
     if (absl::StartsWith(method, "/grpc.health.v1.Health/")) return grpc::Status::OK;
   }
   absl::string_view authorization;
   auto it = auth_metadata.find("authorization");
   if (it != auth_metadata.end()) authorization = {it->second.data(), it->second.size()};
-  absl::StatusOr<std::string> caller = tokens_->Authenticate(authorization);
-  if (!caller.ok())
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::string(caller.status().message()));
+  AuthFailureReason reason;
+  absl::StatusOr<std::string> caller = tokens_->Authenticate(authorization, &reason);
+  if (!caller.ok()) return Refuse(reason, method, std::string(caller.status().message()), context);
   // The token stays out of the handlers' view (and out of any log of them).
   consumed_auth_metadata->emplace("authorization", std::string(authorization));
 
@@ -125,9 +153,17 @@ grpc::Status BearerTokenProcessor::Process(const InputMetadata& auth_metadata,
   }
   if (known.size() == 1 && absl::string_view(known[0].data(), known[0].size()) == *caller)
     return grpc::Status::OK;
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "this connection is authenticated as another caller: use a connection "
-                      "of its own for each token");
+  return Refuse(AuthFailureReason::kOtherCallerOnConnection, method,
+                "this connection is authenticated as another caller: use a connection of its "
+                "own for each token",
+                context);
+}
+
+grpc::Status BearerTokenProcessor::Refuse(AuthFailureReason reason, absl::string_view method,
+                                          std::string message,
+                                          const grpc::AuthContext* context) const {
+  if (on_failure_) on_failure_(AuthFailure{reason, std::string(method), message, context});
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::move(message));
 }
 
 }  // namespace gemm

@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,31 @@ namespace gemm {
 // same name).
 inline constexpr char kCallerAuthProperty[] = "gemm.caller";
 
+// Why a call failed authentication: a bounded set, for the
+// gemm_auth_failures_total{reason} metric and the log.
+enum class AuthFailureReason {
+  kMissingToken,              // no "authorization" metadata
+  kWrongScheme,               // "authorization" present but not "Bearer <token>"
+  kUnknownToken,              // a bearer token no entry of the tokens file has
+  kOtherCallerOnConnection,   // a valid token of a caller other than the connection's
+};
+inline constexpr AuthFailureReason kAllAuthFailureReasons[] = {
+    AuthFailureReason::kMissingToken, AuthFailureReason::kWrongScheme,
+    AuthFailureReason::kUnknownToken, AuthFailureReason::kOtherCallerOnConnection};
+// "missing_token", "wrong_scheme", "unknown_token", "other_caller_on_connection".
+const char* AuthFailureReasonName(AuthFailureReason reason);
+
+// One refused call, as BearerTokenProcessor reports it.
+struct AuthFailure {
+  AuthFailureReason reason;
+  std::string method;   // the call's path, "/gemm.v1.GemmService/Gemm"
+  std::string message;  // the UNAUTHENTICATED status message the client gets
+  // The connection's auth context (a client certificate, if any, is in it).
+  const grpc::AuthContext* connection = nullptr;
+};
+// Called on gRPC's thread for every refused call; must not block.
+using AuthFailureObserver = std::function<void(const AuthFailure&)>;
+
 class TokenAuthenticator {
  public:
   // Parses "<caller-name> <token>" lines. Names are [A-Za-z0-9._@-]+; tokens
@@ -53,6 +79,9 @@ class TokenAuthenticator {
   // entry matches and however much of a wrong token is right: every entry is
   // compared, as SHA-256 digests, with a constant-time comparison.
   absl::StatusOr<std::string> Authenticate(absl::string_view authorization) const;
+  // The same, and on failure why (`reason` may be null).
+  absl::StatusOr<std::string> Authenticate(absl::string_view authorization,
+                                           AuthFailureReason* reason) const;
 
   size_t size() const { return entries_.size(); }
 
@@ -71,8 +100,10 @@ class TokenAuthenticator {
 // thread (IsBlocking() is false): the check is a few hashes.
 class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
  public:
-  explicit BearerTokenProcessor(std::shared_ptr<const TokenAuthenticator> tokens)
-      : tokens_(std::move(tokens)) {}
+  // `on_failure` (may be empty) hears of every call refused.
+  explicit BearerTokenProcessor(std::shared_ptr<const TokenAuthenticator> tokens,
+                                AuthFailureObserver on_failure = nullptr)
+      : tokens_(std::move(tokens)), on_failure_(std::move(on_failure)) {}
 
   bool IsBlocking() const override { return false; }
 
@@ -81,7 +112,11 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
                        OutputMetadata* response_metadata) override;
 
  private:
+  grpc::Status Refuse(AuthFailureReason reason, absl::string_view method, std::string message,
+                      const grpc::AuthContext* context) const;
+
   const std::shared_ptr<const TokenAuthenticator> tokens_;
+  const AuthFailureObserver on_failure_;
   // Makes "read the connection's caller, else set it" atomic across the
   // connection's concurrent first calls.
   absl::Mutex mu_;

@@ -29,6 +29,23 @@ absl::Time DeadlineOf(const grpc::CallbackServerContext& context) {
   return absl::FromChrono(d);
 }
 
+// The raw methods (gemm_service.h says why) parse and serialize here, the
+// same way gRPC's generated handlers would. gRPC owns the request's bytes
+// until the call ends; Deserialize clears them once parsed, as the generated
+// handler does, so a large request is held once, not twice.
+absl::Status ParseRequest(const grpc::ByteBuffer* bytes, v1::GemmRequest* request) {
+  grpc::ByteBuffer* ours = const_cast<grpc::ByteBuffer*>(bytes);
+  if (!grpc::SerializationTraits<v1::GemmRequest>::Deserialize(ours, request).ok())
+    return absl::InvalidArgumentError(
+        "the message did not parse as a gemm.v1.GemmRequest (corrupt or not that message)");
+  return absl::OkStatus();
+}
+
+grpc::Status SerializeResponse(const v1::GemmResponse& response, grpc::ByteBuffer* bytes) {
+  bool own_buffer;
+  return grpc::SerializationTraits<v1::GemmResponse>::Serialize(response, bytes, &own_buffer);
+}
+
 uint64_t Nanos(absl::Duration d) {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d)));
 }
@@ -59,30 +76,28 @@ absl::Status KeepResults(ResidentStore* store, const std::string& caller,
   return absl::OkStatus();
 }
 
-// One unary Gemm call. Owns nothing of the request (gRPC does); lives until
-// OnDone.
+// One unary Gemm call. Owns the parsed request and the response (the work
+// item points into both); lives until OnDone.
 class UnaryCall final : public grpc::ServerUnaryReactor {
  public:
   UnaryCall(GemmServiceImpl* service, grpc::CallbackServerContext* context,
-            const v1::GemmRequest* request, v1::GemmResponse* response)
-      : service_(service), context_(context) {
+            const grpc::ByteBuffer* request, grpc::ByteBuffer* response)
+      : service_(service),
+        context_(context),
+        response_bytes_(response),
+        caller_(CallerIdentity(*context)) {
     service->active_calls_.fetch_add(1);
     const absl::Time received = service->clock()->Now();
     absl::Duration pushback;
-    absl::Status st = service->Admit(
-        *context, *request, response, DeadlineOf(*context), received,
-        [this, received](const absl::Status& s) {
-          service_->metrics()->RecordRequest("Gemm", static_cast<int>(s.code()),
-                                             service_->clock()->Now() - received);
-          Finish(ToGrpcStatus(s));
-        },
-        &item_, &pushback);
+    absl::Status st = ParseRequest(request, &request_);
+    if (st.ok())
+      st = service->Admit(
+          *context, request_, &response_, DeadlineOf(*context), received,
+          [this, received](const absl::Status& s) { Done(s, received); }, &item_, &pushback);
     if (!st.ok()) {
-      service->metrics()->RecordRequest("Gemm", static_cast<int>(st.code()),
-                                        service->clock()->Now() - received);
       if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
         SetRetryPushback(context_, pushback);
-      Finish(ToGrpcStatus(st));
+      Done(st, received);
     }
   }
 
@@ -99,32 +114,48 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
  private:
+  void Done(const absl::Status& status, absl::Time received) {
+    service_->Answered("Gemm", caller_, status, received);
+    Finish(status.ok() ? SerializeResponse(response_, response_bytes_) : ToGrpcStatus(status));
+  }
+
   GemmServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
+  grpc::ByteBuffer* const response_bytes_;
+  const std::string caller_;
+  v1::GemmRequest request_;
+  v1::GemmResponse response_;
   std::shared_ptr<WorkItem> item_;
 };
 
 // One GemmStream: reads requests, admits each, and writes responses in
 // completion order. Reading pauses while max_stream_inflight requests are
 // unanswered, so a slow reader holds back only its own stream.
-class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse> {
+//
+// A message that does not parse ends the stream: what follows it cannot be
+// trusted to be the client's next request. Reading stops, the requests
+// already admitted are answered, and the stream then ends INVALID_ARGUMENT.
+class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   StreamCall(GemmServiceImpl* service, grpc::CallbackServerContext* context)
-      : service_(service), context_(context) {
+      : service_(service), context_(context), caller_(CallerIdentity(*context)) {
     StartRead(&incoming_);
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
+    auto pending = std::make_unique<Pending>();
+    absl::Status parsed =
+        ok ? ParseRequest(&incoming_, &pending->request) : absl::OkStatus();
+    if (!ok || !parsed.ok()) {
+      if (!parsed.ok()) service_->Answered("GemmStream", caller_, parsed, service_->clock()->Now());
       {
         absl::MutexLock lock(&mu_);
         reads_done_ = true;
+        unparsable_ = parsed;
       }
       Advance();
       return;
     }
-    auto pending = std::make_unique<Pending>();
-    pending->request.Swap(&incoming_);
     Pending* p = pending.get();
     const uint64_t id = next_id_++;
     bool duplicate = false;
@@ -151,10 +182,10 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
       absl::Duration pushback;
       st = service_->Admit(
           *context_, p->request, &p->response, DeadlineOf(*context_), received,
-          [this, id, received](const absl::Status& s) { OnRequestDone(id, s, received); },
+          [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
           &p->item, &pushback);
     }
-    if (!st.ok()) OnRequestDone(id, st, received);
+    if (!st.ok()) OnRequestDone(id, p, st, received);
     {
       absl::MutexLock lock(&mu_);
       read_wanted_ = true;
@@ -198,13 +229,31 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     std::string id_in_flight;
   };
 
-  void OnRequestDone(uint64_t id, const absl::Status& status, absl::Time received) {
-    service_->metrics()->RecordRequest("GemmStream", static_cast<int>(status.code()),
-                                       service_->clock()->Now() - received);
+  // `p` is pending_[id]: it stays there until RecordDoneLocked(id), which
+  // only this call makes, so it may be read without the lock until then.
+  void OnRequestDone(uint64_t id, Pending* p, const absl::Status& status, absl::Time received) {
+    service_->Answered("GemmStream", caller_, status, received);
+    // Serialized before the lock is taken: for a large result it is a long
+    // copy, and the stream's other completions need the lock meanwhile.
+    auto bytes = std::make_unique<grpc::ByteBuffer>();
+    grpc::Status serialized = grpc::Status::OK;
+    if (status.ok()) serialized = SerializeResponse(p->response, bytes.get());
+    if (!status.ok() || !serialized.ok()) {
+      v1::GemmResponse failed;
+      failed.set_request_id(p->request.request_id());
+      failed.set_status_code(status.ok() ? static_cast<int>(absl::StatusCode::kInternal)
+                                         : static_cast<int>(status.code()));
+      failed.set_status_message(status.ok()
+                                    ? absl::StrCat("the response could not be serialized: ",
+                                                   serialized.error_message())
+                                    : std::string(status.message()));
+      bytes = std::make_unique<grpc::ByteBuffer>();
+      SerializeResponse(failed, bytes.get()).IgnoreError();
+    }
     Next next;
     {
       absl::MutexLock lock(&mu_);
-      RecordDoneLocked(id, status);
+      RecordDoneLocked(id, std::move(bytes));
       // Decided in the same critical section: once the lock is released
       // another thread may finish the stream, and gRPC then deletes it. No
       // read is started from here (outside a reaction nothing keeps the
@@ -218,7 +267,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     if (next.write != nullptr || next.read || next.finish) Apply(next);
   }
 
-  void RecordDoneLocked(uint64_t id, const absl::Status& status)
+  void RecordDoneLocked(uint64_t id, std::unique_ptr<grpc::ByteBuffer> response)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = pending_.find(id);
     if (it == pending_.end()) return;
@@ -226,20 +275,12 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     pending_.erase(it);
     if (!p->id_in_flight.empty()) ids_in_flight_.erase(p->id_in_flight);
     if (broken_) return;
-    auto response = std::make_unique<v1::GemmResponse>();
-    if (status.ok()) {
-      response->Swap(&p->response);
-    } else {
-      response->set_request_id(p->request.request_id());
-      response->set_status_code(static_cast<int>(status.code()));
-      response->set_status_message(std::string(status.message()));
-    }
     ready_.push_back(std::move(response));
   }
 
   // The gRPC operations to start once the lock is released.
   struct Next {
-    const v1::GemmResponse* write = nullptr;
+    const grpc::ByteBuffer* write = nullptr;
     bool read = false;
     bool finish = false;
     grpc::Status finish_status;
@@ -275,9 +316,8 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
     if (drained && !finished_ && (reads_done_ || broken_)) {
       finished_ = true;
       next.finish = true;
-      next.finish_status = broken_
-                               ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
-                               : grpc::Status::OK;
+      next.finish_status = broken_ ? grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled")
+                                   : ToGrpcStatus(unparsable_);
     }
     return next;
   }
@@ -290,12 +330,15 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
 
   GemmServiceImpl* const service_;
   grpc::CallbackServerContext* const context_;
-  v1::GemmRequest incoming_;  // the read in progress; touched only by reads
+  const std::string caller_;
+  grpc::ByteBuffer incoming_;  // the read in progress; touched only by reads
   uint64_t next_id_ = 0;      // touched only in OnReadDone (reads are serial)
 
   absl::Mutex mu_;
   std::map<uint64_t, std::unique_ptr<Pending>> pending_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::unique_ptr<v1::GemmResponse>> ready_ ABSL_GUARDED_BY(mu_);
+  // Serialized responses waiting to be written, the first one possibly being
+  // written now.
+  std::deque<std::unique_ptr<grpc::ByteBuffer>> ready_ ABSL_GUARDED_BY(mu_);
   // The request_ids of the requests admitted and not yet answered.
   std::set<std::string> ids_in_flight_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -305,6 +348,8 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::GemmRequest, v1::Gem
   bool read_wanted_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  // Not OK once a message did not parse: the stream's final status.
+  absl::Status unparsable_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -351,6 +396,26 @@ absl::Status DrainingError(absl::string_view what) {
       what, ": the server is shutting down (draining); retry on another replica"));
 }
 
+absl::Status GemmServiceImpl::RefuseDraining(absl::string_view what) {
+  refused_draining_.fetch_add(1);
+  return DrainingError(what);
+}
+
+GemmServiceImpl::CallCounts GemmServiceImpl::counts() const {
+  CallCounts c;
+  c.admitted = admitted_.load();
+  c.finished = finished_.load();
+  c.refused_draining = refused_draining_.load();
+  return c;
+}
+
+void GemmServiceImpl::Answered(absl::string_view method, absl::string_view caller,
+                               const absl::Status& status, absl::Time received) {
+  metrics_->RecordRequest(std::string(method), static_cast<int>(status.code()),
+                          clock_->Now() - received);
+  if (!status.ok() && call_log_ != nullptr) call_log_->Failed(method, caller, status);
+}
+
 absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
                                     const v1::GemmRequest& request, v1::GemmResponse* response,
                                     absl::Time deadline, absl::Time received,
@@ -375,7 +440,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   }
   // While draining, only requests on matrices held here (the Gemm of a
   // chunked request whose operands were uploaded before the drain) run.
-  if (draining() && residents.held.empty()) return DrainingError("Gemm");
+  if (draining() && residents.held.empty()) return RefuseDraining("Gemm");
   const std::string caller = CallerIdentity(context);
   const bool keep_results = request.keep_results();
   if (keep_results) {
@@ -407,9 +472,11 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   ServiceMetrics* metrics = metrics_;
   WorkItem* raw = item.get();
   ResidentStore* store = keep_results ? residents_ : nullptr;
-  item->done = [response, received, clock, metrics, raw, store, caller, deterministic,
+  std::atomic<uint64_t>* finished = &finished_;
+  item->done = [response, received, clock, metrics, raw, store, caller, deterministic, finished,
                 on_done = std::move(on_done)](const absl::Status& status,
                                               const ExecutionReport& report) {
+    finished->fetch_add(1);
     absl::Status s = status;
     if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
     if (!report.backend.empty()) {  // it reached an executor
@@ -437,17 +504,21 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   // The queue says when a refused request may retry (negative: never, e.g.
   // one predicted to outlast its deadline even on an idle server).
   absl::Status st = queue_->Push(item, pushback);
-  if (!st.ok()) item_out->reset();
+  if (!st.ok()) {
+    item_out->reset();
+  } else {
+    admitted_.fetch_add(1);
+  }
   return st;
 }
 
 grpc::ServerUnaryReactor* GemmServiceImpl::Gemm(grpc::CallbackServerContext* context,
-                                                const v1::GemmRequest* request,
-                                                v1::GemmResponse* response) {
+                                                const grpc::ByteBuffer* request,
+                                                grpc::ByteBuffer* response) {
   return new UnaryCall(this, context, request, response);
 }
 
-grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse>* GemmServiceImpl::GemmStream(
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GemmServiceImpl::GemmStream(
     grpc::CallbackServerContext* context) {
   return new StreamCall(this, context);
 }
@@ -501,7 +572,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
   if (residents_ == nullptr) {
     st = absl::UnimplementedError("this server keeps no resident matrices");
   } else if (draining()) {
-    st = DrainingError("RegisterMatrix");
+    st = RefuseDraining("RegisterMatrix");
   } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
     st = source.status();
   } else {
@@ -518,8 +589,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
   // Over the budget, waiting does not help: tell the client not to retry.
   if (st.code() == absl::StatusCode::kResourceExhausted)
     SetRetryPushback(context, absl::Milliseconds(-1));  // negative: do not retry
-  metrics_->RecordRequest("RegisterMatrix", static_cast<int>(st.code()),
-                          clock_->Now() - received);
+  Answered("RegisterMatrix", st.ok() ? "" : CallerIdentity(*context), st, received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;
@@ -533,7 +603,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
   if (residents_ == nullptr) {
     st = absl::UnimplementedError("this server keeps no resident matrices");
   } else if (draining()) {
-    st = DrainingError("BeginUpload");
+    st = RefuseDraining("BeginUpload");
   } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
     st = shape.status();
   } else {
@@ -547,7 +617,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
   }
   if (st.code() == absl::StatusCode::kResourceExhausted)
     SetRetryPushback(context, absl::Milliseconds(-1));  // negative: do not retry
-  metrics_->RecordRequest("BeginUpload", static_cast<int>(st.code()), clock_->Now() - received);
+  Answered("BeginUpload", st.ok() ? "" : CallerIdentity(*context), st, received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;
@@ -562,7 +632,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::ReleaseMatrix(grpc::CallbackServerCon
     st = residents_->Release(CallerIdentity(*context), request->handle());
     if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("handle: ", st.message()));
   }
-  metrics_->RecordRequest("ReleaseMatrix", static_cast<int>(st.code()), clock_->Now() - received);
+  Answered("ReleaseMatrix", st.ok() ? "" : CallerIdentity(*context), st, received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;

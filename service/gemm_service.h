@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gemm/v1/gemm.grpc.pb.h"
+#include "service/call_log.h"
 #include "service/clock.h"
 #include "service/executor.h"
 #include "service/limits.h"
@@ -18,7 +19,16 @@
 
 namespace gemm {
 
-class GemmServiceImpl final : public v1::GemmService::CallbackService {
+// Gemm and GemmStream are raw methods: their messages arrive as bytes and
+// are parsed here, so that one that does not parse gets INVALID_ARGUMENT
+// saying so (the generated typed handlers answer it with an UNIMPLEMENTED
+// that has no message). The other methods are typed.
+using GemmServiceBase = v1::GemmService::WithRawCallbackMethod_Gemm<
+    v1::GemmService::WithRawCallbackMethod_GemmStream<v1::GemmService::WithCallbackMethod_GetServerInfo<
+        v1::GemmService::WithCallbackMethod_RegisterMatrix<v1::GemmService::WithCallbackMethod_ReleaseMatrix<
+            v1::GemmService::WithCallbackMethod_BeginUpload<v1::GemmService::Service>>>>>>;
+
+class GemmServiceImpl final : public GemmServiceBase {
  public:
   // `queue`, `executor`, `metrics` and `residents` must outlive the service.
   // Without `residents`, RegisterMatrix is UNIMPLEMENTED and handles are
@@ -37,17 +47,31 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   // deterministic (the server's --deterministic_by_default). Set before
   // serving.
   void set_deterministic_by_default(bool on) { deterministic_by_default_ = on; }
+  // Where refused and failed calls are logged (may be null: not logged).
+  // Set before the service serves; `log` must outlive it.
+  void set_call_log(CallLog* log) { call_log_ = log; }
+
+  // Counts since start, for the drain summary.
+  struct CallCounts {
+    uint64_t admitted = 0;          // Gemm requests (unary or streamed) queued
+    uint64_t finished = 0;          // of those, answered
+    uint64_t refused_draining = 0;  // calls refused UNAVAILABLE by the drain
+  };
+  CallCounts counts() const;
   bool draining() const { return draining_.load(); }
   // Unary Gemm calls not yet done (their answers not yet sent). Streams are
   // not counted: an open stream may idle for as long as its client likes.
   int active_calls() const { return active_calls_.load(); }
   std::atomic<int> active_calls_{0};
 
+  // `request` is a serialized v1::GemmRequest; `response` gets the
+  // serialized v1::GemmResponse.
   grpc::ServerUnaryReactor* Gemm(grpc::CallbackServerContext* context,
-                                 const v1::GemmRequest* request,
-                                 v1::GemmResponse* response) override;
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<v1::GemmRequest, v1::GemmResponse>* GemmStream(
+  // Reads serialized v1::GemmRequests, writes serialized v1::GemmResponses.
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* GemmStream(
       grpc::CallbackServerContext* context) override;
 
   grpc::ServerUnaryReactor* GetServerInfo(grpc::CallbackServerContext* context,
@@ -83,6 +107,11 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
                      std::function<void(const absl::Status&)> on_done,
                      std::shared_ptr<WorkItem>* item, absl::Duration* pushback);
 
+  // One answered call (or streamed request) of `method`: its metrics, and
+  // its log line when it failed.
+  void Answered(absl::string_view method, absl::string_view caller, const absl::Status& status,
+                absl::Time received);
+
   const ServiceLimits& limits() const { return limits_; }
   RequestQueue* queue() const { return queue_; }
   const Clock* clock() const { return clock_; }
@@ -98,6 +127,13 @@ class GemmServiceImpl final : public v1::GemmService::CallbackService {
   const std::string instance_id_;
   std::atomic<bool> draining_{false};
   bool deterministic_by_default_ = false;
+  CallLog* call_log_ = nullptr;
+  std::atomic<uint64_t> admitted_{0};
+  std::atomic<uint64_t> finished_{0};
+  std::atomic<uint64_t> refused_draining_{0};
+
+  // DrainingError, counted.
+  absl::Status RefuseDraining(absl::string_view what);
 };
 
 // The status of a call refused because the server is draining.

@@ -5,6 +5,7 @@
 // come from a fake clock.
 #include "service/gemm_service.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cstring>
@@ -320,6 +321,79 @@ TEST_F(GemmServiceTest, GemmStreamRefusesASecondRequestWithAnIdInFlight) {
   const grpc::Status st = stream->Finish();
   EXPECT_TRUE(st.ok()) << st.error_message();
   EXPECT_EQ(h_.executor_.items_run(), 2);
+}
+
+grpc::ByteBuffer Bytes(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Bytes that do not parse as any message: field 1 claims 127 bytes that
+// are not there.
+const std::string kUnparsable("\x0a\x7f", 2);
+
+TEST_F(GemmServiceTest, AGemmMessageThatDoesNotParseIsInvalidArgument) {
+  grpc::GenericStub generic(h_.NewChannel());
+  auto ctx = ServiceHarness::Context();
+  grpc::ByteBuffer request = Bytes(kUnparsable), response;
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(ctx.get(), "/gemm.v1.GemmService/Gemm", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status st) {
+                      status = std::move(st);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("did not parse as a gemm.v1.GemmRequest"));
+  EXPECT_EQ(h_.queue_->queued(), 0u);
+}
+
+// A stream message that does not parse ends the stream INVALID_ARGUMENT,
+// after the request admitted before it is answered.
+TEST_F(GemmServiceTest, AGemmStreamMessageThatDoesNotParseEndsTheStreamAfterItsAnswers) {
+  grpc::GenericStub generic(h_.NewChannel());
+  auto ctx = ServiceHarness::Context();
+  grpc::CompletionQueue cq;
+  auto next = [&cq] {
+    void* tag;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    return ok;
+  };
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      generic.PrepareCall(ctx.get(), "/gemm.v1.GemmService/GemmStream", &cq);
+  call->StartCall(nullptr);
+  ASSERT_TRUE(next());
+  v1::GemmRequest good;
+  good.set_request_id("before");
+  *good.add_problems() = Problem(2, 3, 4);
+  call->Write(Bytes(good.SerializeAsString()), nullptr);
+  ASSERT_TRUE(next());
+  call->Write(Bytes(kUnparsable), nullptr);
+  ASSERT_TRUE(next());
+  ASSERT_TRUE(Eventually([&] { return h_.queue_->queued() == 1; }));
+  EXPECT_EQ(h_.Dispatch(1), 1u);
+  grpc::ByteBuffer in;
+  call->Read(&in, nullptr);
+  ASSERT_TRUE(next());
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(in.Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& sl : slices) bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  v1::GemmResponse answer;
+  ASSERT_TRUE(answer.ParseFromString(bytes));
+  EXPECT_EQ(answer.request_id(), "before");
+  EXPECT_EQ(answer.status_code(), 0) << answer.status_message();
+  ExpectFakeResult(answer.results(0), 2, 3, 4, 1.0);
+  call->Read(&in, nullptr);
+  EXPECT_FALSE(next());  // nothing more: the stream ends
+  grpc::Status status;
+  call->Finish(&status, nullptr);
+  ASSERT_TRUE(next());
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("did not parse"));
+  EXPECT_EQ(h_.executor_.items_run(), 1);
 }
 
 TEST_F(GemmServiceTest, ACancelledCallLeavesNothingQueued) {

@@ -1,5 +1,6 @@
 #include "service/limits.h"
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 
 namespace gemm {
@@ -27,6 +28,11 @@ absl::Status ServiceLimits::Validate() const {
   if (max_stream_inflight == 0)
     return absl::InvalidArgumentError("max_stream_inflight must be positive");
   return absl::OkStatus();
+}
+
+absl::Status WithLimit(absl::Status status, absl::string_view limit) {
+  status.SetPayload(kLimitPayloadUrl, absl::Cord(limit));
+  return status;
 }
 
 }  // namespace gemm

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace gemm {
 
@@ -49,6 +50,13 @@ struct ServiceLimits {
   // InvalidArgument naming the first bad field, or OK.
   absl::Status Validate() const;
 };
+
+// The status payload naming the server limit a refusal ran into (e.g.
+// "max_queued_requests"); the server's log writes it as `limit`
+// (call_log.h). Clients do not see it.
+inline constexpr char kLimitPayloadUrl[] = "type.gemm.dev/limit";
+// `status` with its limit payload set to `limit`.
+absl::Status WithLimit(absl::Status status, absl::string_view limit);
 
 }  // namespace gemm
 

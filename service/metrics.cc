@@ -169,7 +169,17 @@ ServiceMetrics::ServiceMetrics()
                              "(large operands and kept results), by direction.")
                        .Register(*registry_)),
       upload_chunk_bytes_(chunk_bytes_.Add({{"direction", "upload"}})),
-      download_chunk_bytes_(chunk_bytes_.Add({{"direction", "download"}})) {}
+      download_chunk_bytes_(chunk_bytes_.Add({{"direction", "download"}})),
+      auth_failures_(BuildCounter()
+                         .Name("gemm_auth_failures_total")
+                         .Help("Calls refused UNAUTHENTICATED by the bearer-token check, by "
+                               "reason.")
+                         .Register(*registry_)) {
+  // Every reason from the start, at 0: rate() and alerts see the series
+  // before the first failure.
+  for (AuthFailureReason r : kAllAuthFailureReasons)
+    auth_failures_.Add({{"reason", AuthFailureReasonName(r)}});
+}
 
 ServiceMetrics::~ServiceMetrics() = default;
 
@@ -228,6 +238,10 @@ void ServiceMetrics::RecordRequest(const std::string& method, int grpc_code,
   requests_.Add({{"method", method}, {"code", GrpcCodeName(grpc_code)}}).Increment();
   request_seconds_.Add({{"method", method}}, LatencyBuckets())
       .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void ServiceMetrics::RecordAuthFailure(AuthFailureReason reason) {
+  auth_failures_.Add({{"reason", AuthFailureReasonName(reason)}}).Increment();
 }
 
 void ServiceMetrics::RecordQueueWait(absl::Duration wait) {

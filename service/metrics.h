@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/gemm_problem.h"
+#include "service/auth.h"
 #include "service/executor.h"
 
 namespace prometheus {
@@ -60,6 +61,8 @@ class ServiceMetrics {
   // One finished RPC (unary call, or one request of a stream).
   void RecordRequest(const std::string& method, int grpc_code, absl::Duration latency);
   void RecordQueueWait(absl::Duration wait);
+  // gemm_auth_failures_total{reason}: one call refused by the token check.
+  void RecordAuthFailure(AuthFailureReason reason);
   // Gauges read at scrape time: queue depth and in-flight bytes.
   void SetQueueProbe(std::function<double()> queued_requests,
                      std::function<double()> inflight_bytes);
@@ -116,6 +119,7 @@ class ServiceMetrics {
   // gemm_device_healthy, registered by the first SetDeviceHealthy.
   std::once_flag device_healthy_once_;
   prometheus::Family<prometheus::Gauge>* device_healthy_ = nullptr;
+  prometheus::Family<prometheus::Counter>& auth_failures_;
 };
 
 // Latency buckets (seconds) from 50 us to 60 s: GEMMs run from microseconds

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "service/limits.h"
 
 namespace gemm {
 namespace {
@@ -64,20 +65,23 @@ absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry,
   };
   if (closed_) return absl::UnavailableError("the server is shutting down");
   if (entries_.size() >= options_.max_queued_requests)
-    return reject(absl::ResourceExhaustedError(absl::StrCat(
-                      "the queue is full (", options_.max_queued_requests,
-                      " requests); retry later")),
+    return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                "the queue is full (", options_.max_queued_requests,
+                                " requests); retry later")),
+                            "max_queued_requests"),
                   RetryHintLocked());
   if (inflight_bytes_ + item.bytes > options_.max_inflight_bytes) {
     if (item.bytes > options_.max_inflight_bytes)
-      return reject(absl::ResourceExhaustedError(absl::StrCat(
-                        "the request holds ", item.bytes,
-                        " bytes, more than the server's in-flight limit of ",
-                        options_.max_inflight_bytes)),
+      return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                  "the request holds ", item.bytes,
+                                  " bytes, more than the server's in-flight limit of ",
+                                  options_.max_inflight_bytes)),
+                              "max_inflight_bytes"),
                     kDoNotRetry);
-    return reject(absl::ResourceExhaustedError(
-                      absl::StrCat("the server holds ", inflight_bytes_, " of its ",
-                                   options_.max_inflight_bytes, " in-flight bytes; retry later")),
+    return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                "the server holds ", inflight_bytes_, " of its ",
+                                options_.max_inflight_bytes, " in-flight bytes; retry later")),
+                            "max_inflight_bytes"),
                   RetryHintLocked());
   }
   const double predicted_s = entry.predicted_s;
@@ -85,19 +89,22 @@ absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry,
     const double factor = options_.admission.safety_factor;
     const double left_s = absl::ToDoubleSeconds(item.deadline - now);
     if (factor * predicted_s > left_s)
-      return reject(absl::ResourceExhaustedError(absl::StrCat(
-                        "the request alone is predicted to take ", Readable(factor * predicted_s),
-                        ", more than the ", Readable(left_s),
-                        " left before its deadline; it needs a longer deadline")),
+      return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                  "the request alone is predicted to take ",
+                                  Readable(factor * predicted_s), ", more than the ",
+                                  Readable(left_s),
+                                  " left before its deadline; it needs a longer deadline")),
+                              "deadline"),
                     kDoNotRetry);
     const double ahead_s = factor * BacklogAheadLocked(entry);
     if (ahead_s + factor * predicted_s > left_s)
       return reject(
-          absl::ResourceExhaustedError(absl::StrCat(
-              "the request is predicted to finish in ", Readable(ahead_s + factor * predicted_s),
-              " (", Readable(ahead_s), " of work running or queued ahead of it at priority ",
-              item.priority, " or above), after its deadline in ", Readable(left_s),
-              "; retry later")),
+          WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                        "the request is predicted to finish in ",
+                        Readable(ahead_s + factor * predicted_s), " (", Readable(ahead_s),
+                        " of work running or queued ahead of it at priority ", item.priority,
+                        " or above), after its deadline in ", Readable(left_s), "; retry later")),
+                    "deadline"),
           std::clamp(ToMicros(ahead_s), kMinRetryHint, kMaxRetryHint));
   }
   return absl::OkStatus();

@@ -20,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "service/call_log.h"
+#include "service/caller_identity.h"
 #include "service/clock.h"
 #include "service/gemm_service.h"
 #include "service/health_listener.h"
@@ -27,6 +29,7 @@
 #include "service/multi_device_executor.h"
 #include "service/request_queue.h"
 #include "service/resident_store.h"
+#include "service/startup_summary.h"
 #include "service/transfer_service.h"
 #include "service/version.h"
 
@@ -91,6 +94,8 @@ absl::Status ServerOptions::Validate() const {
       !absl::EndsWith(listen_address, ":0"))
     return absl::InvalidArgumentError(
         absl::StrCat("health_listen must differ from listen_address (both ", listen_address, ")"));
+  if (absl::Status st = log_rate.Validate(); !st.ok())
+    return absl::InvalidArgumentError(absl::StrCat("log_rate.", st.message()));
   return limits.Validate();
 }
 
@@ -162,6 +167,30 @@ void WatchDeviceHealth(Executor* executor, ServiceMetrics* metrics,
   });
 }
 
+// What the drain did with the Gemm requests (unary and streamed), from the
+// counts at its start, at its end (the deadline or nothing left) and once
+// the port had closed.
+void LogDrainSummary(const GemmServiceImpl::CallCounts& start,
+                     const GemmServiceImpl::CallCounts& end,
+                     const GemmServiceImpl::CallCounts& closed) {
+  const uint64_t running = start.admitted - start.finished;
+  const uint64_t admitted = end.admitted - start.admitted;
+  const uint64_t finished = end.finished - start.finished;
+  const uint64_t refused = end.refused_draining - start.refused_draining;
+  const uint64_t left = end.admitted - end.finished;
+  LogWithFields(left == 0 ? spdlog::level::info : spdlog::level::warn,
+                absl::StrCat("drain summary: ", running, " requests under way at its start, ",
+                             admitted, " admitted during it, ", finished, " finished, ", refused,
+                             " calls refused UNAVAILABLE, ", left,
+                             " cut off at its deadline"),
+                {{"under_way_at_start", std::to_string(running)},
+                 {"admitted", std::to_string(admitted)},
+                 {"finished", std::to_string(finished)},
+                 {"refused", std::to_string(refused)},
+                 {"cut_off", std::to_string(left)},
+                 {"answered_after_close", std::to_string(closed.finished - end.finished)}});
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
@@ -175,6 +204,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
     s->instance_id_ = absl::StrFormat("%016x", absl::Uniform<uint64_t>(bitgen));
   }
   s->metrics_ = std::make_unique<ServiceMetrics>();
+  s->call_log_ = std::make_unique<CallLog>(options.log_rate, Clock::Real());
   RequestQueue::Options queue_options;
   queue_options.max_queued_requests = options.limits.max_queued_requests;
   queue_options.max_inflight_bytes = options.limits.max_inflight_bytes;
@@ -215,12 +245,14 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); });
   ResidentStore* residents = s->residents_.get();
+  // Also writes the summaries of rate-limited log lines, about once a second.
   s->reaper_ = std::thread([server = s.get(), residents] {
     const absl::Duration period =
         std::min(absl::Seconds(1), server->options_.transient_idle_timeout / 4);
     while (!server->stop_reaper_.WaitForNotificationWithTimeout(period)) {
       if (size_t n = residents->ExpireIdle(); n > 0)
         spdlog::info("freed {} idle transient matrices or abandoned uploads", n);
+      server->call_log_->FlushSuppressed();
     }
   });
   s->metrics_->AddProbe("gemm_resident_bytes",
@@ -240,6 +272,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                                                   Clock::Real(), s->residents_.get(),
                                                   s->instance_id_);
   s->service_->set_deterministic_by_default(options.deterministic_by_default);
+  s->service_->set_call_log(s->call_log_.get());
 
   // Before the main port, whose start must not fail after it (a server_
   // without a batcher cannot be shut down): NOT_SERVING until SetServing.
@@ -254,11 +287,20 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   GEMM_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                        MakeServerCredentials(options.security));
+                        MakeServerCredentials(options.security,
+                                              [metrics = s->metrics_.get(),
+                                               log = s->call_log_.get()](const AuthFailure& f) {
+                                                metrics->RecordAuthFailure(f.reason);
+                                                log->AuthFailed(AuthFailureReasonName(f.reason),
+                                                                f.method,
+                                                                CallerIdentity(f.connection),
+                                                                f.message);
+                                              }));
   builder.AddListeningPort(options.listen_address, credentials, &s->port_);
   builder.RegisterService(s->service_.get());
   s->transfer_ = std::make_unique<TransferService>(options.limits, s->residents_.get(),
                                                    s->metrics_.get(), Clock::Real());
+  s->transfer_->set_call_log(s->call_log_.get());
   builder.RegisterCallbackGenericService(s->transfer_.get());
   const int max_message = static_cast<int>(options.limits.max_message_bytes);
   builder.SetMaxReceiveMessageSize(max_message);
@@ -291,14 +333,19 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   batcher.plan.grouped_supported = s->executor_->supports_grouped();
   s->batcher_ = std::make_unique<Batcher>(batcher, s->queue_.get(), s->executor_.get(),
                                           s->metrics_.get());
-  spdlog::info("serving gemm.v1 on {} (port {}), backend {}, {} batches in flight, instance {}",
-               options.listen_address, s->port_, s->executor_->info().backend,
-               s->executor_->max_concurrent_batches(), s->instance_id_);
-  if (s->metrics_->exposer_port() != 0)
-    spdlog::info("metrics on {} (port {})", options.metrics_listen, s->metrics_->exposer_port());
+  LogFields started =
+      StartupFields(options, s->executor_->info(), s->executor_->max_concurrent_batches(),
+                    s->port_, s->metrics_->exposer_port());
+  started.push_back({"instance", s->instance_id_});
+  started.push_back({"deterministic_by_default", options.deterministic_by_default ? "on" : "off"});
   if (s->health_listener_ != nullptr)
-    spdlog::info("grpc.health.v1 only, plaintext and without tokens, on {} (port {})",
-                 options.health_listen, s->health_listener_->port());
+    started.push_back({"health_listen", absl::StrCat(options.health_listen, " (port ",
+                                                     s->health_listener_->port(),
+                                                     "; grpc.health.v1 only, plaintext)")});
+  LogWithFields(spdlog::level::info,
+                absl::StrCat("serving gemm.v1 on ", options.listen_address, " (port ", s->port_,
+                             "), backend ", s->executor_->info().backend),
+                started);
   return s;
 }
 
@@ -338,8 +385,10 @@ void GemmServer::Shutdown(absl::Duration drain) {
   // (retryable elsewhere), while requests already under way here run to
   // their end, the downloads and releases of what they left on the server
   // included: until nothing transient is left or the deadline.
+  const GemmServiceImpl::CallCounts before = service_->counts();
   service_->StartDrain();
   while (!Drained() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  const GemmServiceImpl::CallCounts after = service_->counts();
   if (!Drained())
     spdlog::warn("drain deadline reached with work left: {} Gemm calls, {} queued, {} bytes "
                  "in flight, {} transient matrices or uploads, {} transfer streams; cancelling it",
@@ -357,6 +406,8 @@ void GemmServer::Shutdown(absl::Duration drain) {
   if (health_listener_ != nullptr) health_listener_->Shutdown();
   stop_reaper_.Notify();
   if (reaper_.joinable()) reaper_.join();
+  call_log_->FlushSuppressed();
+  LogDrainSummary(before, after, service_->counts());
   spdlog::info("shutdown complete");
 }
 

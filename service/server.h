@@ -19,6 +19,7 @@
 #include "service/cuda_executor.h"
 #include "service/executor.h"
 #include "service/limits.h"
+#include "service/log_rate_limiter.h"
 #include "service/transport_security.h"
 
 namespace grpc {
@@ -27,6 +28,7 @@ class Server;
 
 namespace gemm {
 
+class CallLog;
 class GemmServiceImpl;
 class HealthListener;
 class ServiceMetrics;
@@ -68,6 +70,9 @@ struct ServerOptions {
   absl::Duration transient_idle_timeout = absl::Seconds(60);
   // HTTP/2 settings of the gRPC port for bulk transfer.
   Http2Tuning http2;
+  // How many log lines of refused calls and auth failures each (method,
+  // code) or auth reason may write (call_log.h).
+  LogRateLimiter::Options log_rate;
 
   absl::Status Validate() const;
 };
@@ -113,6 +118,7 @@ class GemmServer {
 
   ServerOptions options_;
   std::unique_ptr<ServiceMetrics> metrics_;
+  std::unique_ptr<CallLog> call_log_;
   std::unique_ptr<Executor> executor_;
   // After executor_: resident matrices are freed before their executor.
   std::unique_ptr<ResidentStore> residents_;

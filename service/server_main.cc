@@ -24,7 +24,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "service/build_stamp.h"
 #include "service/calibration.h"
+#include "service/log_format.h"
 #include "service/server.h"
 #include "service/version.h"
 
@@ -32,15 +34,25 @@ namespace {
 const gemm::ServerOptions kDefaults;
 const gemm::ServiceLimits kLimits;
 
-// The commit is not stamped into this build, so --version says so rather
-// than guessing.
+// The commit is "unknown" unless the build was stamped (--config=release).
 std::string VersionString() {
 #ifdef NDEBUG
   const char* build = "optimized";
 #else
   const char* build = "debug (NDEBUG not defined)";
 #endif
-  return absl::StrCat("gemm_server ", gemm::kVersion, ", commit unknown, ", build, " build\n");
+  return absl::StrCat("gemm_server ", gemm::kVersion, ", commit ", gemm::kBuildCommit, ", ", build,
+                      " build\n");
+}
+
+// Whether `value` of --`flag` is one of `allowed`; if not, says so on stderr
+// naming the flag and the allowed values.
+template <size_t N>
+bool OneOf(const char* flag, const std::string& value, const char* const (&allowed)[N]) {
+  if (std::find(std::begin(allowed), std::end(allowed), value) != std::end(allowed)) return true;
+  std::fprintf(stderr, "--%s: \"%s\" is not one of %s\n", flag, value.c_str(),
+               absl::StrJoin(allowed, ", ").c_str());
+  return false;
 }
 
 // Whether a gRPC listen address only accepts connections from this host.
@@ -171,6 +183,15 @@ ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(30),
           "requests already admitted (their uploads, downloads and releases included) get up to "
           "this long to finish; what still runs then is cancelled");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical or off");
+ABSL_FLAG(std::string, log_format, "text",
+          "\"text\" (one line per event, fields as key=value) or \"json\" (one JSON object per "
+          "line: time, level, logger, message and the event's fields)");
+ABSL_FLAG(double, log_lines_per_second, kDefaults.log_rate.lines_per_second,
+          "log lines of refused calls and auth failures each (method, code) or auth reason may "
+          "write per second once --log_burst is spent; the rest are counted and summarized "
+          "(\"suppressed K similar lines\") about once a second");
+ABSL_FLAG(uint32_t, log_burst, kDefaults.log_rate.burst,
+          "log lines of one (method, code) or auth reason that may be written back to back");
 ABSL_FLAG(bool, allow_insecure_tokens, false,
           "allow --auth_tokens_file without TLS on a non-loopback --listen address (tokens then "
           "travel in clear, and gRPC clients do not send call credentials over an insecure "
@@ -187,15 +208,18 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   {
-    // spdlog's from_str maps an unknown name to "off": refuse it instead.
+    // The enumerated flags, refused before anything starts. spdlog's
+    // from_str maps an unknown level name to "off", hence the check.
     static constexpr const char* kLevels[] = {"trace", "debug", "info", "warn",
                                               "error", "critical", "off"};
+    static constexpr const char* kFormats[] = {"text", "json"};
+    static constexpr const char* kBackends[] = {"auto", "cuda", "cpu"};
     const std::string level = absl::GetFlag(FLAGS_log_level);
-    if (std::find(std::begin(kLevels), std::end(kLevels), level) == std::end(kLevels)) {
-      std::fprintf(stderr, "--log_level: \"%s\" is not one of %s\n", level.c_str(),
-                   absl::StrJoin(kLevels, ", ").c_str());
+    const std::string format = absl::GetFlag(FLAGS_log_format);
+    if (!OneOf("log_level", level, kLevels) || !OneOf("log_format", format, kFormats) ||
+        !OneOf("backend", absl::GetFlag(FLAGS_backend), kBackends))
       return 2;
-    }
+    gemm::ConfigureLogging(*gemm::ParseLogFormat(format, "log_format"), "gemm_server");
     spdlog::set_level(spdlog::level::from_str(level));
   }
 
@@ -301,6 +325,12 @@ int main(int argc, char** argv) {
   options.http2.stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
   options.http2.write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
   options.http2.bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
+  options.log_rate.lines_per_second = absl::GetFlag(FLAGS_log_lines_per_second);
+  options.log_rate.burst = absl::GetFlag(FLAGS_log_burst);
+  if (absl::Status st = options.log_rate.Validate(); !st.ok()) {
+    spdlog::critical("--log_lines_per_second/--log_burst: {}", std::string(st.message()));
+    return 2;
+  }
 
   auto server = gemm::GemmServer::Start(options);
   if (!server.ok()) {

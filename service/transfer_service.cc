@@ -39,6 +39,8 @@ class TransferCall : public grpc::ServerGenericBidiReactor {
   void End(const absl::Status& st) {
     service_->metrics()->RecordRequest(method_, static_cast<int>(st.code()),
                                        service_->clock()->Now() - started_);
+    if (!st.ok() && service_->call_log() != nullptr)
+      service_->call_log()->Failed(method_, caller_, st);
     Finish(ToGrpcStatus(st));
   }
 

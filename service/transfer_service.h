@@ -14,6 +14,7 @@
 
 #include <grpcpp/generic/async_generic_service.h>
 
+#include "service/call_log.h"
 #include "service/clock.h"
 #include "service/limits.h"
 #include "service/metrics.h"
@@ -46,6 +47,10 @@ class TransferService final : public grpc::CallbackGenericService {
   ResidentStore* residents() const { return residents_; }
   ServiceMetrics* metrics() const { return metrics_; }
   const Clock* clock() const { return clock_; }
+  // Where failed streams are logged (may be null: not logged). Set before
+  // the service serves; `log` must outlive it.
+  void set_call_log(CallLog* log) { call_log_ = log; }
+  CallLog* call_log() const { return call_log_; }
   // Upload and Download streams running now (a drain waits for them).
   int active_streams() const { return active_.load(); }
 
@@ -57,6 +62,7 @@ class TransferService final : public grpc::CallbackGenericService {
   ResidentStore* const residents_;
   ServiceMetrics* const metrics_;
   const Clock* const clock_;
+  CallLog* call_log_ = nullptr;
 };
 
 }  // namespace gemm

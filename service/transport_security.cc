@@ -26,7 +26,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const SecurityOptions& options) {
+    const SecurityOptions& options, AuthFailureObserver on_auth_failure) {
   GEMM_RETURN_IF_ERROR(options.Validate());
   std::shared_ptr<const TokenAuthenticator> tokens;
   if (!options.auth_tokens_file.empty()) {
@@ -54,7 +54,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
   }
   if (creds == nullptr) return absl::InvalidArgumentError("gRPC refused the TLS settings");
   if (tokens != nullptr)
-    creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenProcessor>(std::move(tokens)));
+    creds->SetAuthMetadataProcessor(std::make_shared<BearerTokenProcessor>(std::move(tokens),
+                                                                   std::move(on_auth_failure)));
   return creds;
 }
 

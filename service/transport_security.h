@@ -9,6 +9,7 @@
 #include <grpcpp/security/server_credentials.h>
 
 #include "absl/status/statusor.h"
+#include "service/auth.h"
 
 namespace gemm {
 
@@ -43,8 +44,10 @@ struct SecurityOptions {
 //                      secure credentials only, and a bearer token must not
 //                      cross a network in the clear anyway.
 // Reads the files now; NotFound/InvalidArgument names the file that failed.
+// `on_auth_failure` (may be empty) hears of every call the token check
+// refuses.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
-    const SecurityOptions& options);
+    const SecurityOptions& options, AuthFailureObserver on_auth_failure = nullptr);
 
 // The contents of a file, or NotFound naming it.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

@@ -1,9 +1,11 @@
 #!/bin/bash
 # gemm_server's flag handling without starting the service: --help lists the
 # flags with their defaults, --version names version, commit and build type,
-# a bad --log_level is refused with the allowed values (exit 2), and tokens
-# without TLS on a non-loopback address are refused unless
-# --allow_insecure_tokens says the operator knows.
+# a bad value of an enumerated flag (--log_level, --log_format, --backend) is
+# refused naming the flag and the allowed values (exit 2), tokens without TLS
+# on a non-loopback address are refused unless --allow_insecure_tokens says
+# the operator knows, and --log_format=json writes one JSON object a line
+# (the start-up line and the drain summary among them).
 # Usage: server_flags_test.sh GEMM_SERVER
 set -u
 server_bin="$1"
@@ -18,8 +20,9 @@ grep -q -- "--allow_insecure_tokens" "$work/help" || fail "--help does not list 
 grep -q "No flags matched" "$work/help" && fail "--help says No flags matched"
 
 "$server_bin" --version >"$work/version" 2>&1
-grep -Eq "^gemm_server [0-9]+\.[0-9]+\.[0-9]+, commit " "$work/version" \
-  || fail "--version: $(cat "$work/version")"
+# An unstamped build (tests are) says "unknown"; a stamped one a commit.
+grep -Eq "^gemm_server [0-9]+\.[0-9]+\.[0-9]+, commit (unknown|[0-9a-f]{40}(-dirty)?), " \
+  "$work/version" || fail "--version: $(cat "$work/version")"
 grep -q "build" "$work/version" || fail "--version has no build type: $(cat "$work/version")"
 
 "$server_bin" --log_level=loud --listen=127.0.0.1:0 --metrics_listen= --backend=cpu \
@@ -28,6 +31,17 @@ rc=$?
 [ "$rc" -eq 2 ] || fail "--log_level=loud exited $rc, want 2"
 grep -q -- "--log_level" "$work/level" || fail "refusal does not name the flag: $(cat "$work/level")"
 grep -q "debug" "$work/level" || fail "refusal does not list the allowed values"
+
+refused() {  # FLAG VALUE ALLOWED-VALUE: exit 2 naming the flag and the allowed values
+  "$server_bin" "--$1=$2" --listen=127.0.0.1:0 --metrics_listen= >"$work/enum" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "--$1=$2 exited $rc, want 2: $(cat "$work/enum")"
+  grep -q -- "--$1" "$work/enum" || fail "--$1 refusal does not name the flag: $(cat "$work/enum")"
+  grep -q -- "$3" "$work/enum" || fail "--$1 refusal does not list $3: $(cat "$work/enum")"
+}
+refused log_format xml json
+refused backend tpu cuda
+refused log_level loud critical
 
 echo "alice 0123456789abcdef0123456789abcdef" >"$work/tokens"
 "$server_bin" --listen=0.0.0.0:0 --metrics_listen= --backend=cpu \
@@ -49,4 +63,33 @@ done
 [ -s "$work/port" ] || fail "server with --allow_insecure_tokens did not listen"
 kill -TERM "$pid"
 wait "$pid" || fail "server exited non-zero after SIGTERM: $(cat "$work/allowed")"
+# JSON logs: every line an object with time, level, logger and message; the
+# start-up line carries the settings, the drain its summary.
+rm -f "$work/port"
+"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \
+  --log_format=json --calibration_budget=100ms --max_queued_requests=77 >"$work/json" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  [ -s "$work/port" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "server with --log_format=json exited: $(cat "$work/json")"
+  sleep 0.1
+done
+[ -s "$work/port" ] || fail "server with --log_format=json did not listen"
+kill -TERM "$pid"
+wait "$pid" || fail "server exited non-zero after SIGTERM: $(cat "$work/json")"
+python3 - "$work/json" <<'PY' || fail "JSON log lines: $(cat "$work/json")"
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+assert lines, "no log lines"
+events = [json.loads(l) for l in lines]
+for e in events:
+    for key in ("time", "level", "logger", "message"):
+        assert key in e, (key, e)
+start = [e for e in events if e["message"].startswith("serving gemm.v1")]
+assert len(start) == 1, start
+s = start[0]
+assert s["backend"] == "cpu" and s["tls"] == "off" and s["tokens"] == "off", s
+assert s["max_queued_requests"] == "77", s
+assert [e for e in events if e["message"].startswith("drain summary")], "no drain summary"
+PY
 echo PASS
