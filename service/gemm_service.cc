@@ -89,7 +89,16 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     service->active_calls_.fetch_add(1);
     const absl::Time received = service->clock()->Now();
     absl::Duration pushback;
-    absl::Status st = ParseRequest(request, &request_);
+    absl::Status st;
+    if (request->Valid()) {
+      st = ParseRequest(request, &request_);  // an empty message is a valid, empty buffer
+    } else {
+      // No message at all: the call ended (cancelled, or its deadline passed)
+      // before its request arrived. Not a malformed message of the client.
+      constexpr char kNoRequest[] = "the call ended before its request arrived";
+      st = absl::Now() > DeadlineOf(*context) ? absl::DeadlineExceededError(kNoRequest)
+                                              : absl::CancelledError(kNoRequest);
+    }
     if (st.ok())
       st = service->Admit(
           *context, request_, &response_, DeadlineOf(*context), received,

@@ -40,6 +40,7 @@ LogFields StartupFields(const ServerOptions& options, const BackendInfo& backend
       {"listen", options.listen_address},
       {"port", std::to_string(port)},
       {"metrics", metrics_port != 0 ? options.metrics_listen : "off"},
+      {"metrics_port", std::to_string(metrics_port)},
       {"tls", OnOff(options.security.tls())},
       {"mtls", OnOff(options.security.tls() && !options.security.tls_client_ca_file.empty())},
       {"tokens", OnOff(!options.security.auth_tokens_file.empty())},

@@ -280,11 +280,13 @@ TEST(ReplicaProcessTest, SigtermDuringALargeChunkedRequestStillDeliversItsResult
   int metrics_port = 0;
   {
     const std::string log = server->log();
-    const std::string marker = "metrics on 127.0.0.1:0 (port ";
+    // The start-up line's bound metrics port (a field of the line).
+    const std::string marker = " metrics_port=";
     const size_t at = log.find(marker);
     ASSERT_NE(at, std::string::npos) << log;
     const size_t begin = at + marker.size();
-    ASSERT_TRUE(absl::SimpleAtoi(log.substr(begin, log.find(')', begin) - begin), &metrics_port))
+    ASSERT_TRUE(absl::SimpleAtoi(log.substr(begin, log.find_first_of(" \n", begin) - begin),
+                                 &metrics_port))
         << log;
   }
   // Operands of 16 MiB and 8 MiB and a 4.6 MiB result: everything goes in
