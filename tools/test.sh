@@ -32,10 +32,12 @@
 #   tests:large_transfer_test: needs more than its 300 s under TSan;
 #     chunked_transfer_test runs the same paths at small sizes.
 #   tests:e2e_test, tests:tls_e2e_test, tests:replica_process_test,
-#     tests:cli_limits_test, tests:server_flags_test: they
+#     tests:cli_limits_test, tests:server_flags_test, and the Python
+#     client's tests (client/python/...): they
 #     drive the gemm_server (and gemm_cli) binaries, which do not link tools/sanitizers (only tests do,
 #     through //third_party:gtest); the same server and client code runs
-#     under TSan in-process in the integration tests.
+#     under TSan in-process in the integration tests. The Python tests run
+#     no C++ of their own for TSan to check.
 # Time on the 2-core machine from a cold cache (2026-11-29): bazel test //...
 # 7.7 minutes, then ASan 10.3, TSan 1.7, fuzzers 2.3 (build and 2 x 30 s):
 # 22 minutes in all, when TSan ran on the seven tests without gRPC. TSan on
@@ -52,6 +54,8 @@ tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_tes
 # tests:cli_limits_test and tests:server_flags_test drive the gemm_server (and
 # gemm_cli) binaries too (as e2e_test does, for the same reason above).
 tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test)
+# The Python client's tests start the gemm_server binary too.
+tsan_targets+=(-//client/python/...)
 
 log=$(mktemp)
 rc=0
