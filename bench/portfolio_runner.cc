@@ -438,29 +438,21 @@ absl::Status PortfolioRunner::Prepare(const CandidateId& c) {
 }
 
 absl::StatusOr<double> PortfolioRunner::RunBurst(const CandidateId& c, int launches) {
-  Member* m = nullptr;
-  GEMM_ASSIGN_OR_RETURN(m, Find(c));
-  Data& d = *data_;
-  const cudaStream_t stream = static_cast<cudaStream_t>(ctx_->stream());
-  GEMM_RETURN_IF_ERROR(Cuda(cudaEventRecord(d.start, stream), "cudaEventRecord"));
-  for (int i = 0; i < launches; ++i) {
-    GEMM_RETURN_IF_ERROR(Launch(*m, d.next_set));
-    d.next_set = (d.next_set + 1) % d.sets;
-  }
-  GEMM_RETURN_IF_ERROR(Cuda(cudaEventRecord(d.stop, stream), "cudaEventRecord"));
-  GEMM_RETURN_IF_ERROR(Cuda(cudaEventSynchronize(d.stop), m->kernel.c_str()));
-  float ms = 0;
-  GEMM_RETURN_IF_ERROR(Cuda(cudaEventElapsedTime(&ms, d.start, d.stop), "cudaEventElapsedTime"));
-  return 1000.0 * ms / launches;
+  return TimeBackToBack(c, launches);
 }
 
 absl::StatusOr<double> PortfolioRunner::RunSustained(const CandidateId& c, double seconds) {
-  // Launch count from a short burst, then that many back to back between
-  // two events: the host only enqueues, so the GPU never idles.
+  // Launch count from a short burst, then that many back to back.
   double estimate_us = 0;
   GEMM_ASSIGN_OR_RETURN(estimate_us, RunBurst(c, 8));
   const int64_t launches =
       std::max<int64_t>(1, static_cast<int64_t>(seconds * 1e6 / std::max(estimate_us, 0.1)));
+  return TimeBackToBack(c, launches);
+}
+
+absl::StatusOr<double> PortfolioRunner::TimeBackToBack(const CandidateId& c, int64_t launches) {
+  // Every launch between two events: the host only enqueues, so the GPU
+  // never idles between them.
   Member* m = nullptr;
   GEMM_ASSIGN_OR_RETURN(m, Find(c));
   Data& d = *data_;

@@ -6,6 +6,7 @@
 // cuBLAS's, so a member that computes wrong results is skipped, not chosen.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +50,9 @@ class PortfolioRunner : public gemm_kernels::tuning::CandidateRunner {
   struct Member;
 
  private:
+  // Microseconds per launch of `launches` back-to-back launches of `c`.
+  absl::StatusOr<double> TimeBackToBack(const gemm_kernels::tuning::CandidateId& c,
+                                        int64_t launches);
   PortfolioRunner() = default;
   absl::StatusOr<Member*> Find(const gemm_kernels::tuning::CandidateId& c);
   absl::Status Launch(Member& m, int set);

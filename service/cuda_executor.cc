@@ -268,7 +268,7 @@ void CudaExecutor::Execute(Batch batch) {
       lane = free_lanes_.front();
       free_lanes_.pop_front();
       ++busy_lanes_;
-      in_flight_[lane] = watched;
+      in_flight_[lane] = std::move(watched);
     }
   }
   if (lane == nullptr) {
