@@ -11,10 +11,14 @@
 
 namespace gemm {
 
-// fp16 and bf16 values are stored as raw 16-bit patterns.
-enum class DType { kFp32, kFp16, kBf16 };
+// fp16 and bf16 values are stored as raw 16-bit patterns, the FP8 formats
+// (OCP 8-bit floating point: e4m3 with no infinities and a 448 maximum, e5m2
+// with IEEE-style infinities and a 57344 maximum) as raw bytes.
+enum class DType { kFp32, kFp16, kBf16, kFp8E4m3, kFp8E5m2 };
 
-constexpr size_t SizeOf(DType t) { return t == DType::kFp32 ? 4 : 2; }
+constexpr bool IsFp8(DType t) { return t == DType::kFp8E4m3 || t == DType::kFp8E5m2; }
+
+constexpr size_t SizeOf(DType t) { return t == DType::kFp32 ? 4 : IsFp8(t) ? 1 : 2; }
 
 constexpr const char* DTypeName(DType t) {
   switch (t) {
@@ -24,6 +28,10 @@ constexpr const char* DTypeName(DType t) {
       return "fp16";
     case DType::kBf16:
       return "bf16";
+    case DType::kFp8E4m3:
+      return "fp8_e4m3";
+    case DType::kFp8E5m2:
+      return "fp8_e5m2";
   }
   return "unknown";
 }

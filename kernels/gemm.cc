@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,6 +85,15 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
   if (args.batch_count < 1 || args.batch_count > kMaxExtent) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_count must be in [1, 2^31), got ", args.batch_count));
+  }
+  // FP8 has no kernel behind this API yet: refuse it by name rather than
+  // read its bytes as another type.
+  for (const auto& [name, desc] : {std::pair<const char*, const MatrixDesc&>{"a", args.a},
+                                   {"b", args.b}, {"c", args.c}, {"d", args.d}}) {
+    if (::gemm::IsFp8(desc.dtype)) {
+      return absl::UnimplementedError(
+          absl::StrCat(name, ".dtype ", DataTypeName(desc.dtype), " has no kernel in this build"));
+    }
   }
   if (args.a.dtype != args.b.dtype) {
     return absl::InvalidArgumentError(absl::StrCat("a.dtype (", DataTypeName(args.a.dtype),

@@ -10,11 +10,15 @@ const char* DataTypeName(DataType t) {
       return "f16";
     case DataType::kFp32:
       return "f32";
+    case DataType::kFp8E4m3:
+      return "e4m3";
+    case DataType::kFp8E5m2:
+      return "e5m2";
   }
   return "?";
 }
 
-size_t DataTypeSize(DataType t) { return t == DataType::kFp32 ? 4 : 2; }
+size_t DataTypeSize(DataType t) { return ::gemm::SizeOf(t); }
 
 NormalizedProblem Normalize(const GemmArguments& args) {
   NormalizedProblem p;
