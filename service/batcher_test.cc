@@ -18,6 +18,7 @@ class FakeExecutor : public Executor {
   explicit FakeExecutor(int slots) : slots_(slots) { info_.backend = "fake"; }
 
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return {}; }
   int max_concurrent_batches() const override { return slots_; }
   void Execute(Batch batch) override {
     {

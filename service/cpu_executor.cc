@@ -110,14 +110,16 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
   info.kernels = {"openblas_sgemm"};
   ex->device_model_ = absl::StrCat("CPU ", openblas_get_corename(), " (OpenBLAS ",
                                    openblas_get_config(), "), ", threads, " BLAS threads");
-  if (options.calibrate) ex->Calibrate();
-  ApplyPeakOverrides(options.peak_overrides, &info.peak_rates);
+  std::vector<PeakRate> rates;
+  if (options.calibrate) rates = ex->Measure();
+  ApplyPeakOverrides(options.peak_overrides, &rates);
+  ex->peaks_.Set(std::move(rates));
   for (int i = 0; i < options.concurrent_requests; ++i)
     ex->threads_.emplace_back([e = ex.get()] { e->RunThread(); });
   return ex;
 }
 
-void CpuExecutor::Calibrate() {
+std::vector<PeakRate> CpuExecutor::Measure() const {
   // The peak is what the executor can reach with all of its threads: the
   // concurrent requests' sgemms together use up to concurrent_requests x
   // blas_threads cores, so one sgemm on that many threads stands for them.
@@ -150,8 +152,9 @@ void CpuExecutor::Calibrate() {
   }
   openblas_set_num_threads(blas_threads_);
   // fp16 and bf16 run through the same sgemm after widening.
+  std::vector<PeakRate> rates;
   for (const char* kind : {"fp32", "fp16", "bf16"})
-    info_.peak_rates.push_back({kind, flops, kPeakMethodMeasured});
+    rates.push_back({kind, flops, kPeakMethodMeasured});
 
   // Memory bandwidth: a 64 MiB copy, bytes read plus bytes written.
   std::vector<char> src(64 << 20, 1), dst(64 << 20);
@@ -161,14 +164,31 @@ void CpuExecutor::Calibrate() {
     std::memcpy(dst.data(), src.data(), src.size());
     best = std::min(best, absl::ToDoubleSeconds(absl::Now() - t0));
   }
-  info_.peak_rates.push_back(
-      {"memory", 2.0 * src.size() / best, kPeakMethodMeasured});
+  rates.push_back({"memory", 2.0 * src.size() / best, kPeakMethodMeasured});
+  return rates;
+}
+
+absl::Status CpuExecutor::RemeasurePeaks() {
+  absl::MutexLock one_at_a_time(&remeasure_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    measuring_ = true;
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; };
+    mu_.Await(absl::Condition(&idle));
+  }
+  std::vector<PeakRate> rates = Measure();
+  ApplyPeakOverrides(options_.peak_overrides, &rates);
+  peaks_.Set(std::move(rates));
+  absl::MutexLock lock(&mu_);
+  measuring_ = false;
+  return absl::OkStatus();
 }
 
 absl::Duration CpuExecutor::PredictRunTime(const WorkItem& item) const {
-  const double sgemm = RateOf(info_.peak_rates, "fp32");
+  const std::vector<PeakRate> rates = peaks_.Get();
+  const double sgemm = RateOf(rates, "fp32");
   if (!(sgemm > 0)) return absl::ZeroDuration();
-  const double memory = RateOf(info_.peak_rates, "memory");  // bytes read + written
+  const double memory = RateOf(rates, "memory");  // bytes read + written
   double seconds = 0;
   for (const GemmProblemRef& p : item.problems) {
     seconds += p.shape.flops() / sgemm;
@@ -209,14 +229,17 @@ void CpuExecutor::RunThread() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !pending_.empty();
+        return stopping_ || (!pending_.empty() && !measuring_);
       };
       mu_.Await(absl::Condition(&ready));
       if (pending_.empty()) return;  // stopping, and nothing left to run
       batch = std::move(pending_.front());
       pending_.pop_front();
+      ++running_;
     }
     RunBatch(batch);
+    absl::MutexLock lock(&mu_);
+    --running_;
   }
 }
 

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "service/executor.h"
+#include "service/peak_rate_store.h"
 
 namespace gemm {
 
@@ -49,6 +50,11 @@ class CpuExecutor : public Executor {
   ~CpuExecutor() override;
 
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return peaks_.Get(); }
+  // Waits for the batches running, holds back the queued ones while it
+  // measures (with every thread, as at start-up, within
+  // calibration_budget), then lets them run.
+  absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override { return options_.concurrent_requests; }
   void Execute(Batch batch) override;
   // Every dtype runs through sgemm: FLOPs over the calibrated sgemm rate,
@@ -61,7 +67,8 @@ class CpuExecutor : public Executor {
  private:
   CpuExecutor(const Options& options, int blas_threads, int cores)
       : options_(options), blas_threads_(blas_threads), cores_(cores) {}
-  void Calibrate();
+  // The sgemm rate (for every dtype) and the memory bandwidth, measured.
+  std::vector<PeakRate> Measure() const;
   void RunThread();
   void RunBatch(Batch& batch) const;
 
@@ -69,12 +76,17 @@ class CpuExecutor : public Executor {
   const int blas_threads_;  // resolved: options_.blas_threads, or one per core
   const int cores_;
   BackendInfo info_;
+  PeakRateStore peaks_;
   // What deterministic results name: the BLAS build, its core type and the
   // thread count.
   std::string device_model_;
   absl::Mutex mu_;
   std::deque<Batch> pending_ ABSL_GUARDED_BY(mu_);
+  int running_ ABSL_GUARDED_BY(mu_) = 0;  // batches the threads are running
+  // While set, queued batches wait: RemeasurePeaks has the cores.
+  bool measuring_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Mutex remeasure_mu_;  // one RemeasurePeaks at a time
   std::vector<std::thread> threads_;
 };
 

@@ -242,7 +242,7 @@ TEST(CpuExecutorTest, DescribesItself) {
   EXPECT_EQ(info.devices[0].threads, 1u);
   EXPECT_FALSE(info.devices[0].name.empty());
   EXPECT_FALSE(info.kernels.empty());
-  EXPECT_TRUE(info.peak_rates.empty());  // not calibrated
+  EXPECT_TRUE((*ex)->peak_rates().empty());  // not calibrated
   EXPECT_EQ((*ex)->max_concurrent_batches(), 3);
 }
 
@@ -252,7 +252,7 @@ TEST(CpuExecutorTest, CalibrationMeasuresPositiveRates) {
   auto ex = CpuExecutor::Create(o);
   ASSERT_TRUE(ex.ok()) << ex.status();
   std::vector<std::string> kinds;
-  for (const PeakRate& r : (*ex)->info().peak_rates) {
+  for (const PeakRate& r : (*ex)->peak_rates()) {
     kinds.push_back(r.kind);
     EXPECT_GT(r.per_second, 0) << r.kind;
     EXPECT_FALSE(r.method.empty()) << r.kind;
@@ -270,7 +270,7 @@ TEST(CpuExecutorTest, CalibrationSaysMeasuredAndKeepsToItsBudget) {
   // The budget bounds the sgemm sizes tried; the 64 MiB copy and one
   // product past the budget come on top.
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
-  for (const PeakRate& r : (*ex)->info().peak_rates) EXPECT_EQ(r.method, "measured") << r.kind;
+  for (const PeakRate& r : (*ex)->peak_rates()) EXPECT_EQ(r.method, "measured") << r.kind;
 }
 
 TEST(CpuExecutorTest, PeaksSetByFlagReplaceTheMeasuredOnes) {
@@ -280,12 +280,62 @@ TEST(CpuExecutorTest, PeaksSetByFlagReplaceTheMeasuredOnes) {
   o.peak_overrides = {{"fp32", 3e10, "flag"}, {"memory", 5e10, "flag"}};
   auto ex = CpuExecutor::Create(o);
   ASSERT_TRUE(ex.ok()) << ex.status();
-  const std::vector<PeakRate>& rates = (*ex)->info().peak_rates;
+  const std::vector<PeakRate> rates = (*ex)->peak_rates();
   EXPECT_EQ(RateOf(rates, "fp32"), 3e10);
   EXPECT_EQ(RateOf(rates, "memory"), 5e10);
   EXPECT_GT(RateOf(rates, "fp16"), 0);
   for (const PeakRate& r : rates)
     EXPECT_EQ(r.method, r.kind == "fp32" || r.kind == "memory" ? "flag" : "measured") << r.kind;
+}
+
+TEST(CpuExecutorTest, RemeasuringKeepsFlagRatesAndLosesNoBatch) {
+  CpuExecutor::Options o = FastOptions();
+  o.concurrent_requests = 2;
+  o.calibration_budget = absl::Milliseconds(100);
+  o.peak_overrides = {{"fp16", 5e9, "flag"}};
+  auto ex = CpuExecutor::Create(o);  // not calibrated: only the flag's rate
+  ASSERT_TRUE(ex.ok()) << ex.status();
+  ASSERT_EQ((*ex)->peak_rates().size(), 1u);
+
+  // Batches before, during and after the re-measurement all run, correctly.
+  std::mt19937 rng(3);
+  constexpr int kBatches = 12;
+  std::vector<std::unique_ptr<OwnedProblem>> owned;
+  absl::BlockingCounter answered(kBatches);
+  std::vector<absl::Status> statuses(kBatches);
+  auto submit = [&](int i) {
+    auto item = std::make_shared<WorkItem>();
+    item->problems.push_back(owned[i]->ref);
+    item->done = [&statuses, &answered, i](const absl::Status& s, const ExecutionReport&) {
+      statuses[i] = s;
+      answered.DecrementCount();
+    };
+    (*ex)->Execute(SingleLaunchBatch({item}));
+  };
+  for (int i = 0; i < kBatches; ++i)
+    owned.push_back(std::make_unique<OwnedProblem>(Shape(192, 160, 224), 1.0, 0.0, &rng));
+  for (int i = 0; i < kBatches / 2; ++i) submit(i);
+  std::thread remeasure([&] { EXPECT_TRUE((*ex)->RemeasurePeaks().ok()); });
+  for (int i = kBatches / 2; i < kBatches; ++i) submit(i);
+  remeasure.join();
+  answered.Wait();
+  for (int i = 0; i < kBatches; ++i) {
+    EXPECT_TRUE(statuses[i].ok()) << i << ": " << statuses[i];
+    EXPECT_LE(RelativeError(owned[i]->Output(), ReferenceGemm(owned[i]->ref)),
+              Tolerance(DType::kFp32, DType::kFp32, false))
+        << i;
+  }
+
+  const std::vector<PeakRate> rates = (*ex)->peak_rates();
+  for (const char* kind : {"fp32", "bf16", "memory"}) EXPECT_GT(RateOf(rates, kind), 0) << kind;
+  EXPECT_EQ(RateOf(rates, "fp16"), 5e9);
+  for (const PeakRate& r : rates)
+    EXPECT_EQ(r.method, r.kind == "fp16" ? "flag" : "measured") << r.kind;
+  // Admission now predicts from the measured rates (nothing was measured
+  // before, so nothing was predicted).
+  WorkItem one;
+  one.problems = {owned[0]->ref};
+  EXPECT_GT((*ex)->PredictRunTime(one), absl::ZeroDuration());
 }
 
 TEST(CpuExecutorTest, PredictsFromItsCalibration) {
@@ -315,7 +365,7 @@ TEST(CpuExecutorTest, PredictsFromItsCalibration) {
   EXPECT_NEAR(absl::ToDoubleSeconds((*ex)->PredictRunTime(eight)), 8 * absl::ToDoubleSeconds(t1),
               9 * kTick);
   // bf16 is widened and narrowed on the way: more than the bare sgemm.
-  const double sgemm = RateOf((*ex)->info().peak_rates, "fp32");
+  const double sgemm = RateOf((*ex)->peak_rates(), "fp32");
   EXPECT_GT(absl::ToDoubleSeconds(t1), p.shape.flops() / sgemm);
 }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "common/status_macros.h"
+#include "service/calibration.h"
 #include "service/cuda/batch_layout.h"
 #include "service/cuda/calibration.h"
 #include "service/cuda/cuda_status.h"
@@ -40,7 +41,13 @@ absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Options
         "CUDA device ", options.device, " is not present (", DeviceCount(), " visible)"));
   std::unique_ptr<CudaExecutor> ex(new CudaExecutor(options));
   if (absl::Status st = ex->Init(); !st.ok()) return st;
-  if (options.calibrate) ex->Calibrate();
+  if (options.calibrate) {
+    ex->Calibrate(ex->lanes_.front()->stream());
+  } else {
+    std::vector<PeakRate> rates;
+    ApplyPeakOverrides(options.peak_overrides, &rates);
+    ex->peaks_.Set(std::move(rates));
+  }
   ex->completion_thread_ = std::thread([e = ex.get()] { e->CompletionLoop(); });
   ex->watch_thread_ = std::thread([e = ex.get()] { e->WatchLoop(); });
   return ex;
@@ -80,13 +87,37 @@ absl::Status CudaExecutor::Init() {
   return absl::OkStatus();
 }
 
-void CudaExecutor::Calibrate() {
-  const gpu::Calibration measured = gpu::Calibrate(options_.device, lanes_.front()->stream());
-  info_.peak_rates.insert(info_.peak_rates.end(), measured.peak_rates.begin(),
-                          measured.peak_rates.end());
-  h2d_rate_ = measured.copies.h2d;
-  d2h_rate_ = measured.copies.d2h;
-  host_copy_rate_ = measured.copies.host_copy;
+void CudaExecutor::Calibrate(void* stream) {
+  gpu::Calibration measured = gpu::Calibrate(options_.device, static_cast<cudaStream_t>(stream));
+  ApplyPeakOverrides(options_.peak_overrides, &measured.peak_rates);
+  peaks_.Set(std::move(measured.peak_rates));
+  absl::MutexLock lock(&copy_rates_mu_);
+  copy_rates_ = CopyRates{measured.copies.h2d, measured.copies.d2h, measured.copies.host_copy};
+}
+
+absl::Status CudaExecutor::RemeasurePeaks() {
+  absl::MutexLock one_at_a_time(&remeasure_mu_);
+  gpu::Lane* lane = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    measuring_ = true;
+    // Lanes the watchdog abandoned never come back, but then the device is
+    // out of service and there is nothing to measure.
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return busy_lanes_ == 0 || !healthy_.load();
+    };
+    mu_.Await(absl::Condition(&idle));
+    if (healthy_.load()) lane = free_lanes_.front();
+  }
+  if (lane != nullptr) {
+    cudaSetDevice(options_.device);
+    Calibrate(lane->stream());
+    CheckForFault();
+  }
+  absl::MutexLock lock(&mu_);
+  measuring_ = false;
+  if (!healthy_.load()) return OutOfService();
+  return absl::OkStatus();
 }
 
 CudaExecutor::~CudaExecutor() {
@@ -261,7 +292,7 @@ void CudaExecutor::Execute(Batch batch) {
     // never come back: the wait also ends when the device goes out of
     // service.
     auto has_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !free_lanes_.empty() || !healthy_.load();
+      return (!free_lanes_.empty() && !measuring_) || !healthy_.load();
     };
     mu_.Await(absl::Condition(&has_free));
     if (healthy_.load()) {
@@ -288,15 +319,20 @@ void CudaExecutor::Execute(Batch batch) {
 }
 
 absl::Duration CudaExecutor::PredictRunTime(const WorkItem& item) const {
-  const double compute = ComputeSeconds(item, info_.peak_rates);
+  const double compute = ComputeSeconds(item, peaks_.Get());
   if (!(compute > 0)) return absl::ZeroDuration();
+  CopyRates rates;
+  {
+    absl::MutexLock lock(&copy_rates_mu_);
+    rates = copy_rates_;
+  }
   // Bytes that travel: what is staged (resident operands are not) and every
   // result.
   const gpu::TransferBytes bytes = gpu::StagedBytes(item);
   double seconds = compute;
-  if (host_copy_rate_ > 0) seconds += (bytes.in + bytes.out) / host_copy_rate_;
-  if (h2d_rate_ > 0) seconds += bytes.in / h2d_rate_;
-  if (d2h_rate_ > 0) seconds += bytes.out / d2h_rate_;
+  if (rates.host_copy > 0) seconds += (bytes.in + bytes.out) / rates.host_copy;
+  if (rates.h2d > 0) seconds += bytes.in / rates.h2d;
+  if (rates.d2h > 0) seconds += bytes.out / rates.d2h;
   return absl::Seconds(seconds);
 }
 

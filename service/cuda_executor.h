@@ -42,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "service/executor.h"
+#include "service/peak_rate_store.h"
 
 namespace gemm {
 
@@ -63,6 +64,9 @@ class CudaExecutor : public Executor {
     // at start-up (about 0.2 s); they feed GetServerInfo and PredictRunTime
     // (without them there is no prediction, so no refusal for lateness).
     bool calibrate = true;
+    // Peaks set by flag (service/calibration.h), laid over the measured ones
+    // (at start-up and at every RemeasurePeaks).
+    std::vector<PeakRate> peak_overrides;
     // Grouped launches for planned groups of mixed shapes, where the grouped
     // kernel exists (sm_90). Off, or elsewhere, the batcher plans single
     // launches instead.
@@ -101,6 +105,11 @@ class CudaExecutor : public Executor {
   ~CudaExecutor() override;
 
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return peaks_.Get(); }
+  // Waits until no lane is busy, holds back new batches while it measures
+  // (as at start-up: about 0.2 s), then lets them run. UNAVAILABLE once the
+  // device is out of service.
+  absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override { return options_.streams; }
   bool supports_grouped() const override { return grouped_; }
   void Execute(Batch batch) override;
@@ -124,9 +133,9 @@ class CudaExecutor : public Executor {
  private:
   explicit CudaExecutor(const Options& options);
   absl::Status Init();
-  // Measures the device (service/cuda/calibration.h) into info_ and the copy
-  // rates.
-  void Calibrate();
+  // Measures the device (service/cuda/calibration.h) on `stream` into
+  // peaks_ (with the overrides) and copy_rates_.
+  void Calibrate(void* stream);
   // Called by a lane's host callback when its work is done (on a CUDA
   // thread: it only hands the lane to the completion thread).
   void OnLaneDone(gpu::Lane* lane);
@@ -150,9 +159,15 @@ class CudaExecutor : public Executor {
   const Options options_;
   BackendInfo info_;
   bool grouped_ = false;
+  PeakRateStore peaks_;
   // Calibrated bytes/s: pinned H2D and D2H, and the host copy into staging;
   // 0 when not measured.
-  double h2d_rate_ = 0, d2h_rate_ = 0, host_copy_rate_ = 0;
+  struct CopyRates {
+    double h2d = 0, d2h = 0, host_copy = 0;
+  };
+  mutable absl::Mutex copy_rates_mu_;
+  CopyRates copy_rates_ ABSL_GUARDED_BY(copy_rates_mu_);
+  absl::Mutex remeasure_mu_;  // one RemeasurePeaks at a time
   // Where every reducing launch runs, in turn; the lanes hold a pointer.
   std::unique_ptr<gpu::ReducingStream> reducer_;
   std::vector<std::unique_ptr<gpu::Lane>> lanes_;
@@ -161,6 +176,8 @@ class CudaExecutor : public Executor {
   std::deque<gpu::Lane*> free_lanes_ ABSL_GUARDED_BY(mu_);
   std::deque<gpu::Lane*> finished_lanes_ ABSL_GUARDED_BY(mu_);
   int busy_lanes_ ABSL_GUARDED_BY(mu_) = 0;
+  // While set, Execute waits for it to clear: RemeasurePeaks has the device.
+  bool measuring_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread completion_thread_;
 

@@ -28,7 +28,7 @@ double ComputeSeconds(const WorkItem& item, const std::vector<PeakRate>& rates) 
 }
 
 absl::Duration Executor::PredictRunTime(const WorkItem& item) const {
-  return absl::Seconds(ComputeSeconds(item, info().peak_rates));
+  return absl::Seconds(ComputeSeconds(item, peak_rates()));
 }
 
 }  // namespace gemm

@@ -38,10 +38,11 @@ struct PeakRate {
   std::string method;  // kPeakMethodMeasured or kPeakMethodFlag
 };
 
+// What an executor is, fixed for its life. Its peak rates can change (they
+// are measured again on request) and are asked separately: peak_rates().
 struct BackendInfo {
   std::string backend;  // "cpu", "cuda"
   std::vector<DeviceDescription> devices;
-  std::vector<PeakRate> peak_rates;
   std::vector<std::string> kernels;
 };
 
@@ -50,6 +51,21 @@ class Executor {
   virtual ~Executor() = default;
 
   virtual const BackendInfo& info() const = 0;
+
+  // The peak rates GetServerInfo, the roofline metrics and PredictRunTime
+  // use: those measured at start-up or by the last RemeasurePeaks, with the
+  // ones set by flag in their place. A copy, so that a re-measurement can
+  // replace them while requests read them. Thread-safe.
+  virtual std::vector<PeakRate> peak_rates() const = 0;
+
+  // Measures the peak rates again (those set by flag stay) and replaces
+  // them, for an operator who doubts the start-up figures (a machine that
+  // was busy, or boosted later). Batches handed to Execute meanwhile wait
+  // until it is done (up to a few seconds); none is lost. Unimplemented
+  // where the backend measures nothing. Thread-safe; one at a time.
+  virtual absl::Status RemeasurePeaks() {
+    return absl::UnimplementedError("this backend measures no peak rates");
+  }
 
   // How many batches this executor can usefully run at once; the batcher
   // keeps at most this many in flight.
@@ -60,11 +76,11 @@ class Executor {
   virtual bool supports_grouped() const { return false; }
 
   // Predicted time `item` takes when it runs alone on this executor, from
-  // what the executor measured at start-up; admission control weighs it
-  // against the request's deadline (RequestQueue::Options::predict_run_time).
-  // Zero means "no prediction" (nothing was measured), and then nothing is
-  // refused for lateness. The default divides each problem's FLOPs by the
-  // peak rate measured for its type (info().peak_rates); executors that know
+  // what the executor measured; admission control weighs it against the
+  // request's deadline (RequestQueue::Options::predict_run_time). Zero means
+  // "no prediction" (nothing was measured), and then nothing is refused for
+  // lateness. The default divides each problem's FLOPs by the peak rate
+  // measured for its type (peak_rates()); executors that know
   // their copy costs add them. Thread-safe.
   virtual absl::Duration PredictRunTime(const WorkItem& item) const;
 

@@ -548,7 +548,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
     di->set_memory_bytes(d.memory_bytes);
     di->set_threads(d.threads);
   }
-  for (const PeakRate& r : info.peak_rates) {
+  for (const PeakRate& r : executor_->peak_rates()) {
     v1::PeakRate* pr = out->add_peak_rates();
     pr->set_kind(r.kind);
     pr->set_per_second(r.per_second);

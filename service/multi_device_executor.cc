@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "service/resident_matrix.h"
 
 namespace gemm {
@@ -75,18 +76,12 @@ absl::StatusOr<std::unique_ptr<MultiDeviceExecutor>> MultiDeviceExecutor::Create
   BackendInfo& info = ex->info_;
   info = ex->children_.front()->info();
   info.devices.clear();
-  info.peak_rates.clear();
   for (size_t d = 0; d < ex->children_.size(); ++d) {
     const BackendInfo& child = ex->children_[d]->info();
     if (child.backend != info.backend)
       return absl::InvalidArgumentError(absl::StrCat(
           "children: device ", d, " is ", child.backend, ", device 0 is ", info.backend));
     info.devices.insert(info.devices.end(), child.devices.begin(), child.devices.end());
-    ex->peaks_.push_back(child.peak_rates);
-    for (PeakRate r : child.peak_rates) {
-      r.method = absl::StrCat("device ", d, ": ", r.method);
-      info.peak_rates.push_back(r);
-    }
   }
   ex->outstanding_.assign(ex->children_.size(), 0.0);
   ex->resident_bytes_.assign(ex->children_.size(), 0);
@@ -164,6 +159,30 @@ void MultiDeviceExecutor::WaitHandedOver() {
   }
 }
 
+std::vector<PeakRate> MultiDeviceExecutor::peak_rates() const {
+  std::vector<PeakRate> rates;
+  for (size_t d = 0; d < children_.size(); ++d) {
+    for (PeakRate r : children_[d]->peak_rates()) {
+      r.method = absl::StrCat("device ", d, ": ", r.method);
+      rates.push_back(std::move(r));
+    }
+  }
+  return rates;
+}
+
+absl::Status MultiDeviceExecutor::RemeasurePeaks() {
+  // One device at a time: the others keep serving meanwhile.
+  std::vector<std::string> failed;
+  for (size_t d = 0; d < children_.size(); ++d) {
+    if (!children_[d]->healthy()) continue;
+    if (absl::Status st = children_[d]->RemeasurePeaks(); !st.ok())
+      failed.push_back(absl::StrCat("device ", d, ": ", st.message()));
+  }
+  if (!failed.empty())
+    return absl::UnavailableError(absl::StrJoin(failed, "; "));
+  return absl::OkStatus();
+}
+
 int MultiDeviceExecutor::max_concurrent_batches() const {
   int total = 0;
   for (const auto& c : children_) total += c->max_concurrent_batches();
@@ -171,9 +190,10 @@ int MultiDeviceExecutor::max_concurrent_batches() const {
 }
 
 double MultiDeviceExecutor::Cost(const WorkItem& item, int d) const {
+  const std::vector<PeakRate> peaks = children_[d]->peak_rates();
   double seconds = 0;
   for (const GemmProblemRef& p : item.problems) {
-    double rate = RateOf(peaks_[d], RateKind(p.shape));
+    double rate = RateOf(peaks, RateKind(p.shape));
     if (rate <= 0) rate = 1e12;  // no calibration: a neutral guess, same for every device
     uint64_t moved = p.d_bytes();
     for (const MatrixRef* m : {&p.a, &p.b, &p.c})

@@ -49,6 +49,11 @@ class MultiDeviceExecutor : public Executor {
   ~MultiDeviceExecutor() override;
 
   const BackendInfo& info() const override { return info_; }
+  // Every device's rates, their method prefixed "device D: ".
+  std::vector<PeakRate> peak_rates() const override;
+  // Each healthy device in turn, so that the others serve meanwhile;
+  // UNAVAILABLE naming the devices that could not be measured.
+  absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override;
   void Execute(Batch batch) override;
   // The prediction of the device the item would run on: its resident
@@ -91,8 +96,6 @@ class MultiDeviceExecutor : public Executor {
   const Options options_;
   std::vector<std::unique_ptr<Executor>> children_;
   BackendInfo info_;
-  // Peak FLOP/s per device and dtype kind ("bf16", ...), from the children.
-  std::vector<std::vector<PeakRate>> peaks_;
 
   // Makes a resident matrix of `bytes` with `make` on the device holding the
   // fewest resident bytes, and keeps that count.

@@ -5,6 +5,7 @@
 #include <deque>
 #include <string>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "absl/synchronization/mutex.h"
@@ -40,9 +41,23 @@ class FakeDevice : public Executor {
   explicit FakeDevice(double bf16_rate) {
     info_.backend = "fake";
     info_.devices.push_back({"fake gpu", "9.0", 132, 1, 0});
-    if (bf16_rate > 0) info_.peak_rates.push_back({"bf16", bf16_rate, "test"});
+    if (bf16_rate > 0) rates_.push_back({"bf16", bf16_rate, "test"});
   }
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override {
+    absl::MutexLock lock(&mu);
+    return rates_;
+  }
+  // "Measures" twice the rate it had, and counts the calls.
+  absl::Status RemeasurePeaks() override {
+    absl::MutexLock lock(&mu);
+    ++remeasured;
+    for (PeakRate& r : rates_) {
+      r.per_second *= 2;
+      r.method = "remeasured";
+    }
+    return remeasure_status;
+  }
   int max_concurrent_batches() const override { return 2; }
   bool supports_grouped() const override { return grouped; }
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
@@ -78,11 +93,14 @@ class FakeDevice : public Executor {
   // Read by the test after MultiDeviceExecutor::WaitHandedOver.
   std::deque<Batch> batches;
   bool grouped = true;
-  absl::Mutex mu;
+  mutable absl::Mutex mu;
   bool blocked ABSL_GUARDED_BY(mu) = false;
+  int remeasured ABSL_GUARDED_BY(mu) = 0;
+  absl::Status remeasure_status ABSL_GUARDED_BY(mu);
 
  private:
   BackendInfo info_;
+  std::vector<PeakRate> rates_ ABSL_GUARDED_BY(mu);
 };
 
 struct Fixture {
@@ -134,7 +152,46 @@ TEST(MultiDeviceExecutorTest, SumsSlotsAndListsEveryDevice) {
   Fixture f({1e14, 1e14});
   EXPECT_EQ(f.multi->max_concurrent_batches(), 4);
   EXPECT_EQ(f.multi->info().devices.size(), 2u);
-  EXPECT_EQ(f.multi->info().peak_rates.size(), 2u);
+  const std::vector<PeakRate> rates = f.multi->peak_rates();
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_EQ(rates[0].method, "device 0: test");
+  EXPECT_EQ(rates[1].method, "device 1: test");
+}
+
+TEST(MultiDeviceExecutorTest, RemeasuresEveryHealthyDeviceAndPlacesByTheNewRates) {
+  Fixture f({1e14, 1e14});
+  f.devices[1]->Fault();
+  ASSERT_TRUE(f.multi->RemeasurePeaks().ok());
+  {
+    absl::MutexLock lock(&f.devices[0]->mu);
+    EXPECT_EQ(f.devices[0]->remeasured, 1);
+  }
+  {
+    absl::MutexLock lock(&f.devices[1]->mu);
+    EXPECT_EQ(f.devices[1]->remeasured, 0);  // out of service: not measured
+  }
+  const std::vector<PeakRate> rates = f.multi->peak_rates();
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_EQ(rates[0].per_second, 2e14);
+  EXPECT_EQ(rates[0].method, "device 0: remeasured");
+  EXPECT_EQ(rates[1].per_second, 1e14);
+  // Placement reads the rates as they are now: device 0 computes twice as
+  // fast (the link time is the same on both).
+  const auto item = Item(1024);
+  const double flops = item->problems[0].shape.flops();
+  EXPECT_NEAR(f.multi->Cost(*item, 1) - f.multi->Cost(*item, 0), flops / 1e14 - flops / 2e14,
+              1e-12);
+}
+
+TEST(MultiDeviceExecutorTest, ARemeasurementThatFailsNamesTheDevice) {
+  Fixture f({1e14, 1e14});
+  {
+    absl::MutexLock lock(&f.devices[1]->mu);
+    f.devices[1]->remeasure_status = absl::InternalError("probe failed");
+  }
+  const absl::Status st = f.multi->RemeasurePeaks();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("device 1: probe failed"));
 }
 
 TEST(MultiDeviceExecutorTest, BalancesByPredictedFinishTime) {

@@ -24,15 +24,17 @@ class FakeExecutor : public Executor {
  public:
   FakeExecutor(double bf16_rate, int parallel) : parallel_(parallel) {
     info_.backend = "fake";
-    if (bf16_rate > 0) info_.peak_rates.push_back({"bf16", bf16_rate, "test"});
+    if (bf16_rate > 0) rates_.push_back({"bf16", bf16_rate, "test"});
   }
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return rates_; }
   int max_concurrent_batches() const override { return parallel_; }
   int parallel_units() const override { return parallel_; }
   void Execute(Batch) override { ADD_FAILURE() << "the admission tests run nothing"; }
 
  private:
   BackendInfo info_;
+  std::vector<PeakRate> rates_;
   const int parallel_;
 };
 

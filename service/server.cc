@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "service/call_log.h"
 #include "service/caller_identity.h"
@@ -216,7 +217,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->queue_ = std::make_unique<RequestQueue>(queue_options, Clock::Real());
   RequestQueue* queue = s->queue_.get();
   s->metrics_->SetBuildInfo(kVersion, s->executor_->info().backend);
-  s->metrics_->SetPeakRates(s->executor_->info().peak_rates);
+  s->metrics_->SetPeakRates(s->executor_->peak_rates());
   s->metrics_->SetQueueProbe([queue] { return static_cast<double>(queue->queued()); },
                              [queue] { return static_cast<double>(queue->inflight_bytes()); });
   s->metrics_->SetLimits(options.limits.max_queued_requests, options.limits.max_inflight_bytes);
@@ -350,6 +351,27 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
 }
 
 const BackendInfo& GemmServer::backend() const { return executor_->info(); }
+
+absl::Status GemmServer::RemeasurePeaks() {
+  spdlog::info("re-measuring the peak rates; batches wait until it is done");
+  const absl::Time start = absl::Now();
+  if (absl::Status st = executor_->RemeasurePeaks(); !st.ok()) {
+    spdlog::error("re-measuring the peak rates failed: {}", st.ToString());
+    return st;
+  }
+  const std::vector<PeakRate> rates = executor_->peak_rates();
+  metrics_->SetPeakRates(rates);
+  std::vector<std::string> figures;
+  for (const PeakRate& r : rates) {
+    figures.push_back(r.kind == "memory"
+                          ? absl::StrFormat("memory=%.1fGB/s(%s)", r.per_second / 1e9, r.method)
+                          : absl::StrFormat("%s=%.2fTFLOP/s(%s)", r.kind, r.per_second / 1e12,
+                                            r.method));
+  }
+  spdlog::info("peak rates re-measured in {}: {}", absl::FormatDuration(absl::Now() - start),
+               absl::StrJoin(figures, " "));
+  return absl::OkStatus();
+}
 
 int GemmServer::health_port() const {
   return health_listener_ != nullptr ? health_listener_->port() : 0;

@@ -95,6 +95,12 @@ class GemmServer {
   const BackendInfo& backend() const;
   ServiceMetrics* metrics() const { return metrics_.get(); }
 
+  // Measures the executor's peak rates again (Executor::RemeasurePeaks:
+  // batches wait meanwhile, none is lost; rates set by flag stay), then
+  // updates the roofline gauges and logs the new figures. gemm_server
+  // calls it on SIGHUP. Errors are logged and returned.
+  absl::Status RemeasurePeaks();
+
   // Graceful shutdown: health turns NOT_SERVING; new work gets UNAVAILABLE
   // (GemmServiceImpl::StartDrain) while every request already under way
   // runs to its end, the downloads and releases of its transient matrices

@@ -139,12 +139,14 @@ ABSL_FLAG(int, blas_threads, kDefaults.cpu.blas_threads,
 ABSL_FLAG(std::string, peak_tflops, "",
           "peak compute rates in TFLOP/s per dtype, e.g. bf16=700,fp16=700,fp32=60, used "
           "instead of the start-up measurement for those dtypes (ServerInfo and the "
-          "gemm_peak_flops_per_second gauge then say method=\"flag\"); CPU backend");
+          "gemm_peak_flops_per_second gauge then say method=\"flag\"); every backend, "
+          "every GPU; they stay when SIGHUP re-measures the others");
 ABSL_FLAG(std::string, peak_memory_gbps, "",
           "memory bandwidth in GB/s (bytes read plus written) used instead of the start-up "
-          "measurement; CPU backend");
+          "measurement; every backend, every GPU");
 ABSL_FLAG(absl::Duration, calibration_budget, kDefaults.cpu.calibration_budget,
-          "CPU backend: time the start-up sgemm measurement may take to reach the peak");
+          "CPU backend: time the sgemm measurement (at start-up and on SIGHUP) may take to "
+          "reach the peak");
 ABSL_FLAG(uint64_t, max_message_bytes, kLimits.max_message_bytes,
           "largest gRPC message in either direction (at most 2^31-1)");
 ABSL_FLAG(uint64_t, max_receive_buffer_bytes, kLimits.max_receive_buffer_bytes,
@@ -223,11 +225,13 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(level));
   }
 
-  // Block the shutdown signals in every thread; main waits for them below.
+  // Block the shutdown signals, and SIGHUP (re-measure the peak rates), in
+  // every thread; main waits for them below.
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   gemm::ServerOptions options;
@@ -303,12 +307,8 @@ int main(int argc, char** argv) {
     }
     options.cpu.peak_overrides = *tflops;
     options.cpu.peak_overrides.insert(options.cpu.peak_overrides.end(), gbps->begin(), gbps->end());
-    // The CUDA executor does not take overrides yet: refuse rather than
-    // ignore them.
-    if (!options.cpu.peak_overrides.empty() && options.backend != "cpu") {
-      spdlog::critical("--peak_tflops/--peak_memory_gbps: only the cpu backend takes them so far");
-      return 2;
-    }
+    // On several GPUs every device takes the same figures.
+    options.cuda.peak_overrides = options.cpu.peak_overrides;
   }
   gemm::ServiceLimits& l = options.limits;
   l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
@@ -354,6 +354,13 @@ int main(int argc, char** argv) {
       spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       (*server)->Shutdown(absl::GetFlag(FLAGS_drain_timeout));
       return 0;
+    }
+    // Here, not on a thread of its own: a SIGTERM that comes meanwhile waits
+    // for it (the batches running, then about a second), and the server is
+    // never destroyed under it. The result is logged by the call.
+    if (sig == SIGHUP) {
+      spdlog::info("received SIGHUP");
+      (*server)->RemeasurePeaks().IgnoreError();
     }
     if (on_gpu_loss == "exit" && (*server)->no_device_left().HasBeenNotified()) {
       spdlog::critical("no GPU is left in service: exiting with status 3 (--on_gpu_loss=exit)");

@@ -156,6 +156,7 @@ class LosableGpuExecutor final : public Executor {
  public:
   LosableGpuExecutor() : info_(inner_.info()) { info_.backend = "cuda"; }
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return inner_.peak_rates(); }
   int max_concurrent_batches() const override { return inner_.max_concurrent_batches(); }
   void Execute(Batch batch) override {
     if (healthy()) return inner_.Execute(std::move(batch));
@@ -179,6 +180,35 @@ class LosableGpuExecutor final : public Executor {
   std::atomic<bool> healthy_{true};
   absl::Mutex mu_;
   HealthListener listener_ ABSL_GUARDED_BY(mu_);
+};
+
+// An executor whose peak rates a re-measurement replaces: each
+// RemeasurePeaks doubles its bf16 rate (and fails once told to).
+class RemeasurableExecutor final : public Executor {
+ public:
+  const BackendInfo& info() const override { return inner_.info(); }
+  std::vector<PeakRate> peak_rates() const override {
+    absl::MutexLock lock(&mu_);
+    return {{"bf16", bf16_, kPeakMethodMeasured}, {"fp16", 7e12, kPeakMethodFlag}};
+  }
+  absl::Status RemeasurePeaks() override {
+    absl::MutexLock lock(&mu_);
+    if (!fail_.ok()) return fail_;
+    bf16_ *= 2;
+    return absl::OkStatus();
+  }
+  int max_concurrent_batches() const override { return inner_.max_concurrent_batches(); }
+  void Execute(Batch batch) override { inner_.Execute(std::move(batch)); }
+  void FailWith(absl::Status st) {
+    absl::MutexLock lock(&mu_);
+    fail_ = std::move(st);
+  }
+
+ private:
+  FakeExecutor inner_;
+  mutable absl::Mutex mu_;
+  double bf16_ ABSL_GUARDED_BY(mu_) = 1e12;
+  absl::Status fail_ ABSL_GUARDED_BY(mu_);
 };
 
 class ServerTest : public ::testing::Test {
@@ -378,6 +408,42 @@ TEST_F(ServerTest, LosingTheLastGpuTurnsHealthNotServingAndAnswersEveryRequest) 
   call.Start(stub_.get(), "after");
   call.done.WaitForNotification();
   EXPECT_EQ(call.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  server_->Shutdown(absl::Seconds(5));
+}
+
+TEST_F(ServerTest, RemeasuringThePeaksUpdatesTheGaugesAndServerInfo) {
+  auto executor = std::make_unique<RemeasurableExecutor>();
+  RemeasurableExecutor* ex = executor.get();
+  auto server = GemmServer::Start(Loopback(), std::move(executor));
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  stub_ = v1::GemmService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials()));
+  const std::string bf16 = "gemm_peak_flops_per_second{dtype=\"bf16\",method=\"measured\"} ";
+  const std::string fp16 = "gemm_peak_flops_per_second{dtype=\"fp16\",method=\"flag\"} ";
+  auto gauge = [&](const std::string& series) {
+    const std::string scrape = server_->metrics()->Scrape();
+    const size_t at = scrape.find(series);
+    return at == std::string::npos ? -1.0 : std::stod(scrape.substr(at + series.size()));
+  };
+  EXPECT_EQ(gauge(bf16), 1e12);
+
+  ASSERT_TRUE(server_->RemeasurePeaks().ok());
+  EXPECT_EQ(gauge(bf16), 2e12);
+  EXPECT_EQ(gauge(fp16), 7e12);
+  v1::ServerInfo info;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  ASSERT_TRUE(stub_->GetServerInfo(&ctx, v1::GetServerInfoRequest(), &info).ok());
+  ASSERT_EQ(info.peak_rates_size(), 2);
+  EXPECT_EQ(info.peak_rates(0).kind(), "bf16");
+  EXPECT_EQ(info.peak_rates(0).per_second(), 2e12);
+
+  // A failed re-measurement keeps the figures it had and says why.
+  ex->FailWith(absl::UnavailableError("GPU 0 is out of service"));
+  const absl::Status st = server_->RemeasurePeaks();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(gauge(bf16), 2e12);
   server_->Shutdown(absl::Seconds(5));
 }
 

@@ -5,7 +5,8 @@
 # refused naming the flag and the allowed values (exit 2), tokens without TLS
 # on a non-loopback address are refused unless --allow_insecure_tokens says
 # the operator knows, and --log_format=json writes one JSON object a line
-# (the start-up line and the drain summary among them).
+# (the start-up line and the drain summary among them). SIGHUP re-measures
+# the peak rates while serving, keeping those set by flag.
 # Usage: server_flags_test.sh GEMM_SERVER
 set -u
 server_bin="$1"
@@ -92,4 +93,27 @@ assert s["backend"] == "cpu" and s["tls"] == "off" and s["tokens"] == "off", s
 assert s["max_queued_requests"] == "77", s
 assert [e for e in events if e["message"].startswith("drain summary")], "no drain summary"
 PY
+# SIGHUP: the peaks are measured again; the one set by flag stays.
+rm -f "$work/port"
+"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \
+  --calibration_budget=100ms --peak_tflops=fp16=0.25 >"$work/hup" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  [ -s "$work/port" ] && break
+  kill -0 "$pid" 2>/dev/null || fail "server exited: $(cat "$work/hup")"
+  sleep 0.1
+done
+[ -s "$work/port" ] || fail "server did not listen"
+kill -HUP "$pid"
+for _ in $(seq 1 300); do
+  grep -q "peak rates re-measured" "$work/hup" && break
+  sleep 0.1
+done
+line="$(grep "peak rates re-measured" "$work/hup")" || fail "no re-measure line after SIGHUP: $(cat "$work/hup")"
+echo "$line" | grep -q "fp16=0.25TFLOP/s(flag)" || fail "the flag's fp16 peak did not stay: $line"
+echo "$line" | grep -Eq "fp32=[0-9.]+TFLOP/s\(measured\)" || fail "fp32 not re-measured: $line"
+echo "$line" | grep -Eq "memory=[0-9.]+GB/s\(measured\)" || fail "memory not re-measured: $line"
+kill -0 "$pid" 2>/dev/null || fail "server exited after SIGHUP: $(cat "$work/hup")"
+kill -TERM "$pid"
+wait "$pid" || fail "server exited non-zero after SIGTERM: $(cat "$work/hup")"
 echo PASS

@@ -578,6 +578,7 @@ class BlockingExecutor : public Executor {
   }
 
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return {}; }
   int max_concurrent_batches() const override { return 1; }
 
   // Runs on the batcher's thread, so one batch at a time, like a backend with

@@ -21,6 +21,8 @@ class ForwardingExecutor : public Executor {
   explicit ForwardingExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
 
   const BackendInfo& info() const override { return inner_->info(); }
+  std::vector<PeakRate> peak_rates() const override { return inner_->peak_rates(); }
+  absl::Status RemeasurePeaks() override { return inner_->RemeasurePeaks(); }
   int max_concurrent_batches() const override { return inner_->max_concurrent_batches(); }
   bool supports_grouped() const override { return inner_->supports_grouped(); }
   absl::Duration PredictRunTime(const WorkItem& item) const override {

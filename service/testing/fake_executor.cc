@@ -12,7 +12,6 @@ FakeExecutor::FakeExecutor() {
   device.threads = 2;
   device.memory_bytes = uint64_t{1} << 30;
   info_.devices.push_back(device);
-  info_.peak_rates.push_back(PeakRate{"fp32", 1e12, "fixed"});
   info_.kernels.push_back(kKernel);
 }
 

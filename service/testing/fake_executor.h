@@ -29,6 +29,7 @@ class FakeExecutor final : public Executor {
   FakeExecutor();
 
   const BackendInfo& info() const override { return info_; }
+  std::vector<PeakRate> peak_rates() const override { return {PeakRate{"fp32", 1e12, "fixed"}}; }
   int max_concurrent_batches() const override { return 1; }
   // Runs the batch now (on the calling thread), or keeps it until Open()
   // while the gate is shut.
