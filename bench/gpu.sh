@@ -56,13 +56,14 @@ declare -A TARGETS=(
   [multi-gpu]="//bench:multi_gpu_bench"
   [soak]="//tests:gpu_server_test"
   [faults]="//tests:gpu_fault_test"
+  [peaks]="//tests:gpu_peaks_test"
   [power]="//bench:power_probe"
   [tune]="//kernels/cublas:cublas_gemm_gpu_test //bench:tune_portfolio"
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
   [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults power tune overload ab determinism"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -71,6 +72,7 @@ declare -A ABOUT=(
   [multi-gpu]="requests/s on one GPU and on every visible GPU"
   [soak]="gpu_server_test with a long --soak_seconds"
   [faults]="GPU faults injected under load (hung kernel, sticky error), each test in its own process"
+  [peaks]="peak rates set by flag and re-measured (SIGHUP's path) while clients load the server"
   [power]="ours and cuBLAS each alone for seconds, nvidia-smi sampling beside"
   [tune]="cuBLAS members' GPU test; a tuning table, then its choices beside cuBLAS and our heuristic"
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
@@ -367,6 +369,9 @@ tests_faults() {
   done
 }
 bench_faults() { :; }
+
+tests_peaks() { gtest "$1" "$2" 180 gpu_peaks_test; }
+bench_peaks() { :; }
 
 tests_power() { :; }
 bench_power() { power_sampled "$1" "$2" "$3"; }
