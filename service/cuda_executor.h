@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "service/cuda/portfolio_policy.h"
 #include "service/executor.h"
 
 namespace gemm {
@@ -79,6 +80,12 @@ class CudaExecutor : public Executor {
     // with one is no longer trusted. Its requests and every later one are
     // answered UNAVAILABLE at once. Zero turns the watchdog off.
     absl::Duration watchdog = absl::Seconds(60);
+    // Which kernel portfolio member each launch runs (service/cuda/
+    // portfolio_policy.h): the policy and a parsed tuning table. A table
+    // whose key (GPU name, driver, CUDA runtime, cuBLAS, build) differs from
+    // this process's is ignored with one WARN line naming the field. Under
+    // the cublas policy cuBLAS must start, or Create fails.
+    gpu::PortfolioSettings portfolio;
     // Test seam: called on a lane's stream (a cudaStream_t) after a batch's
     // operands are enqueued and before its kernels, so that a test can put
     // a kernel that faults or hangs where the batch's kernels would run
@@ -97,6 +104,8 @@ class CudaExecutor : public Executor {
   // Returns the pool's cached device memory to the driver (the pool keeps
   // freed memory for reuse otherwise). Call when idle.
   absl::Status ReleaseCachedMemory();
+  // The policy the launches follow, with the table in use (if any).
+  const gpu::LaunchPolicy& launch_policy() const { return *policy_; }
   // Waits for the batches in flight, then frees streams and buffers.
   ~CudaExecutor() override;
 
@@ -127,6 +136,9 @@ class CudaExecutor : public Executor {
   // Measures the device (service/cuda/calibration.h) into info_ and the copy
   // rates.
   void Calibrate();
+  // The portfolio policy, checked against this process's table key, and a
+  // cuBLAS context per lane where the policy may choose cuBLAS.
+  absl::Status InitPortfolio(const std::string& gpu_name);
   // Called by a lane's host callback when its work is done (on a CUDA
   // thread: it only hands the lane to the completion thread).
   void OnLaneDone(gpu::Lane* lane);
@@ -153,6 +165,8 @@ class CudaExecutor : public Executor {
   // Calibrated bytes/s: pinned H2D and D2H, and the host copy into staging;
   // 0 when not measured.
   double h2d_rate_ = 0, d2h_rate_ = 0, host_copy_rate_ = 0;
+  // Shared by the lanes (they hold a pointer): declared before them.
+  std::unique_ptr<gpu::LaunchPolicy> policy_;
   // Where every reducing launch runs, in turn; the lanes hold a pointer.
   std::unique_ptr<gpu::ReducingStream> reducer_;
   std::vector<std::unique_ptr<gpu::Lane>> lanes_;
