@@ -115,6 +115,13 @@ ABSL_FLAG(std::string, kernel_policy, "table",
           "for its shape class, our heuristic where it has none), 'heuristic' (our kernels "
           "alone) or 'cublas' (every launch through cuBLAS); deterministic requests keep their "
           "deterministic plan under every policy");
+ABSL_FLAG(bool, background_tuning, false,
+          "CUDA backend: tune the kernel portfolio from real traffic while the GPU is idle. Not "
+          "built: setting it refuses start; tune offline with bench/gpu.sh run tune and pass "
+          "the table with --tuning_table");
+ABSL_FLAG(std::string, tuning_table_out, "",
+          "where background tuning would write its table at drain; refused like "
+          "--background_tuning, which is not built");
 ABSL_FLAG(absl::Duration, gpu_watchdog, kDefaults.cuda.watchdog,
           "CUDA backend: a batch still running this long after its predicted end takes its "
           "GPU out of service (its requests answered UNAVAILABLE); 0 turns it off");
@@ -287,6 +294,13 @@ int main(int argc, char** argv) {
   options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
   options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  if (absl::GetFlag(FLAGS_background_tuning) || !absl::GetFlag(FLAGS_tuning_table_out).empty()) {
+    spdlog::critical(
+        "--background_tuning/--tuning_table_out: background tuning from real traffic is not "
+        "built in this server; tune offline (bench/gpu.sh run tune) and start with "
+        "--tuning_table=FILE");
+    return 2;
+  }
   options.cuda.portfolio.policy =
       *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");
   if (const std::string path = absl::GetFlag(FLAGS_tuning_table); !path.empty()) {

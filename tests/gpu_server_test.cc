@@ -739,9 +739,9 @@ class GpuPortfolioTest : public GpuServerTest {
   }
 
   // Sends `request`, checks its result (all rows, or `rows` at each end) and
-  // that its kernel contains `kernel`.
+  // that its kernel contains `kernel` (and, where given, not `not_kernel`).
   void CheckOne(const v1::GemmRequest& request, const std::string& kernel, uint64_t rows,
-                const std::string& what) {
+                const std::string& what, const std::string& not_kernel = "") {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
     v1::GemmResponse response;
@@ -749,6 +749,9 @@ class GpuPortfolioTest : public GpuServerTest {
     ASSERT_TRUE(st.ok()) << what << ": " << st.error_message();
     EXPECT_TRUE(absl::StrContains(response.kernel(), kernel))
         << what << ": kernel " << response.kernel() << ", want " << kernel;
+    if (!not_kernel.empty())
+      EXPECT_FALSE(absl::StrContains(response.kernel(), not_kernel))
+          << what << ": kernel " << response.kernel() << " should not be " << not_kernel;
     if (rows == 0) {
       EXPECT_TRUE(ResponseMatches(request, response)) << what;
     } else {
@@ -836,11 +839,12 @@ TEST_F(GpuPortfolioTest, FallbacksAndDeterministicRequestsRunOurKernels) {
   v1::GemmRequest group;
   group.set_request_id("grouped fallback");
   for (const ProblemSpec& m : members) *group.add_problems() = MakeProblem(m, &rng);
-  CheckOne(group, "sm90_tma_wgmma_grouped", 0, "cublas_grouped with fp32 D");
+  // Our grouped launch (the grouped kernel, or its loop of single launches).
+  CheckOne(group, "", 0, "cublas_grouped with fp32 D", "cublas");
 
   v1::GemmRequest det = Request(dense, &rng, 1);
   det.set_deterministic(true);
-  CheckOne(det, "sm90_tma_wgmma", 0, "deterministic request under a cuBLAS entry");
+  CheckOne(det, "sm90_tma_wgmma", 0, "deterministic request under a cuBLAS entry", "cublas");
   CheckOne(Request(dense, &rng, 2), "cublas_gemm_ex", 0, "the same class, not deterministic");
 }
 

@@ -44,6 +44,15 @@ refused backend tpu cuda
 refused log_level loud critical
 refused kernel_policy fastest heuristic
 
+# Background tuning is not built: asking for it refuses start, naming it.
+for flag in --background_tuning --tuning_table_out=/tmp/never.table; do
+  "$server_bin" "$flag" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu >"$work/bg" 2>&1
+  rc=$?
+  [ "$rc" -eq 2 ] || fail "$flag exited $rc, want 2"
+  grep -q -- "--background_tuning/--tuning_table_out: background tuning" "$work/bg" \
+    || fail "$flag refusal: $(cat "$work/bg")"
+done
+
 # --tuning_table: a file that cannot be read or parses badly stops the start
 # (exit 2) naming the flag, and for a malformed one its line.
 "$server_bin" --tuning_table="$work/absent.table" --listen=127.0.0.1:0 --metrics_listen= \
