@@ -1,5 +1,7 @@
-// The GPU backend: batches run on CUDA streams through our own kernels
-// (kernels/gemm.h).
+// The GPU backend: batches run on CUDA streams through the kernel
+// portfolio: our own kernels (kernels/gemm.h) by default, or per shape class
+// the member a tuning table chose, cuBLAS and cuBLASLt included
+// (Options::portfolio; service/cuda/portfolio_policy.h).
 //
 // Each of `streams` lanes owns a CUDA stream, a pinned host staging buffer
 // (grown geometrically, then reused: no cudaMallocHost on the hot path) and
