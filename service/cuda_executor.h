@@ -25,6 +25,7 @@
 //
 // The parts are in service/cuda/: batch_layout (where a batch's operands and
 // results sit in a lane's buffers; plain C++), lane, reducing_stream,
+// portfolio_policy (which portfolio member a launch runs; plain C++),
 // calibration, device_matrix (resident matrices), device (what is asked of
 // the runtime about the device) and resources (owners of streams, events,
 // pinned and device memory).
