@@ -199,7 +199,10 @@ absl::StatusOr<RunResult> RunPolicy(gpu::KernelPolicy policy,
   o.cuda.portfolio.policy = policy;
   o.cuda.portfolio.table = std::move(table);
   o.cuda.portfolio.table_path = absl::GetFlag(FLAGS_tuning_table);
+  // Room for every operand and for a kept result per request in flight
+  // (8192^2 bf16 is 128 MiB): the limits must not refuse the load.
   o.limits.max_resident_bytes = uint64_t{64} << 30;
+  o.limits.max_inflight_bytes = uint64_t{64} << 30;
   o.limits.max_queued_requests = 4096;
   auto server = GemmServer::Start(o);
   if (!server.ok()) return server.status();

@@ -749,9 +749,10 @@ class GpuPortfolioTest : public GpuServerTest {
     ASSERT_TRUE(st.ok()) << what << ": " << st.error_message();
     EXPECT_TRUE(absl::StrContains(response.kernel(), kernel))
         << what << ": kernel " << response.kernel() << ", want " << kernel;
-    if (!not_kernel.empty())
+    if (!not_kernel.empty()) {
       EXPECT_FALSE(absl::StrContains(response.kernel(), not_kernel))
           << what << ": kernel " << response.kernel() << " should not be " << not_kernel;
+    }
     if (rows == 0) {
       EXPECT_TRUE(ResponseMatches(request, response)) << what;
     } else {
