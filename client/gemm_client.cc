@@ -176,9 +176,15 @@ namespace client_internal {
 
 std::vector<std::string> HandlesOf(const v1::GemmRequest& request) {
   std::vector<std::string> out;
-  for (const v1::GemmProblem& p : request.problems())
-    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()})
+  for (const v1::GemmProblem& p : request.problems()) {
+    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()}) {
       if (m->source_case() == v1::Matrix::kHandle) out.push_back(m->handle());
+      // Shared-memory regions are issued like handles: to the replica
+      // that mapped them.
+      if (m->source_case() == v1::Matrix::kShared) out.push_back(m->shared().region());
+    }
+    if (p.has_output()) out.push_back(p.output().region());
+  }
   return out;
 }
 

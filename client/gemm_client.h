@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "client/chunked_transfer.h"
 #include "client/matrix_view.h"
+#include "client/shared_memory.h"
 #include "common/http2_tuning.h"
 #include "client/retry_policy.h"
 #include "gemm/v1/gemm.grpc.pb.h"
@@ -198,6 +199,15 @@ class Client {
   // NOT_FOUND if unknown or already released.
   absl::Status ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options = {});
   absl::Status ReleaseMatrix(const std::string& handle, const CallOptions& options = {});
+
+  // Same-host shared memory (client/shared_memory.h): maps `memory` into the
+  // server; the region id names it in requests (SharedMatrix, SharedRef),
+  // which then go to the replica that mapped it. PERMISSION_DENIED from a
+  // server on another host (or reached over a non-loopback address).
+  absl::StatusOr<std::string> RegisterSharedMemory(const SharedMemory& memory,
+                                                   absl::string_view label = "",
+                                                   const CallOptions& options = {});
+  absl::Status UnregisterSharedMemory(const std::string& region, const CallOptions& options = {});
 
   // RegisterMatrix in chunks over the transfer channels, whatever the size
   // (RegisterMatrix does this by itself above chunked_threshold_bytes). A

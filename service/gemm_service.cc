@@ -440,6 +440,13 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
       return residents_->Lookup(*caller, handle);
     };
   }
+  if (shared_memory_ != nullptr) {
+    residents.resolve_shared = [this, &context, caller = std::optional<std::string>()](
+                                   absl::string_view region) mutable {
+      if (!caller.has_value()) caller = CallerIdentity(context);
+      return shared_memory_->Lookup(*caller, region);
+    };
+  }
   auto problems = ValidateProblems(request, limits_, &residents);
   if (!problems.ok()) {
     // A request over a size limit fails the same way every time: tell
@@ -469,6 +476,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   auto item = std::make_shared<WorkItem>();
   item->problems = std::move(*problems);
   item->residents = std::move(residents.held);
+  item->shared_regions = std::move(residents.held_shared);
   item->bytes = InflightBytes(item->problems);
   item->priority = request.priority();
   item->client = caller.empty() ? context.peer() : caller;
@@ -563,6 +571,9 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   l->set_max_queued_bytes(limits_.max_inflight_bytes);
   l->set_max_resident_bytes(residents_ != nullptr ? limits_.max_resident_bytes : 0);
   l->set_max_chunk_bytes(MaxChunkBytes(limits_));
+  l->set_max_shared_memory_regions(shared_memory_ != nullptr ? limits_.max_shared_memory_regions
+                                                             : 0);
+  l->set_max_shared_memory_bytes(shared_memory_ != nullptr ? limits_.max_shared_memory_bytes : 0);
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
@@ -642,6 +653,56 @@ grpc::ServerUnaryReactor* GemmServiceImpl::ReleaseMatrix(grpc::CallbackServerCon
     if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("handle: ", st.message()));
   }
   Answered("ReleaseMatrix", st.ok() ? "" : CallerIdentity(*context), st, received);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::RegisterSharedMemory(
+    grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+    v1::RegisterSharedMemoryResponse* response) {
+  const absl::Time received = clock_->Now();
+  absl::Status st;
+  if (shared_memory_ == nullptr) {
+    st = absl::UnimplementedError("this server keeps no shared memory");
+  } else if (draining()) {
+    st = RefuseDraining("RegisterSharedMemory");
+  } else if (!IsSameHostPeer(context->peer())) {
+    st = absl::PermissionDeniedError(absl::StrCat(
+        "shared memory is for clients on the server's host, over loopback or a Unix socket; "
+        "this call came from ", context->peer()));
+  } else if (request->has_label() && request->label().size() > 256) {
+    st = absl::InvalidArgumentError("label: longer than 256 bytes");
+  } else {
+    const std::string caller = CallerIdentity(*context);
+    auto registered = shared_memory_->Register(caller, request->pid(), request->fd(),
+                                               request->bytes(), request->token());
+    if (registered.ok()) {
+      response->set_region(registered->region);
+      response->set_bytes(registered->bytes);
+      spdlog::debug("mapped {} bytes of shared memory of process {} (label \"{}\") for \"{}\"",
+                    registered->bytes, request->pid(), request->label(), caller);
+    }
+    st = registered.status();
+  }
+  if (st.code() == absl::StatusCode::kResourceExhausted)
+    SetRetryPushback(context, absl::Milliseconds(-1));  // negative: do not retry
+  Answered("RegisterSharedMemory", st.ok() ? "" : CallerIdentity(*context), st, received);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(st));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GemmServiceImpl::UnregisterSharedMemory(
+    grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+    v1::UnregisterSharedMemoryResponse*) {
+  const absl::Time received = clock_->Now();
+  absl::Status st = absl::UnimplementedError("this server keeps no shared memory");
+  if (shared_memory_ != nullptr) {
+    st = shared_memory_->Unregister(CallerIdentity(*context), request->region());
+    if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("region: ", st.message()));
+  }
+  Answered("UnregisterSharedMemory", st.ok() ? "" : CallerIdentity(*context), st, received);
   auto* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(st));
   return reactor;

@@ -16,6 +16,7 @@
 #include "service/metrics.h"
 #include "service/request_queue.h"
 #include "service/resident_store.h"
+#include "service/shared_memory_store.h"
 
 namespace gemm {
 
@@ -26,7 +27,10 @@ namespace gemm {
 using GemmServiceBase = v1::GemmService::WithRawCallbackMethod_Gemm<
     v1::GemmService::WithRawCallbackMethod_GemmStream<v1::GemmService::WithCallbackMethod_GetServerInfo<
         v1::GemmService::WithCallbackMethod_RegisterMatrix<v1::GemmService::WithCallbackMethod_ReleaseMatrix<
-            v1::GemmService::WithCallbackMethod_BeginUpload<v1::GemmService::Service>>>>>>;
+            v1::GemmService::WithCallbackMethod_BeginUpload<
+                v1::GemmService::WithCallbackMethod_RegisterSharedMemory<
+                    v1::GemmService::WithCallbackMethod_UnregisterSharedMemory<
+                        v1::GemmService::Service>>>>>>>>;
 
 class GemmServiceImpl final : public GemmServiceBase {
  public:
@@ -50,6 +54,10 @@ class GemmServiceImpl final : public GemmServiceBase {
   // Where refused and failed calls are logged (may be null: not logged).
   // Set before the service serves; `log` must outlive it.
   void set_call_log(CallLog* log) { call_log_ = log; }
+  // Where same-host clients' shared memory is kept (may be null: the
+  // shared-memory calls are UNIMPLEMENTED and Matrix.shared is refused).
+  // Set before serving; `store` must outlive the service.
+  void set_shared_memory(SharedMemoryStore* store) { shared_memory_ = store; }
 
   // Counts since start, for the drain summary.
   struct CallCounts {
@@ -88,6 +96,14 @@ class GemmServiceImpl final : public GemmServiceBase {
   grpc::ServerUnaryReactor* ReleaseMatrix(grpc::CallbackServerContext* context,
                                           const v1::ReleaseMatrixRequest* request,
                                           v1::ReleaseMatrixResponse* response) override;
+  // Same-host shared memory (shared_memory_store.h): the peer must be on
+  // loopback or a Unix socket.
+  grpc::ServerUnaryReactor* RegisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::RegisterSharedMemoryRequest* request,
+      v1::RegisterSharedMemoryResponse* response) override;
+  grpc::ServerUnaryReactor* UnregisterSharedMemory(
+      grpc::CallbackServerContext* context, const v1::UnregisterSharedMemoryRequest* request,
+      v1::UnregisterSharedMemoryResponse* response) override;
 
   // Reserves an upload's matrix; its bytes arrive through Transfer.Upload
   // (transfer_service.h).
@@ -124,6 +140,7 @@ class GemmServiceImpl final : public GemmServiceBase {
   ServiceMetrics* const metrics_;
   const Clock* const clock_;
   ResidentStore* const residents_;
+  SharedMemoryStore* shared_memory_ = nullptr;
   const std::string instance_id_;
   std::atomic<bool> draining_{false};
   bool deterministic_by_default_ = false;

@@ -46,6 +46,11 @@ struct ServiceLimits {
   // on the CUDA backend); registering past it is RESOURCE_EXHAUSTED. 0 turns
   // resident operands off.
   uint64_t max_resident_bytes = uint64_t{8} << 30;  // 8 GiB
+  // Same-host clients' shared-memory regions mapped at once, and their
+  // bytes together (the clients' memory; this bounds the server's address
+  // space). 0 regions turns shared memory off.
+  uint32_t max_shared_memory_regions = 256;
+  uint64_t max_shared_memory_bytes = uint64_t{1} << 40;  // 1 TiB
 
   // InvalidArgument naming the first bad field, or OK.
   absl::Status Validate() const;

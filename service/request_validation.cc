@@ -57,9 +57,32 @@ absl::StatusOr<uint64_t> MatrixBytes(uint64_t rows, uint64_t cols, DType t, int 
   return bytes;
 }
 
-// Whether a Matrix message carries a matrix: a handle, or non-empty bytes.
+// Whether a Matrix message carries a matrix: a handle, a place in shared
+// memory, or non-empty bytes.
 bool HasMatrix(const v1::Matrix& m) {
-  return m.source_case() == v1::Matrix::kHandle || !m.data().empty();
+  return m.source_case() == v1::Matrix::kHandle || m.source_case() == v1::Matrix::kShared ||
+         !m.data().empty();
+}
+
+// `bytes` at `ref` in a shared-memory region of this caller: a pointer into
+// the region, which `residents` then holds. `field` names the reference
+// ("a.shared", "output").
+absl::StatusOr<char*> ResolveShared(const v1::SharedMemoryRef& ref, uint64_t bytes, int index,
+                                    absl::string_view field, ResidentOperands* residents) {
+  if (residents == nullptr || !residents->resolve_shared)
+    return BadField(index, field, "shared memory is not available here");
+  auto region = residents->resolve_shared(ref.region());
+  if (!region.ok())
+    return absl::Status(region.status().code(), absl::StrCat(Field(index, field), ".region: ",
+                                                             region.status().message()));
+  const uint64_t size = (*region)->bytes();
+  if (ref.offset() > size || bytes > size - ref.offset())
+    return BadField(index, absl::StrCat(field, ".offset"),
+                    absl::StrCat(bytes, " bytes at offset ", ref.offset(),
+                                 " pass the end of the region (", size, " bytes)"));
+  char* at = (*region)->base() + ref.offset();
+  residents->held_shared.push_back(*std::move(region));
+  return at;
 }
 
 absl::Status CheckResident(const v1::Matrix& m, uint64_t rows, uint64_t cols, DType t, int index,
@@ -98,6 +121,12 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
     return CheckResident(m, rows, cols, t, index, name, residents, out);
   auto layout = ParseLayout(m.layout(), index, absl::StrCat(name, ".layout"));
   if (!layout.ok()) return layout.status();
+  if (m.source_case() == v1::Matrix::kShared) {
+    auto at = ResolveShared(m.shared(), *bytes, index, absl::StrCat(name, ".shared"), residents);
+    if (!at.ok()) return at.status();
+    *out = MatrixRef{*at, rows, cols, *layout, t};
+    return absl::OkStatus();
+  }
   if (m.data().size() != *bytes)
     return BadField(index, absl::StrCat(name, ".data"),
                     absl::StrCat("expected ", *bytes, " bytes (", rows, " x ", cols, " ",
@@ -155,6 +184,11 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   // The result's size must pass the limit even when C is absent.
   auto d_bytes = MatrixBytes(s.m, s.n, s.output_dtype, index, "output", limits);
   if (!d_bytes.ok()) return d_bytes.status();
+  if (p.has_output()) {
+    auto at = ResolveShared(p.output(), *d_bytes, index, "output", residents);
+    if (!at.ok()) return at.status();
+    out.d = *at;
+  }
 
   const bool has_c = p.has_c() && HasMatrix(p.c());
   if (out.beta != 0.0) {
@@ -193,9 +227,13 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmReque
   problems.reserve(request.problems_size());
   uint64_t result_bytes = 0;
   for (int i = 0; i < request.problems_size(); ++i) {
+    if (request.keep_results() && request.problems(i).has_output())
+      return BadField(i, "output", "a shared-memory output and keep_results exclude each other");
     auto p = ValidateProblem(request.problems(i), i, limits, residents);
     if (!p.ok()) return p.status();
-    result_bytes += p->shape.m * p->shape.n * SizeOf(p->shape.output_dtype);
+    // Results written into shared memory do not travel in the response.
+    if (!request.problems(i).has_output())
+      result_bytes += p->shape.m * p->shape.n * SizeOf(p->shape.output_dtype);
     problems.push_back(*p);
   }
   // The response must fit in one message (a little room for framing),
@@ -213,12 +251,19 @@ void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* 
                    v1::GemmResponse* response) {
   response->set_request_id(request.request_id());
   response->clear_results();
-  for (GemmProblemRef& p : *problems) {
+  for (size_t i = 0; i < problems->size(); ++i) {
+    GemmProblemRef& p = (*problems)[i];
     v1::GemmResult* r = response->add_results();
     r->set_dtype(ToProto(p.shape.output_dtype));
     r->set_layout(ToProto(p.shape.layout_d));
     r->set_rows(p.shape.m);
     r->set_cols(p.shape.n);
+    // D goes into the caller's shared memory (p.d points there already).
+    if (const v1::GemmProblem& problem = request.problems(static_cast<int>(i));
+        problem.has_output()) {
+      *r->mutable_shared() = problem.output();
+      continue;
+    }
     std::string* d = r->mutable_data();
     d->resize(p.shape.m * p.shape.n * SizeOf(p.shape.output_dtype));
     p.d = d->data();

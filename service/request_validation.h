@@ -14,6 +14,7 @@
 #include "gemm/v1/gemm.pb.h"
 #include "service/limits.h"
 #include "service/resident_matrix.h"
+#include "service/shared_memory_region.h"
 
 namespace gemm {
 
@@ -26,6 +27,12 @@ struct ResidentOperands {
   std::function<absl::StatusOr<std::shared_ptr<const ResidentMatrix>>(absl::string_view handle)>
       resolve;
   std::vector<std::shared_ptr<const ResidentMatrix>> held;
+  // Shared-memory regions (Matrix.shared, GemmProblem.output), by region id:
+  // absent where the server has none. What the problems point into is held.
+  std::function<absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>>(
+      absl::string_view region)>
+      resolve_shared;
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> held_shared;
 };
 
 // Checks one problem against the API's rules and `limits`. Errors are
@@ -33,7 +40,9 @@ struct ResidentOperands {
 // that names the field, e.g. "problems[2].a.data: expected 96 bytes, got 95".
 // An operand given by handle must match the problem's dtype and stored shape
 // (and its layout field, when set); a resident C must be stored in the
-// output layout. Its MatrixRef is the resident matrix's view.
+// output layout. Its MatrixRef is the resident matrix's view. An operand in
+// shared memory (and an output there, which sets `d`) must lie inside its
+// region; its MatrixRef points into the region.
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,
                                                ResidentOperands* residents = nullptr);

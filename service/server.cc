@@ -30,6 +30,7 @@
 #include "service/multi_device_executor.h"
 #include "service/request_queue.h"
 #include "service/resident_store.h"
+#include "service/shared_memory_store.h"
 #include "service/startup_summary.h"
 #include "service/transfer_service.h"
 #include "service/version.h"
@@ -246,16 +247,30 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); });
   ResidentStore* residents = s->residents_.get();
-  // Also writes the summaries of rate-limited log lines, about once a second.
-  s->reaper_ = std::thread([server = s.get(), residents] {
+  SharedMemoryStore::Options shared_options;
+  shared_options.max_regions = options.limits.max_shared_memory_regions;
+  shared_options.max_bytes = options.limits.max_shared_memory_bytes;
+  shared_options.instance_id = s->instance_id_;
+  s->shared_memory_ = std::make_unique<SharedMemoryStore>(shared_options);
+  SharedMemoryStore* shared = s->shared_memory_.get();
+  // Also unmaps the shared memory of clients that have ended and writes the
+  // summaries of rate-limited log lines, about once a second.
+  s->reaper_ = std::thread([server = s.get(), residents, shared] {
     const absl::Duration period =
         std::min(absl::Seconds(1), server->options_.transient_idle_timeout / 4);
     while (!server->stop_reaper_.WaitForNotificationWithTimeout(period)) {
       if (size_t n = residents->ExpireIdle(); n > 0)
         spdlog::info("freed {} idle transient matrices or abandoned uploads", n);
+      if (int n = shared->ReapEnded(); n > 0)
+        spdlog::info("unmapped {} shared-memory region(s) whose client process ended", n);
       server->call_log_->FlushSuppressed();
     }
   });
+  s->metrics_->AddProbe("gemm_shared_memory_regions",
+                        "Same-host clients' shared-memory regions mapped.", {},
+                        [shared] { return static_cast<double>(shared->regions()); });
+  s->metrics_->AddProbe("gemm_shared_memory_bytes", "Bytes of the shared-memory regions mapped.",
+                        {}, [shared] { return static_cast<double>(shared->bytes()); });
   s->metrics_->AddProbe("gemm_resident_bytes",
                         "Bytes of matrices stored with RegisterMatrix (device memory on a GPU).",
                         {}, [residents] { return static_cast<double>(residents->bytes()); });
@@ -274,6 +289,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
                                                   s->instance_id_);
   s->service_->set_deterministic_by_default(options.deterministic_by_default);
   s->service_->set_call_log(s->call_log_.get());
+  s->service_->set_shared_memory(shared);
 
   // Before the main port, whose start must not fail after it (a server_
   // without a batcher cannot be shut down): NOT_SERVING until SetServing.

@@ -34,6 +34,7 @@ class HealthListener;
 class ServiceMetrics;
 class RequestQueue;
 class ResidentStore;
+class SharedMemoryStore;
 class TransferService;
 
 struct ServerOptions {
@@ -128,6 +129,7 @@ class GemmServer {
   std::unique_ptr<Executor> executor_;
   // After executor_: resident matrices are freed before their executor.
   std::unique_ptr<ResidentStore> residents_;
+  std::unique_ptr<SharedMemoryStore> shared_memory_;
   std::unique_ptr<RequestQueue> queue_;
   std::unique_ptr<GemmServiceImpl> service_;
   std::unique_ptr<TransferService> transfer_;

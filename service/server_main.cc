@@ -188,6 +188,11 @@ ABSL_FLAG(uint32_t, max_stream_inflight, kLimits.max_stream_inflight,
 ABSL_FLAG(uint64_t, max_resident_bytes, kLimits.max_resident_bytes,
           "bytes of all matrices stored with RegisterMatrix (GPU memory on the CUDA backend); "
           "0 turns resident operands off");
+ABSL_FLAG(uint32_t, max_shared_memory_regions, kLimits.max_shared_memory_regions,
+          "same-host clients' shared-memory regions (RegisterSharedMemory) mapped at once; "
+          "0 turns shared memory off");
+ABSL_FLAG(uint64_t, max_shared_memory_bytes, kLimits.max_shared_memory_bytes,
+          "bytes of those regions together (the clients' memory, mapped into the server)");
 ABSL_FLAG(absl::Duration, transient_idle_timeout, kDefaults.transient_idle_timeout,
           "transient resident matrices (per-request uploads, kept results) and unfinished "
           "uploads unused this long are freed");
@@ -362,6 +367,8 @@ int main(int argc, char** argv) {
   l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
   l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
+  l.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  l.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
   options.transient_idle_timeout = absl::GetFlag(FLAGS_transient_idle_timeout);
   options.http2.max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
   options.http2.stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);

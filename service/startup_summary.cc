@@ -52,6 +52,8 @@ LogFields StartupFields(const ServerOptions& options, const BackendInfo& backend
       {"max_inflight_bytes", std::to_string(l.max_inflight_bytes)},
       {"max_stream_inflight", std::to_string(l.max_stream_inflight)},
       {"max_resident_bytes", std::to_string(l.max_resident_bytes)},
+      {"max_shared_memory_regions", std::to_string(l.max_shared_memory_regions)},
+      {"max_shared_memory_bytes", std::to_string(l.max_shared_memory_bytes)},
       {"batches_in_flight", std::to_string(max_concurrent_batches)},
       {"max_queue_delay", absl::FormatDuration(b.max_queue_delay)},
       {"dispatch_when_idle", b.dispatch_when_idle ? "true" : "false"},

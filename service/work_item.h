@@ -15,6 +15,8 @@
 
 namespace gemm {
 
+class SharedMemoryRegion;  // service/shared_memory_region.h
+
 // What fixed one deterministic problem's result bits, for
 // GemmResponse.reproducibility: two results are comparable bit for bit when
 // these, the backend, the device model and the build agree.
@@ -71,6 +73,9 @@ struct WorkItem {
   // Resident matrices the problems read (MatrixRef::resident), kept alive
   // until the item completes, even if released meanwhile.
   std::vector<std::shared_ptr<const ResidentMatrix>> residents;
+  // Shared-memory regions the problems read or write, kept mapped until the
+  // item completes, even if unregistered meanwhile.
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> shared_regions;
   // Host copies of resident operands that live on another device than the
   // one the item runs on (MultiDeviceExecutor); problems point into them.
   std::vector<std::shared_ptr<std::string>> host_copies;
@@ -89,6 +94,7 @@ struct WorkItem {
   void Complete(const absl::Status& status) {
     if (completed_.exchange(true)) return;
     residents.clear();
+    shared_regions.clear();
     host_copies.clear();
     done(status, report);
   }
