@@ -249,4 +249,25 @@ int ChooseGroupM(int64_t tiles_m, int64_t tiles_n);
 // Persistent grid: one CTA per SM, never more CTAs than tiles.
 int PersistentGridSize(int64_t total_tiles, int num_sms);
 
+// ---- FP8 (kernels/sm90/sm90_fp8_gemm.h): k-blocks of 128 one-byte elements,
+// data-parallel launches of the 128x256 kernel (fp32 accumulation in the
+// wgmma accumulator) or the 128x128 one (a temporary accumulator promoted
+// into fp32 registers every promote_every k-blocks).
+struct Sm90Fp8Launch {
+  Sm90LaunchChoice launch;  // data-parallel, tile k128x256 or k128x128
+  int promote_every = 1;    // k-blocks per promotion (128x128 only)
+};
+
+// FP8 wgmma's accumulation loses precision over long K (kernels/DESIGN.md,
+// "FP8"): above this K the direct 128x256 kernel is not used and the
+// 128x128 kernel promotes every kFp8PromoteEvery k-blocks.
+constexpr int64_t kFp8DirectMaxK = 4096;
+constexpr int kFp8PromoteEvery = 4;
+
+// The FP8 launch for a problem. `block_scales`: either operand has block
+// scales (128x128, promotion every k-block). `tile`: a forced tile (nullptr:
+// the heuristic's); a forced 128x256 keeps direct accumulation at any K.
+Sm90Fp8Launch ChooseSm90Fp8Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms,
+                                  bool block_scales, const Sm90Tile* tile = nullptr);
+
 }  // namespace gemm_kernels
