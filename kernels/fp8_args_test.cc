@@ -130,24 +130,19 @@ TEST(Fp8Args, ColumnMajorDExchangesFormatsAndScales) {
 }
 
 TEST(Fp8Heuristic, TilesAndPromotion) {
-  // Block scales: 128x128, promotion every k-block.
-  Sm90Fp8Launch l = ChooseSm90Fp8Launch(4096, 4096, 4096, 1, 132, true);
-  EXPECT_EQ(l.launch.tile, Sm90Tile::k128x128);
-  EXPECT_EQ(l.promote_every, 1);
-  EXPECT_EQ(l.launch.schedule, Sm90Schedule::kDataParallel);
-  // Short K, enough wide tiles: 128x256 with direct accumulation.
-  l = ChooseSm90Fp8Launch(4096, 4096, 4096, 1, 132, false);
-  EXPECT_EQ(l.launch.tile, Sm90Tile::k128x256);
-  // Too few wide tiles for the SMs: 128x128, one promotion at the end.
-  l = ChooseSm90Fp8Launch(1024, 1024, 1024, 1, 132, false);
-  EXPECT_EQ(l.launch.tile, Sm90Tile::k128x128);
-  EXPECT_EQ(l.promote_every, 8);
-  // Long K: the promoting kernel.
-  l = ChooseSm90Fp8Launch(4096, 4096, kFp8DirectMaxK + 128, 1, 132, false);
-  EXPECT_EQ(l.launch.tile, Sm90Tile::k128x128);
-  EXPECT_EQ(l.promote_every, kFp8PromoteEvery);
-  EXPECT_GT(l.launch.grid, 0);
-  EXPECT_LE(l.launch.grid, 132);
+  for (bool block : {false, true}) {
+    // The promoting 128x128 kernel, data-parallel, one CTA per SM at most.
+    const Sm90Fp8Launch l = ChooseSm90Fp8Launch(4096, 4096, 16384, 1, 132, block);
+    EXPECT_EQ(l.launch.tile, Sm90Tile::k128x128);
+    EXPECT_EQ(l.launch.schedule, Sm90Schedule::kDataParallel);
+    EXPECT_EQ(l.promote_every, block ? 1 : kFp8PromoteEvery);
+    EXPECT_EQ(l.launch.grid, 132);
+  }
+  // Fewer tiles than SMs: one CTA per tile.
+  EXPECT_EQ(ChooseSm90Fp8Launch(256, 512, 1024, 1, 132, false).launch.grid, 8);
+  // A forced tile is kept.
+  const Sm90Tile wide = Sm90Tile::k128x256;
+  EXPECT_EQ(ChooseSm90Fp8Launch(4096, 4096, 4096, 1, 132, false, &wide).launch.tile, wide);
 }
 
 }  // namespace

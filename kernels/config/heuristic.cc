@@ -596,21 +596,12 @@ Sm90Fp8Launch ChooseSm90Fp8Launch(int64_t m, int64_t n, int64_t k, int64_t batch
                                   bool block_scales, const Sm90Tile* tile) {
   constexpr int kFp8Bk = 128;
   Sm90Fp8Launch out;
-  Sm90Tile chosen = Sm90Tile::k128x128;
-  if (tile != nullptr) {
-    chosen = *tile;
-  } else if (!block_scales && k <= kFp8DirectMaxK) {
-    // The wide tile where its tiles fill the SMs at least once (as for the
-    // 16-bit kernels, a wave of 128x128 tiles beats a partial one of 128x256).
-    chosen = TileCount(Sm90Tile::k128x256, m, n, batch) >= num_sms ? Sm90Tile::k128x256
-                                                                   : Sm90Tile::k128x128;
-  }
+  const Sm90Tile chosen = tile != nullptr ? *tile : Sm90Tile::k128x128;
   out.launch = MakeSm90Launch(chosen, Sm90Schedule::kDataParallel, m, n, k, batch, kFp8Bk,
                               num_sms);
-  // Without promotion the temporary is the accumulator: one promotion at the end.
-  const int k_blocks = static_cast<int>((k + kFp8Bk - 1) / kFp8Bk);
-  out.promote_every = block_scales ? 1 : k > kFp8DirectMaxK ? kFp8PromoteEvery : k_blocks;
-  if (out.promote_every < 1) out.promote_every = 1;
+  // The direct 128x256 kernel has no temporary; block scales need a
+  // promotion per k-block whatever the policy.
+  out.promote_every = block_scales ? 1 : kFp8PromoteEvery;
   return out;
 }
 

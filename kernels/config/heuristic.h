@@ -258,15 +258,16 @@ struct Sm90Fp8Launch {
   int promote_every = 1;    // k-blocks per promotion (128x128 only)
 };
 
-// FP8 wgmma's accumulation loses precision over long K (kernels/DESIGN.md,
-// "FP8"): above this K the direct 128x256 kernel is not used and the
-// 128x128 kernel promotes every kFp8PromoteEvery k-blocks.
-constexpr int64_t kFp8DirectMaxK = 4096;
-constexpr int kFp8PromoteEvery = 4;
+// FP8 wgmma adds its products into the accumulator with fewer mantissa bits
+// than fp32 (kernels/DESIGN.md, "FP8"), so the heuristic's launches promote
+// every kFp8PromoteEvery k-blocks on the 128x128 kernel, with any scale
+// mode. The direct 128x256 kernel runs only where a caller forces its tile
+// (TileHint::k128x256): it trades that precision for the wider tile.
+constexpr int kFp8PromoteEvery = 1;
 
 // The FP8 launch for a problem. `block_scales`: either operand has block
 // scales (128x128, promotion every k-block). `tile`: a forced tile (nullptr:
-// the heuristic's); a forced 128x256 keeps direct accumulation at any K.
+// the heuristic's).
 Sm90Fp8Launch ChooseSm90Fp8Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms,
                                   bool block_scales, const Sm90Tile* tile = nullptr);
 
