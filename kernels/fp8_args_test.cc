@@ -6,6 +6,7 @@
 #include "gtest/gtest.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/gemm.h"
+#include "kernels/grouped_gemm.h"
 #include "kernels/sm90/sm90_fp8_gemm.h"
 
 namespace gemm_kernels {
@@ -127,6 +128,15 @@ TEST(Fp8Args, ColumnMajorDExchangesFormatsAndScales) {
   EXPECT_EQ(f.b_dtype, DataType::kFp8E4m3);
   EXPECT_EQ(f.a_scale.mode, ScaleMode::kChannel);
   EXPECT_EQ(f.b_scale.mode, ScaleMode::kTensor);
+}
+
+TEST(Fp8Args, GroupedFp8IsUnimplemented) {
+  const GemmArguments g = Fp8Args();
+  GroupedGemmArguments grouped;
+  grouped.problems.push_back({g.m, g.n, g.k, g.a, g.b, g.c, g.d, 1.0f, 0.0f});
+  const absl::Status s = GroupedGemm::CanImplement(grouped);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(std::string(s.message()).find("problems[0].a.dtype"), std::string::npos) << s;
 }
 
 TEST(Fp8Heuristic, TilesAndPromotion) {
