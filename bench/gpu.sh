@@ -65,8 +65,9 @@ declare -A TARGETS=(
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
   [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
   [portfolio]="//tests:gpu_server_test //bench:service_portfolio_bench"
+  [fp8]="//kernels:fp8_gemm_gpu_test //bench:fp8_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism portfolio"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism portfolio fp8"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -82,6 +83,7 @@ declare -A ABOUT=(
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
   [determinism]="batch-invariant results: the determinism GPU test (writes its digests), then the contract's cost"
   [portfolio]="the server with a tuning table (every member right, its soak), then table vs heuristic vs cublas under load"
+  [fp8]="FP8 kernel: GPU test, sanitizer; precision at long K; beside cuBLASLt FP8 and our bf16 kernel"
 )
 
 die() {
@@ -407,6 +409,14 @@ tests_determinism() {
   DETERMINISM_DIGEST_OUT="$OUT/$2_determinism_digests.txt" gtest "$1" "$2" 300 determinism_gpu_test
 }
 bench_determinism() { bench "$1" "$2" 300 "$3" determinism_bench; }
+
+tests_fp8() {
+  sass_check "$1" fp8_gemm_gpu_test
+  gtest "$1" "$2" 300 fp8_gemm_gpu_test || return 1
+  sanitize "$1" "$2" memcheck 150 "$2_memcheck_fp8.log" fp8_gemm_gpu_test \
+    'Fp8GemmGpuTest.EveryScaleModePair:Fp8GemmGpuTest.OddShapesAndKTails:Fp8GemmGpuTest.Batched'
+}
+bench_fp8() { bench "$1" "$2" 400 "$3" fp8_bench; }
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the bound on the rejection p99.

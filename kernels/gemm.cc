@@ -15,6 +15,7 @@
 #include "kernels/kernel_plan.h"
 #include "kernels/portable/simt_gemm.h"
 #include "kernels/problem.h"
+#include "kernels/sm90/sm90_fp8_gemm.h"
 #include "kernels/sm90/sm90_gemm.h"
 
 namespace gemm_kernels {
@@ -53,6 +54,56 @@ absl::Status CheckMatrix(const char* name, const MatrixDesc& md, int64_t rows, i
   return absl::OkStatus();
 }
 
+// The FP8 rules of CanImplement: both operands FP8, each with a scale mode
+// and scales, K whole 128-blocks for block scales, and the layouts the
+// Hopper FP8 kernel reads.
+absl::Status CheckFp8(const GemmArguments& args) {
+  if (!::gemm::IsFp8(args.a.dtype) || !::gemm::IsFp8(args.b.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a.dtype (", DataTypeName(args.a.dtype), ") and b.dtype (", DataTypeName(args.b.dtype),
+        "): FP8 operands pair only with FP8 (e4m3 or e5m2) operands"));
+  }
+  bool block = false;
+  for (const auto& [name, scale] : {std::pair<const char*, const ScaleDesc&>{"a", args.a_scale},
+                                    {"b", args.b_scale}}) {
+    if (scale.mode == ScaleMode::kNone) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "_scale.mode is none: an FP8 operand needs tensor, channel or block scales"));
+    }
+    if (scale.ptr == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(name, "_scale.ptr is null"));
+    }
+    if (reinterpret_cast<uintptr_t>(scale.ptr) % alignof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, "_scale.ptr is not 4-byte aligned"));
+    }
+    if (scale.mode == ScaleMode::kBlock) {
+      block = true;
+      if (args.k % kFp8ScaleBlock != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("k = ", args.k, " is not a multiple of ", kFp8ScaleBlock,
+                         ", which ", name, "_scale.mode block needs"));
+      }
+    }
+  }
+  // FP8 wgmma reads K-major operands only; a transposing byte copy in front
+  // of it is not built yet.
+  if (args.a.layout != Layout::kRowMajor) {
+    return absl::UnimplementedError(
+        "a.layout column-major: FP8 operands are read K-major only (row-major A)");
+  }
+  if (args.b.layout != Layout::kColMajor) {
+    return absl::UnimplementedError(
+        "b.layout row-major: FP8 operands are read K-major only (column-major B)");
+  }
+  // A column-major D is computed as D^T = B^T A^T, which would turn A's
+  // 1 x 128 blocks into B-side blocks of another shape.
+  if (block && args.d.layout != Layout::kRowMajor) {
+    return absl::UnimplementedError(
+        "d.layout column-major: block scales run with a row-major D only");
+  }
+  return absl::OkStatus();
+}
+
 // The current device, as a Status.
 absl::Status CurrentDevice(DeviceInfo* out) {
   std::string error;
@@ -86,19 +137,32 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch_count must be in [1, 2^31), got ", args.batch_count));
   }
-  // FP8 has no kernel behind this API yet: refuse it by name rather than
-  // read its bytes as another type.
-  for (const auto& [name, desc] : {std::pair<const char*, const MatrixDesc&>{"a", args.a},
-                                   {"b", args.b}, {"c", args.c}, {"d", args.d}}) {
-    if (::gemm::IsFp8(desc.dtype)) {
-      return absl::UnimplementedError(
-          absl::StrCat(name, ".dtype ", DataTypeName(desc.dtype), " has no kernel in this build"));
+  const bool fp8 = ::gemm::IsFp8(args.a.dtype) || ::gemm::IsFp8(args.b.dtype);
+  for (const auto& [name, desc] :
+       {std::pair<const char*, const MatrixDesc&>{"c", args.c}, {"d", args.d}}) {
+    if (::gemm::IsFp8(desc.dtype) && (name[0] == 'd' || args.beta != 0.0f)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ".dtype ", DataTypeName(desc.dtype), ": FP8 is an input type; ", name,
+          " is bf16, f16 or f32"));
     }
   }
-  if (args.a.dtype != args.b.dtype) {
-    return absl::InvalidArgumentError(absl::StrCat("a.dtype (", DataTypeName(args.a.dtype),
-                                                   ") and b.dtype (", DataTypeName(args.b.dtype),
-                                                   ") must match"));
+  if (fp8) {
+    absl::Status s = CheckFp8(args);
+    if (!s.ok()) return s;
+  } else {
+    if (args.a.dtype != args.b.dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("a.dtype (", DataTypeName(args.a.dtype),
+                                                     ") and b.dtype (", DataTypeName(args.b.dtype),
+                                                     ") must match"));
+    }
+    for (const auto& [name, scale] : {std::pair<const char*, const ScaleDesc&>{"a", args.a_scale},
+                                      {"b", args.b_scale}}) {
+      if (scale.mode != ScaleMode::kNone) {
+        return absl::InvalidArgumentError(absl::StrCat(name, "_scale.mode is ",
+                                                       ScaleModeName(scale.mode),
+                                                       ": scales apply to FP8 operands only"));
+      }
+    }
   }
   absl::Status s = CheckMatrix("a", args.a, args.m, args.k, args.batch_count, true);
   if (!s.ok()) return s;
@@ -114,6 +178,22 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+int64_t Gemm::ScaleCount(const GemmArguments& args, const ScaleDesc& scale, bool is_a) {
+  const int64_t k_blocks = args.k / kFp8ScaleBlock;
+  const int64_t n_blocks = (args.n + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  switch (scale.mode) {
+    case ScaleMode::kNone:
+      return 0;
+    case ScaleMode::kTensor:
+      return 1;
+    case ScaleMode::kChannel:
+      return is_a ? args.m : args.n;
+    case ScaleMode::kBlock:
+      return is_a ? args.m * k_blocks : k_blocks * n_blocks;
+  }
+  return 0;
 }
 
 namespace {
@@ -204,7 +284,55 @@ struct Gemm::Plan::Data {
   Sm90LaunchChoice heuristic;
   Sm90LaunchChoice with_workspace;
   size_t workspace_bytes = 0;
+  // FP8 operands: the Hopper FP8 kernel's launch (data-parallel, no
+  // workspace), planned by PlanFp8.
+  bool fp8 = false;
+  Fp8Operands fp8_operands;
+  Sm90Fp8Launch fp8_launch;
 };
+
+namespace {
+
+// The FP8 part of MakePlan: only the Hopper FP8 kernel runs FP8, so every
+// reason it cannot is the plan's status.
+absl::Status PlanFp8(const GemmArguments& args, TileHint hint, ScheduleHint schedule,
+                     Gemm::Plan::Data* d) {
+  d->fp8 = true;
+  d->fp8_operands = NormalizeFp8(args);
+  if (!d->dev.sm90()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("FP8 operands need a Hopper (sm_90) GPU; this one is compute capability ",
+                     d->dev.major, ".", d->dev.minor));
+  }
+  std::string why;
+  if (!Sm90Fp8Supports(d->problem, &why)) {
+    // The kernel names its normalized operands; the caller's are exchanged
+    // under a column-major D.
+    std::string field = why.substr(0, 1) == "A" ? "a" : why.substr(0, 1) == "B" ? "b" : "";
+    if (d->problem.swapped && !field.empty()) field = field == "a" ? "b" : "a";
+    return absl::UnimplementedError(absl::StrCat(field.empty() ? "" : field + ": ",
+                                                 "FP8 kernel: ", why));
+  }
+  if (schedule == ScheduleHint::kStreamK || schedule == ScheduleHint::kSplitK) {
+    return absl::UnimplementedError(
+        "schedule: FP8 launches are data-parallel only (stream-K and split-K are not built)");
+  }
+  const bool block = d->fp8_operands.a_scale.mode == ScaleMode::kBlock ||
+                     d->fp8_operands.b_scale.mode == ScaleMode::kBlock;
+  const std::optional<Sm90Tile> forced = Sm90TileOf(hint);
+  if (forced && *forced != Sm90Tile::k128x256 && *forced != Sm90Tile::k128x128) {
+    return absl::UnimplementedError("hint: FP8 kernels exist for the 128x256 and 128x128 tiles");
+  }
+  if (forced && block && *forced != Sm90Tile::k128x128) {
+    return absl::UnimplementedError("hint: block scales run on the 128x128 FP8 tile only");
+  }
+  const NormalizedProblem& p = d->problem;
+  d->fp8_launch = ChooseSm90Fp8Launch(p.m, p.n, p.k, p.batch, d->dev.num_sms, block,
+                                      forced ? &*forced : nullptr);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 Gemm::Plan::Plan() = default;
 
@@ -227,8 +355,10 @@ Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint
   if (d->status.ok()) {
     d->problem = Normalize(args);
     std::string why;
-    d->sm90 = d->dev.sm90() && Sm90Supports(d->problem, &why);
-    if (d->sm90) {
+    d->sm90 = !::gemm::IsFp8(args.a.dtype) && d->dev.sm90() && Sm90Supports(d->problem, &why);
+    if (::gemm::IsFp8(args.a.dtype)) {
+      d->status = PlanFp8(args, hint, schedule, d.get());
+    } else if (d->sm90) {
       d->heuristic = HeuristicLaunch(d->problem, d->dev, true);
       d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
       d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
@@ -270,6 +400,15 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
   const Plan::Data& d = *plan.data_;
   const DeviceInfo& dev = d.dev;
 
+  if (d.fp8) {
+    std::string error;
+    impl_->plan = MakeSm90Fp8Plan(d.problem, d.fp8_operands, d.fp8_launch.launch,
+                                  d.fp8_launch.promote_every, &error);
+    if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 FP8 kernel setup: ", error));
+    kind_ = KernelKind::kSm90TmaWgmma;
+    kernel_name_ = impl_->plan->name();
+    return absl::OkStatus();
+  }
   NormalizedProblem p = d.problem;
   bool sm90 = d.sm90;
   // The heuristic's launch for the problem as it runs (none yet where the

@@ -52,6 +52,33 @@ struct MatrixDesc {
   int64_t batch_stride = 0;
 };
 
+// How an FP8 operand's elements are scaled: the real value of an element is
+// its FP8 value times its scale (fp32, finite, > 0). Layouts, with i < m a
+// row of op(A) and of D, j < n a column of op(B) and of D, and one block of
+// values per batch member, members back to back:
+//   kTensor:  one value.
+//   kChannel: A: m values (row i at i); B: n values (column j at j).
+//   kBlock:   k % 128 == 0. A: 1 x 128 blocks, m x (k / 128) row-major, the
+//             scale of (i, kk) at i * (k / 128) + kk / 128; B: 128 x 128
+//             blocks, (k / 128) x ceil(n / 128) row-major, the scale of
+//             (kk, j) at (kk / 128) * ceil(n / 128) + j / 128.
+// 16-bit and fp32 operands take kNone (and FP8 operands need another mode).
+enum class ScaleMode { kNone, kTensor, kChannel, kBlock };
+
+// The scales of one operand: `ptr` is device memory of ScaleCount() fp32
+// values. The kernels read them and never check them: they must be finite
+// and > 0 (the service validates them before they reach the device).
+struct ScaleDesc {
+  ScaleMode mode = ScaleMode::kNone;
+  const float* ptr = nullptr;
+};
+
+// K-blocks of the block scale layout: the granularity along K of kBlock
+// scales, and the width of B's blocks along N.
+constexpr int64_t kFp8ScaleBlock = 128;
+
+const char* ScaleModeName(ScaleMode mode);
+
 // The problem: for each b < batch_count, D_b (m x n) = alpha * A_b (m x k) *
 // B_b (k x n) + beta * C_b. Transposes are expressed through the layouts: a
 // transposed row-major operand is the same bytes read as column-major.
@@ -68,6 +95,13 @@ struct GemmArguments {
   MatrixDesc d;  // d.ptr is written; it is a const void* only to share the struct.
   float alpha = 1.0f;
   float beta = 0.0f;
+  // FP8 operands only (a.dtype and b.dtype kFp8E4m3 or kFp8E5m2, in any
+  // pairing): the scales of op(A) and op(B); D = alpha * sum_k (qa * sa) *
+  // (qb * sb) + beta * C, accumulated in fp32. D (and C) bf16, fp16 or fp32.
+  // The Hopper kernel reads FP8 operands only K-major (row-major A,
+  // column-major B), and block scales only with a row-major D.
+  ScaleDesc a_scale;
+  ScaleDesc b_scale;
   // fp32 inputs: true lets the tensor cores round the inputs to TF32 (about
   // 1e-3 relative error); false (the default) keeps strict fp32 arithmetic.
   bool allow_tf32 = false;
@@ -121,9 +155,16 @@ class Gemm {
   static Plan MakePlan(const GemmArguments& args, TileHint hint = TileHint::kAuto,
                        ScheduleHint schedule = ScheduleHint::kAuto);
 
-  // Checks the arguments alone (shapes, strides, dtypes, pointers); needs no
-  // GPU. InvalidArgument names the offending field.
+  // Checks the arguments alone (shapes, strides, dtypes, pointers, FP8
+  // scale modes); needs no GPU. InvalidArgument names the offending field;
+  // Unimplemented names the field of a valid combination that no kernel in
+  // this build runs (FP8 operands that are not K-major, block scales with a
+  // column-major D).
   static absl::Status CanImplement(const GemmArguments& args);
+
+  // Values of `scale`'s layout for one batch member of `args` (0 for kNone).
+  // `is_a`: the scales of op(A) (else op(B)).
+  static int64_t ScaleCount(const GemmArguments& args, const ScaleDesc& scale, bool is_a);
 
   // Bytes of device workspace that let Initialize() use a stream-K or
   // split-K schedule on the current device (0 where none would be chosen or

@@ -20,6 +20,20 @@ const char* DataTypeName(DataType t) {
 
 size_t DataTypeSize(DataType t) { return ::gemm::SizeOf(t); }
 
+const char* ScaleModeName(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::kNone:
+      return "none";
+    case ScaleMode::kTensor:
+      return "tensor";
+    case ScaleMode::kChannel:
+      return "channel";
+    case ScaleMode::kBlock:
+      return "block";
+  }
+  return "?";
+}
+
 NormalizedProblem Normalize(const GemmArguments& args) {
   NormalizedProblem p;
   const bool swap = args.d.layout == Layout::kColMajor;

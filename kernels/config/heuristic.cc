@@ -592,4 +592,17 @@ int PersistentGridSize(int64_t total_tiles, int num_sms) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(total_tiles, num_sms)));
 }
 
+Sm90Fp8Launch ChooseSm90Fp8Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms,
+                                  bool block_scales, const Sm90Tile* tile) {
+  constexpr int kFp8Bk = 128;
+  Sm90Fp8Launch out;
+  const Sm90Tile chosen = tile != nullptr ? *tile : Sm90Tile::k128x128;
+  out.launch = MakeSm90Launch(chosen, Sm90Schedule::kDataParallel, m, n, k, batch, kFp8Bk,
+                              num_sms);
+  // The direct 128x256 kernel has no temporary; block scales need a
+  // promotion per k-block whatever the policy.
+  out.promote_every = block_scales ? 1 : kFp8PromoteEvery;
+  return out;
+}
+
 }  // namespace gemm_kernels

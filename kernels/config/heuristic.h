@@ -249,4 +249,26 @@ int ChooseGroupM(int64_t tiles_m, int64_t tiles_n);
 // Persistent grid: one CTA per SM, never more CTAs than tiles.
 int PersistentGridSize(int64_t total_tiles, int num_sms);
 
+// ---- FP8 (kernels/sm90/sm90_fp8_gemm.h): k-blocks of 128 one-byte elements,
+// data-parallel launches of the 128x256 kernel (fp32 accumulation in the
+// wgmma accumulator) or the 128x128 one (a temporary accumulator promoted
+// into fp32 registers every promote_every k-blocks).
+struct Sm90Fp8Launch {
+  Sm90LaunchChoice launch;  // data-parallel, tile k128x256 or k128x128
+  int promote_every = 1;    // k-blocks per promotion (128x128 only)
+};
+
+// FP8 wgmma adds its products into the accumulator with fewer mantissa bits
+// than fp32 (kernels/DESIGN.md, "FP8"), so the heuristic's launches promote
+// every kFp8PromoteEvery k-blocks on the 128x128 kernel, with any scale
+// mode. The direct 128x256 kernel runs only where a caller forces its tile
+// (TileHint::k128x256): it trades that precision for the wider tile.
+constexpr int kFp8PromoteEvery = 1;
+
+// The FP8 launch for a problem. `block_scales`: either operand has block
+// scales (128x128, promotion every k-block). `tile`: a forced tile (nullptr:
+// the heuristic's).
+Sm90Fp8Launch ChooseSm90Fp8Launch(int64_t m, int64_t n, int64_t k, int64_t batch, int num_sms,
+                                  bool block_scales, const Sm90Tile* tile = nullptr);
+
 }  // namespace gemm_kernels
