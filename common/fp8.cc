@@ -128,7 +128,7 @@ const char* ScaleModeName(ScaleMode mode) {
   return "unknown";
 }
 
-const char* OperandName(Operand operand) { return operand == Operand::kA ? "a" : "b"; }
+const char* OperandName(OperandRole operand) { return operand == OperandRole::kA ? "a" : "b"; }
 
 bool ScaleModeAllowsK(ScaleMode mode, uint64_t k) {
   return mode != ScaleMode::kBlock || k % kFp8BlockK == 0;
@@ -144,7 +144,7 @@ uint64_t ScaleCount(const Fp8Operand& g) {
     case ScaleMode::kChannel:
       return outer;
     case ScaleMode::kBlock:
-      return g.operand == Operand::kA ? outer * k_blocks
+      return g.operand == OperandRole::kA ? outer * k_blocks
                                       : k_blocks * ((outer + kFp8BlockK - 1) / kFp8BlockK);
   }
   return 0;
@@ -161,7 +161,7 @@ uint64_t ScaleIndex(const Fp8Operand& g, uint64_t row, uint64_t col) {
     case ScaleMode::kChannel:
       return o;
     case ScaleMode::kBlock:
-      if (g.operand == Operand::kA) return o * (g.k() / kFp8BlockK) + kk / kFp8BlockK;
+      if (g.operand == OperandRole::kA) return o * (g.k() / kFp8BlockK) + kk / kFp8BlockK;
       return (kk / kFp8BlockK) * ((g.outer() + kFp8BlockK - 1) / kFp8BlockK) + o / kFp8BlockK;
   }
   return 0;

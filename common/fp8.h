@@ -59,12 +59,12 @@ void Fp8ToFloatN(const uint8_t* src, DType format, float* dst, uint64_t n);
 enum class ScaleMode { kNone, kTensor, kChannel, kBlock };
 // Which operand of D = op(A) op(B) a matrix is: it fixes which dimension a
 // channel runs along and the block shape.
-enum class Operand { kA, kB };
+enum class OperandRole { kA, kB };
 
 constexpr uint64_t kFp8BlockK = 128;
 
 const char* ScaleModeName(ScaleMode mode);  // "none", "tensor", "channel", "block"
-const char* OperandName(Operand operand);   // "a", "b"
+const char* OperandName(OperandRole operand);   // "a", "b"
 
 // An FP8 operand as stored (rows x cols in `layout`; op(X) = X^T when
 // `transposed`), with what its scales mean.
@@ -72,7 +72,7 @@ struct Fp8Operand {
   uint64_t rows = 0;
   uint64_t cols = 0;
   Layout layout = Layout::kRowMajor;
-  Operand operand = Operand::kA;
+  OperandRole operand = OperandRole::kA;
   bool transposed = false;
   ScaleMode mode = ScaleMode::kTensor;
 
@@ -80,7 +80,17 @@ struct Fp8Operand {
   uint64_t outer() const { return outer_is_row() ? rows : cols; }
   uint64_t k() const { return outer_is_row() ? cols : rows; }
   // Whether stored rows index the outer dimension (A as stored, B transposed).
-  bool outer_is_row() const { return (operand == Operand::kA) != transposed; }
+  bool outer_is_row() const { return (operand == OperandRole::kA) != transposed; }
+};
+
+// How to quantize a matrix that will serve as `operand` (transposed or
+// not): the gemm.v1 Quantization of RegisterMatrix / BeginUpload, and the
+// client's QuantizeToFp8.
+struct Fp8Quantization {
+  DType format = DType::kFp8E4m3;
+  ScaleMode mode = ScaleMode::kTensor;
+  OperandRole operand = OperandRole::kA;
+  bool transposed = false;
 };
 
 // Whether `mode` allows this K (kBlock: a multiple of kFp8BlockK).

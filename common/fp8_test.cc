@@ -116,16 +116,16 @@ TEST(Fp8Test, SaturatesAndFlushesAtTheEndsOfTheRange) {
 
 TEST(Fp8Test, ScaleCountsAndIndicesFollowTheContract) {
   // A: M = 3, K = 256, stored as is (3 x 256) and transposed (256 x 3).
-  Fp8Operand a{3, 256, Layout::kRowMajor, Operand::kA, false, ScaleMode::kBlock};
+  Fp8Operand a{3, 256, Layout::kRowMajor, OperandRole::kA, false, ScaleMode::kBlock};
   EXPECT_EQ(ScaleCount(a), 3u * 2);
   EXPECT_EQ(ScaleIndex(a, 2, 130), 2u * 2 + 1);
-  Fp8Operand at{256, 3, Layout::kColMajor, Operand::kA, true, ScaleMode::kBlock};
+  Fp8Operand at{256, 3, Layout::kColMajor, OperandRole::kA, true, ScaleMode::kBlock};
   EXPECT_EQ(ScaleIndex(at, 130, 2), 2u * 2 + 1);
   // B: K = 256, N = 300: blocks of 128 x 128, 2 x 3 of them.
-  Fp8Operand b{256, 300, Layout::kRowMajor, Operand::kB, false, ScaleMode::kBlock};
+  Fp8Operand b{256, 300, Layout::kRowMajor, OperandRole::kB, false, ScaleMode::kBlock};
   EXPECT_EQ(ScaleCount(b), 2u * 3);
   EXPECT_EQ(ScaleIndex(b, 129, 299), 1u * 3 + 2);
-  Fp8Operand bt{300, 256, Layout::kRowMajor, Operand::kB, true, ScaleMode::kBlock};
+  Fp8Operand bt{300, 256, Layout::kRowMajor, OperandRole::kB, true, ScaleMode::kBlock};
   EXPECT_EQ(ScaleIndex(bt, 299, 129), 1u * 3 + 2);
   b.mode = ScaleMode::kChannel;
   EXPECT_EQ(ScaleCount(b), 300u);
@@ -158,7 +158,7 @@ TEST(Fp8Test, QuantizeRoundTripsWithinHalfAStepInEveryMode) {
     const double eps = format == DType::kFp8E4m3 ? 1.0 / 16 : 1.0 / 8;  // half ulp, relative
     const int emin = format == DType::kFp8E4m3 ? -6 : -14;
     const int m = format == DType::kFp8E4m3 ? 3 : 2;
-    for (Operand op : {Operand::kA, Operand::kB}) {
+    for (OperandRole op : {OperandRole::kA, OperandRole::kB}) {
       for (bool transposed : {false, true}) {
         for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
           for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
@@ -196,7 +196,7 @@ TEST(Fp8Test, QuantizeRoundTripsWithinHalfAStepInEveryMode) {
 
 TEST(Fp8Test, QuantizeSaturatesTheGroupMaximumAndKeepsZeroGroups) {
   // amax / scale may round just past FMT_MAX; it saturates, never overflows.
-  const Fp8Operand g{1, 3, Layout::kRowMajor, Operand::kA, false, ScaleMode::kTensor};
+  const Fp8Operand g{1, 3, Layout::kRowMajor, OperandRole::kA, false, ScaleMode::kTensor};
   const float x[3] = {-3.0f, 1.0f, 0.1f};
   uint8_t q[3];
   float s;
@@ -210,7 +210,7 @@ TEST(Fp8Test, QuantizeSaturatesTheGroupMaximumAndKeepsZeroGroups) {
 }
 
 TEST(Fp8Test, QuantizeRefusesNonFiniteInput) {
-  const Fp8Operand g{1, 4, Layout::kRowMajor, Operand::kB, false, ScaleMode::kChannel};
+  const Fp8Operand g{1, 4, Layout::kRowMajor, OperandRole::kB, false, ScaleMode::kChannel};
   uint8_t q[4];
   float s[4];
   const float with_nan[4] = {1.0f, 2.0f, std::nanf(""), 3.0f};

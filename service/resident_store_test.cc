@@ -159,7 +159,7 @@ class ResidentUploadTest : public ResidentStoreTest {
     if (!m.ok()) return m.status();
     absl::Status st =
         (*m)->Write(offset, reinterpret_cast<const char*>(values_.data()) + offset, n);
-    store_.FinishUploadRange(handle, offset, n, st.ok());
+    store_.FinishUploadRange(handle, offset, n, st.ok()).IgnoreError();
     return st;
   }
 
@@ -209,7 +209,7 @@ TEST_F(ResidentUploadTest, AFailedWriteCanBeRetried) {
   auto r = store_.BeginUpload("alice", Source(), false);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(store_.ClaimUpload("alice", r->handle, 0, 128).ok());
-  store_.FinishUploadRange(r->handle, 0, 128, /*written=*/false);
+  store_.FinishUploadRange(r->handle, 0, 128, /*written=*/false).IgnoreError();
   EXPECT_TRUE(Chunk("alice", r->handle, 0, 128).ok());
   EXPECT_TRUE(store_.Lookup("alice", r->handle).ok());
 }
