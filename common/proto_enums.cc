@@ -92,4 +92,13 @@ v1::Operand ToProto(OperandRole operand) {
   return operand == OperandRole::kA ? v1::OPERAND_A : v1::OPERAND_B;
 }
 
+v1::Quantization ToProto(const Fp8Quantization& q) {
+  v1::Quantization out;
+  out.set_format(ToProto(q.format));
+  out.set_mode(ToProto(q.mode));
+  out.set_operand(ToProto(q.operand));
+  out.set_transposed(q.transposed);
+  return out;
+}
+
 }  // namespace gemm

@@ -19,6 +19,8 @@ absl::StatusOr<Layout> FromProto(v1::Layout layout);
 v1::ScaleMode ToProto(ScaleMode mode);
 absl::StatusOr<ScaleMode> FromProto(v1::ScaleMode mode);
 v1::Operand ToProto(OperandRole operand);
+// The gemm.v1 Quantization asking the server for `q`.
+v1::Quantization ToProto(const Fp8Quantization& q);
 
 }  // namespace gemm
 
