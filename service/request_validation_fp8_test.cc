@@ -19,7 +19,7 @@ using ::testing::HasSubstr;
 
 std::string Floats(const std::vector<float>& v) {
   std::string s(v.size() * sizeof(float), '\0');
-  std::memcpy(s.data(), v.data(), s.size());
+  if (!v.empty()) std::memcpy(s.data(), v.data(), s.size());
   return s;
 }
 

@@ -421,7 +421,7 @@ TEST_F(ServerIntegrationTest, ServerInfoReportsBackendLimitsAndRates) {
   EXPECT_FALSE(info.devices(0).name().empty());
   EXPECT_GE(info.devices(0).threads(), 1u);
   EXPECT_FALSE(info.kernels().empty());
-  EXPECT_EQ(info.input_dtypes_size(), 3);
+  EXPECT_EQ(info.input_dtypes_size(), 5);  // fp32, fp16, bf16 and the two FP8 formats
 
   const ServiceLimits want = TestOptions().limits;
   const v1::Limits& l = info.limits();
