@@ -66,8 +66,15 @@ ABSL_FLAG(int, max_attempts, 5, "Attempts per call on UNAVAILABLE/RESOURCE_EXHAU
 ABSL_FLAG(uint64_t, m, 256, "Rows of op(A) and of the result");
 ABSL_FLAG(uint64_t, n, 256, "Columns of op(B) and of the result");
 ABSL_FLAG(uint64_t, k, 256, "Inner dimension");
-ABSL_FLAG(std::string, dtype, "fp32", "Input type: fp32, fp16 or bf16");
-ABSL_FLAG(std::string, out_dtype, "", "Output type (fp32, fp16, bf16); empty = input type");
+ABSL_FLAG(std::string, dtype, "fp32", "Input type: fp32, fp16, bf16, fp8_e4m3 or fp8_e5m2");
+ABSL_FLAG(std::string, b_dtype, "",
+          "Type of B when it differs from --dtype (FP8 formats may mix: --dtype=fp8_e4m3 "
+          "--b_dtype=fp8_e5m2); empty = --dtype");
+ABSL_FLAG(std::string, scale, "tensor",
+          "FP8 inputs: scale mode of both operands, tensor, channel or block (block needs K a "
+          "multiple of 128); the CLI quantizes its random data with these scales");
+ABSL_FLAG(std::string, out_dtype, "",
+          "Output type (fp32, fp16, bf16); empty = the input type, fp32 for FP8 inputs");
 ABSL_FLAG(bool, transpose_a, false, "Use A^T (A stored K x M)");
 ABSL_FLAG(bool, transpose_b, false, "Use B^T (B stored N x K)");
 ABSL_FLAG(std::string, layout, "row", "Layout of A, B and C: row or col");
@@ -127,7 +134,42 @@ absl::StatusOr<DType> ParseDType(const std::string& s) {
   if (s == "fp32") return DType::kFp32;
   if (s == "fp16") return DType::kFp16;
   if (s == "bf16") return DType::kBf16;
-  return absl::InvalidArgumentError(absl::StrCat("unknown dtype \"", s, "\" (fp32, fp16, bf16)"));
+  if (s == "fp8_e4m3") return DType::kFp8E4m3;
+  if (s == "fp8_e5m2") return DType::kFp8E5m2;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown dtype \"", s, "\" (fp32, fp16, bf16, fp8_e4m3, fp8_e5m2)"));
+}
+
+absl::StatusOr<ScaleMode> ParseScale(const std::string& s) {
+  if (s == "tensor") return ScaleMode::kTensor;
+  if (s == "channel") return ScaleMode::kChannel;
+  if (s == "block") return ScaleMode::kBlock;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--scale: unknown scale mode \"", s, "\" (tensor, channel, block)"));
+}
+
+// The input types of the flags: A's, B's (--b_dtype, else A's) and the
+// output's (--out_dtype, else the input type; fp32 for FP8 inputs).
+struct FlagTypes {
+  DType a, b, out;
+};
+absl::StatusOr<FlagTypes> ParseTypes() {
+  FlagTypes t;
+  GEMM_ASSIGN_OR_RETURN(t.a, ParseDType(absl::GetFlag(FLAGS_dtype)));
+  t.b = t.a;
+  if (!absl::GetFlag(FLAGS_b_dtype).empty()) {
+    GEMM_ASSIGN_OR_RETURN(t.b, ParseDType(absl::GetFlag(FLAGS_b_dtype)));
+  }
+  if (IsFp8(t.a) != IsFp8(t.b) || (!IsFp8(t.a) && t.a != t.b))
+    return absl::InvalidArgumentError(
+        "--b_dtype: may differ from --dtype only between FP8 formats");
+  t.out = IsFp8(t.a) ? DType::kFp32 : t.a;
+  if (!absl::GetFlag(FLAGS_out_dtype).empty()) {
+    GEMM_ASSIGN_OR_RETURN(t.out, ParseDType(absl::GetFlag(FLAGS_out_dtype)));
+  }
+  if (IsFp8(t.out))
+    return absl::InvalidArgumentError("--out_dtype: FP8 outputs are not offered");
+  return t;
 }
 
 absl::StatusOr<Layout> ParseLayout(const std::string& s) {
@@ -199,18 +241,15 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient() {
 // The shape of the flags, with --m/--n/--k replaced by `m`, `n`, `k`.
 absl::StatusOr<cli::Shape> FlagShape(uint64_t m, uint64_t n, uint64_t k, bool references) {
   const bool sweep = !absl::GetFlag(FLAGS_sizes).empty();
-  GEMM_ASSIGN_OR_RETURN(const DType in, ParseDType(absl::GetFlag(FLAGS_dtype)));
-  DType out = in;
-  if (!absl::GetFlag(FLAGS_out_dtype).empty()) {
-    GEMM_ASSIGN_OR_RETURN(out, ParseDType(absl::GetFlag(FLAGS_out_dtype)));
-  }
+  GEMM_ASSIGN_OR_RETURN(const FlagTypes types, ParseTypes());
+  const DType in = types.a, out = types.out;
   cli::Shape s;
   s.m = m;
   s.n = n;
   s.k = k;
   s.batch = absl::GetFlag(FLAGS_batch);
-  s.in_bytes = in == DType::kFp32 ? 4 : 2;
-  s.out_bytes = out == DType::kFp32 ? 4 : 2;
+  s.in_bytes = SizeOf(in);
+  s.out_bytes = SizeOf(out);
   s.with_c = absl::GetFlag(FLAGS_beta) != 0.0;
   s.references = references;
   if (sweep) s.m_flag = s.n_flag = s.k_flag = "--sizes";
@@ -246,11 +285,12 @@ absl::Status CheckSize(const cli::Shape& s, const CheckLimits& l) {
 // One request of --batch problems of the flags' shape, on uniform random data
 // in [-1, 1).
 absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k) {
-  GEMM_ASSIGN_OR_RETURN(const DType in, ParseDType(absl::GetFlag(FLAGS_dtype)));
-  DType out = in;
-  if (!absl::GetFlag(FLAGS_out_dtype).empty()) {
-    GEMM_ASSIGN_OR_RETURN(out, ParseDType(absl::GetFlag(FLAGS_out_dtype)));
-  }
+  GEMM_ASSIGN_OR_RETURN(const FlagTypes types, ParseTypes());
+  const DType in = types.a, out = types.out;
+  GEMM_ASSIGN_OR_RETURN(const ScaleMode scale, ParseScale(absl::GetFlag(FLAGS_scale)));
+  if (IsFp8(in) && scale == ScaleMode::kBlock && k % kFp8BlockK != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--scale=block needs --k to be a multiple of ", kFp8BlockK, ", got ", k));
   GEMM_ASSIGN_OR_RETURN(const Layout layout, ParseLayout(absl::GetFlag(FLAGS_layout)));
   ProblemOptions options;
   GEMM_ASSIGN_OR_RETURN(options.output_layout, ParseLayout(absl::GetFlag(FLAGS_out_layout)));
@@ -276,6 +316,7 @@ absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k)
   struct Storage {
     std::vector<float> f32;
     std::vector<uint16_t> f16;
+    QuantizedMatrix fp8;
   };
   auto random_matrix = [&](Storage* s, DType t, uint64_t rows, uint64_t cols) {
     s->f32.resize(rows * cols);
@@ -285,16 +326,33 @@ absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k)
     FromFloat(t, s->f32.data(), s->f16.data(), s->f32.size());
     return MatrixView(s->f16.data(), rows, cols, t, layout);
   };
+  // FP8 operands: random floats quantized on the client with --scale scales
+  // laid out for their slot; the reference multiplies what they dequantize to.
+  auto random_fp8 = [&](Storage* s, DType format, OperandRole role, bool transposed,
+                        uint64_t rows, uint64_t cols) -> absl::StatusOr<MatrixView> {
+    const MatrixView source = random_matrix(s, DType::kFp32, rows, cols);
+    GEMM_ASSIGN_OR_RETURN(s->fp8,
+                          QuantizeToFp8(source, Fp8Quantization{format, scale, role, transposed}));
+    return s->fp8.view();
+  };
 
   v1::GemmRequest request;
   if (absl::GetFlag(FLAGS_deterministic)) request.set_deterministic(true);
   request.set_request_id("gemm_cli");
   for (int i = 0; i < absl::GetFlag(FLAGS_batch); ++i) {
     Storage a, b, c;
-    const MatrixView va = random_matrix(&a, in, shape.a_rows(), shape.a_cols());
-    const MatrixView vb = random_matrix(&b, in, shape.b_rows(), shape.b_cols());
+    std::optional<MatrixView> va, vb;
+    if (IsFp8(in)) {
+      GEMM_ASSIGN_OR_RETURN(va, random_fp8(&a, in, OperandRole::kA, shape.transpose_a,
+                                           shape.a_rows(), shape.a_cols()));
+      GEMM_ASSIGN_OR_RETURN(vb, random_fp8(&b, types.b, OperandRole::kB, shape.transpose_b,
+                                           shape.b_rows(), shape.b_cols()));
+    } else {
+      va = random_matrix(&a, in, shape.a_rows(), shape.a_cols());
+      vb = random_matrix(&b, in, shape.b_rows(), shape.b_cols());
+    }
     if (options.beta != 0.0) options.c = random_matrix(&c, out, shape.m, shape.n);
-    GEMM_RETURN_IF_ERROR(AddProblem(&request, va, vb, options));
+    GEMM_RETURN_IF_ERROR(AddProblem(&request, *va, *vb, options));
   }
   return request;
 }
@@ -444,6 +502,16 @@ int Run() {
                    p.tile().empty() ? "-" : p.tile(), p.splits(), p.reduction_order());
     }
   }
+  if (response->results_size() > 0 && response->results(0).has_a_precision()) {
+    const v1::GemmResult& r0 = response->results(0);
+    auto precision = [](const v1::OperandPrecision& p) {
+      return absl::StrCat(Name(p.dtype()), " ",
+                          ScaleModeName(FromProto(p.scale_mode()).value_or(ScaleMode::kNone)),
+                          " scales", p.quantized_by_server() ? " (quantized by the server)" : "");
+    };
+    absl::PrintF("precision A %s, B %s, accumulated in fp32\n", precision(r0.a_precision()),
+                 precision(r0.b_precision()));
+  }
   absl::PrintF("time      client %.3f ms | server %.3f ms = queue %.3f + transfer %.3f + compute %.3f (+ other)\n",
                absl::ToDoubleMilliseconds(wall), Ms(t.total_ns()), Ms(t.queue_ns()),
                Ms(t.transfer_ns()), Ms(t.compute_ns()));
@@ -479,9 +547,13 @@ absl::StatusOr<v1::GemmRequest> WithResidentB(Client* client, const v1::GemmRequ
   for (v1::GemmProblem& p : *sent.mutable_problems()) {
     GEMM_ASSIGN_OR_RETURN(const GemmProblemRef ref, ViewProblem(p));
     const MatrixRef& b = ref.b;
+    // An FP8 B is registered as its codes; its scales stay in the problem.
     const MatrixView view =
         b.dtype == DType::kFp32
             ? MatrixView(static_cast<const float*>(b.data), b.rows, b.cols, b.layout)
+        : IsFp8(b.dtype)
+            ? MatrixView(static_cast<const uint8_t*>(b.data), b.rows, b.cols, b.dtype,
+                         Fp8Scales{}, b.layout)
             : MatrixView(static_cast<const uint16_t*>(b.data), b.rows, b.cols, b.dtype, b.layout);
     GEMM_ASSIGN_OR_RETURN(ResidentHandle handle, client->RegisterMatrix(view, "gemm_cli bench"));
     residents->push_back(handle);

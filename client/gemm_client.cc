@@ -657,12 +657,36 @@ absl::StatusOr<v1::ServerInfo> Client::GetServerInfo(const CallOptions& options)
 absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
                                                       absl::string_view label,
                                                       const CallOptions& options) {
+  return RegisterAs(matrix, nullptr, label, options);
+}
+
+absl::StatusOr<ResidentHandle> Client::RegisterQuantized(const MatrixView& matrix,
+                                                         const Fp8Quantization& quantize,
+                                                         absl::string_view label,
+                                                         const CallOptions& options) {
+  return RegisterAs(matrix, &quantize, label, options);
+}
+
+absl::StatusOr<ResidentHandle> Client::RegisterAs(const MatrixView& matrix,
+                                                  const Fp8Quantization* quantize,
+                                                  absl::string_view label,
+                                                  const CallOptions& options) {
   if (absl::Status s = matrix.Validate("matrix"); !s.ok()) return s;
   const uint64_t bytes = matrix.ref().bytes();
   if ((options_.chunked_threshold_bytes != 0 && bytes >= options_.chunked_threshold_bytes) ||
-      bytes + 4096 > static_cast<uint64_t>(options_.max_message_bytes))
-    return UploadMatrix(matrix, /*transient=*/false, label, options);
+      bytes + 4096 > static_cast<uint64_t>(options_.max_message_bytes)) {
+    absl::StatusOr<ResidentHandle> result = absl::UnknownError("no attempt");
+    absl::Status status =
+        RunRequest(options, {}, [&](const Route& route, const CallOptions& within) {
+          result = UploadMatrixOn(route, matrix, /*transient=*/false, label, within,
+                                  /*fail_over=*/true, quantize);
+          return result.status();
+        });
+    if (!status.ok()) return status;
+    return result;
+  }
   v1::RegisterMatrixRequest request;
+  if (quantize != nullptr) *request.mutable_quantize() = ToProto(*quantize);
   request.set_dtype(ToProto(matrix.dtype()));
   request.set_rows(matrix.rows());
   request.set_cols(matrix.cols());
@@ -682,7 +706,8 @@ absl::StatusOr<ResidentHandle> Client::RegisterMatrix(const MatrixView& matrix,
   });
   if (!status.ok()) return status;
   return ResidentHandle{response.handle(), matrix.rows(), matrix.cols(), matrix.layout(),
-                        matrix.dtype(), response.bytes()};
+                        quantize != nullptr ? quantize->format : matrix.dtype(),
+                        response.bytes()};
 }
 
 absl::Status Client::ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options) {

@@ -195,6 +195,18 @@ class Client {
   absl::StatusOr<ResidentHandle> RegisterMatrix(const MatrixView& matrix,
                                                 absl::string_view label = "",
                                                 const CallOptions& options = {});
+  // RegisterMatrix of a bf16 or fp32 matrix that the server keeps as FP8
+  // (gemm.v1 Quantization): it computes the scales by common/fp8.h's rule
+  // for `quantize` (format, scale mode, and the operand and transpose the
+  // matrix will serve as) and stores the codes and scales. The handle's
+  // dtype is quantize.format; problems name it without scales. Large
+  // matrices go in chunks (BeginUpload with Quantization) as RegisterMatrix
+  // sends them. Backends without FP8 (CUDA, so far) answer UNIMPLEMENTED
+  // naming "quantize".
+  absl::StatusOr<ResidentHandle> RegisterQuantized(const MatrixView& matrix,
+                                                   const Fp8Quantization& quantize,
+                                                   absl::string_view label = "",
+                                                   const CallOptions& options = {});
   // Frees a registered matrix once requests in flight are done with it.
   // NOT_FOUND if unknown or already released.
   absl::Status ReleaseMatrix(const ResidentHandle& matrix, const CallOptions& options = {});
@@ -312,14 +324,18 @@ class Client {
                       const CallOptions& options, bool fail_over);
   // BeginUpload for `matrix` (its bytes to follow through the replica's
   // transfer pool).
-  absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(const Route& route,
-                                                         const MatrixView& matrix, bool transient,
-                                                         absl::string_view label,
-                                                         const CallOptions& options,
-                                                         bool fail_over);
+  // transfer pool), kept as FP8 when `quantize` is set.
+  absl::StatusOr<v1::RegisterMatrixResponse> BeginUpload(
+      const Route& route, const MatrixView& matrix, bool transient, absl::string_view label,
+      const CallOptions& options, bool fail_over, const Fp8Quantization* quantize = nullptr);
   absl::StatusOr<ResidentHandle> UploadMatrixOn(const Route& route, const MatrixView& matrix,
                                                 bool transient, absl::string_view label,
-                                                const CallOptions& options, bool fail_over);
+                                                const CallOptions& options, bool fail_over,
+                                                const Fp8Quantization* quantize = nullptr);
+  // RegisterMatrix and RegisterQuantized (`quantize` null or not).
+  absl::StatusOr<ResidentHandle> RegisterAs(const MatrixView& matrix,
+                                            const Fp8Quantization* quantize,
+                                            absl::string_view label, const CallOptions& options);
   absl::Status ReleaseOn(const Route& route, const std::string& handle,
                          const CallOptions& options);
   absl::Status DownloadOn(const Route& route, const std::string& handle, void* dst,

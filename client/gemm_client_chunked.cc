@@ -33,7 +33,9 @@ std::optional<MatrixRef> StoredShape(const v1::GemmProblem& p, char which) {
   } else if (which == 'b') {
     ref.rows = p.transpose_b() ? p.n() : p.k();
     ref.cols = p.transpose_b() ? p.k() : p.n();
-    ref.dtype = *in;
+    auto b = p.has_b_dtype() ? FromProto(p.b_dtype()) : in;
+    if (!b.ok()) return std::nullopt;
+    ref.dtype = *b;
   } else {
     ref.rows = p.m();
     ref.cols = p.n();
@@ -56,6 +58,8 @@ v1::GemmProblem ShapeOnly(const v1::GemmProblem& p) {
   out.set_n(p.n());
   out.set_k(p.k());
   out.set_input_dtype(p.input_dtype());
+  if (p.has_b_dtype()) out.set_b_dtype(p.b_dtype());
+  out.set_quantize_partner(p.quantize_partner());
   out.set_output_dtype(p.output_dtype());
   out.set_transpose_a(p.transpose_a());
   out.set_transpose_b(p.transpose_b());
@@ -83,13 +87,11 @@ bool Client::NeedsChunks(const v1::GemmRequest& request) const {
   return !request.keep_results() && results >= threshold;
 }
 
-absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(const Route& route,
-                                                               const MatrixView& matrix,
-                                                               bool transient,
-                                                               absl::string_view label,
-                                                               const CallOptions& options,
-                                                               bool fail_over) {
+absl::StatusOr<v1::RegisterMatrixResponse> Client::BeginUpload(
+    const Route& route, const MatrixView& matrix, bool transient, absl::string_view label,
+    const CallOptions& options, bool fail_over, const Fp8Quantization* quantize) {
   v1::BeginUploadRequest begin;
+  if (quantize != nullptr) *begin.mutable_quantize() = ToProto(*quantize);
   begin.set_dtype(ToProto(matrix.dtype()));
   begin.set_rows(matrix.rows());
   begin.set_cols(matrix.cols());
@@ -125,11 +127,12 @@ absl::StatusOr<ResidentHandle> Client::UploadMatrixOn(const Route& route,
                                                       const MatrixView& matrix, bool transient,
                                                       absl::string_view label,
                                                       const CallOptions& options,
-                                                      bool fail_over) {
+                                                      bool fail_over,
+                                                      const Fp8Quantization* quantize) {
   const absl::Time deadline = DeadlineFor(options);
   CallOptions within = options;
   within.deadline = deadline;
-  auto registered = BeginUpload(route, matrix, transient, label, within, fail_over);
+  auto registered = BeginUpload(route, matrix, transient, label, within, fail_over, quantize);
   if (!registered.ok()) return registered.status();
   absl::Status status = route.replica->transfer().Upload(
       registered->handle(), matrix.data(), matrix.ref().bytes(),
@@ -142,7 +145,8 @@ absl::StatusOr<ResidentHandle> Client::UploadMatrixOn(const Route& route,
     return status;
   }
   return ResidentHandle{registered->handle(), matrix.rows(), matrix.cols(), matrix.layout(),
-                        matrix.dtype(), registered->bytes()};
+                        quantize != nullptr ? quantize->format : matrix.dtype(),
+                        registered->bytes()};
 }
 
 absl::Status Client::DownloadMatrix(const std::string& handle, void* dst, uint64_t bytes,
@@ -205,6 +209,7 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
         continue;
       }
       out->set_layout(in.layout());
+      if (in.has_scales()) *out->mutable_scales() = in.scales();
       std::optional<MatrixRef> shape = StoredShape(p, which);
       // A resident C must be stored in the output layout; one that is not
       // stays inline (the server converts it).
@@ -217,11 +222,17 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
         *out = in;
         continue;
       }
-      MatrixView view = shape->dtype == DType::kFp32
-                            ? MatrixView(reinterpret_cast<const float*>(in.data().data()),
-                                         shape->rows, shape->cols, shape->layout)
-                            : MatrixView(reinterpret_cast<const uint16_t*>(in.data().data()),
-                                         shape->rows, shape->cols, shape->dtype, shape->layout);
+      // The bytes only: an FP8 operand's scales stay in the message.
+      const char* bytes = in.data().data();
+      MatrixView view =
+          shape->dtype == DType::kFp32
+              ? MatrixView(reinterpret_cast<const float*>(bytes), shape->rows, shape->cols,
+                           shape->layout)
+          : IsFp8(shape->dtype)
+              ? MatrixView(reinterpret_cast<const uint8_t*>(bytes), shape->rows, shape->cols,
+                           shape->dtype, Fp8Scales{}, shape->layout)
+              : MatrixView(reinterpret_cast<const uint16_t*>(bytes), shape->rows, shape->cols,
+                           shape->dtype, shape->layout);
       if (absl::Status s = view.Validate("operand"); !s.ok()) return s;
       // A request that names no handle of its own may still go elsewhere
       // when this replica refuses new work (draining): nothing is lost yet.

@@ -1,5 +1,6 @@
 #include "client/matrix_view.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -41,6 +42,60 @@ void FillMatrix(v1::Matrix* out, const Operand& operand) {
   // The one copy of the operand: into the message's bytes field.
   const MatrixView& v = *operand.view();
   out->mutable_data()->assign(static_cast<const char*>(v.data()), v.ref().bytes());
+  const Fp8Scales& scales = v.ref().scales;
+  if (scales.mode != ScaleMode::kNone) {
+    out->mutable_scales()->set_mode(ToProto(scales.mode));
+    out->mutable_scales()->set_data(static_cast<const char*>(scales.data),
+                                    scales.count * sizeof(float));
+  }
+}
+
+// The element-type rules of a problem of `a` and `b` (gemm.v1): both FP8,
+// or one FP8 and one bf16/fp32 under quantize_partner, or one shared type.
+absl::Status CheckTypes(const Operand& a, const Operand& b, const ProblemOptions& o) {
+  const bool a_fp8 = IsFp8(a.dtype()), b_fp8 = IsFp8(b.dtype());
+  auto mismatch = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("a is ", TypeName(a.dtype()), " but b is ",
+                                                   TypeName(b.dtype()), why));
+  };
+  if (!a_fp8 && !b_fp8) {
+    if (o.quantize_partner)
+      return absl::InvalidArgumentError(
+          "quantize_partner: needs one FP8 operand and one bf16 or fp32 operand");
+    return a.dtype() == b.dtype() ? absl::OkStatus() : mismatch("");
+  }
+  if (!o.output_dtype.has_value() || IsFp8(*o.output_dtype))
+    return absl::InvalidArgumentError(
+        "output_dtype: FP8 problems need an fp32, fp16 or bf16 output type set");
+  if (a_fp8 == b_fp8) {
+    if (o.quantize_partner)
+      return absl::InvalidArgumentError(
+          "quantize_partner: needs one FP8 operand and one bf16 or fp32 operand; both are FP8");
+    return absl::OkStatus();
+  }
+  const DType partner = a_fp8 ? b.dtype() : a.dtype();
+  if (!o.quantize_partner)
+    return mismatch(" (set quantize_partner to have the server quantize the non-FP8 one)");
+  if (partner != DType::kBf16 && partner != DType::kFp32)
+    return mismatch(" (quantize_partner quantizes bf16 or fp32 operands only)");
+  return absl::OkStatus();
+}
+
+// An FP8 view's scales must be laid out for the slot it fills.
+absl::Status CheckScaleLayout(absl::string_view name, const Operand& operand, OperandRole role,
+                              bool transposed) {
+  const MatrixView* v = operand.view();
+  if (v == nullptr || !IsFp8(v->dtype())) return absl::OkStatus();
+  const Fp8Scales& s = v->ref().scales;
+  if (s.mode == ScaleMode::kNone)
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": an FP8 operand needs its scales (see QuantizeToFp8)"));
+  if (s.mode != ScaleMode::kTensor && (s.operand != role || s.transposed != transposed))
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": its ", ScaleModeName(s.mode), " scales are laid out for operand ",
+        OperandName(s.operand), s.transposed ? " transposed" : "", ", not operand ",
+        OperandName(role), transposed ? " transposed" : ""));
+  return absl::OkStatus();
 }
 
 absl::Status CheckBytes(absl::string_view name, const std::string& data, uint64_t rows,
@@ -66,12 +121,31 @@ MatrixView::MatrixView(const float* data, uint64_t rows, uint64_t cols, Layout l
 
 MatrixView::MatrixView(const uint16_t* data, uint64_t rows, uint64_t cols, DType dtype,
                        Layout layout)
-    : ref_{data, rows, cols, layout, dtype}, dtype_matches_pointer_(dtype != DType::kFp32) {}
+    : ref_{data, rows, cols, layout, dtype},
+      dtype_matches_pointer_(dtype == DType::kFp16 || dtype == DType::kBf16) {}
+
+MatrixView::MatrixView(const uint8_t* codes, uint64_t rows, uint64_t cols, DType format,
+                       const Fp8Scales& scales, Layout layout)
+    : ref_{codes, rows, cols, layout, format}, dtype_matches_pointer_(IsFp8(format)) {
+  ref_.scales = scales;
+}
 
 absl::Status MatrixView::Validate(absl::string_view name) const {
   if (!dtype_matches_pointer_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": a uint16_t matrix must be fp16 or bf16, not fp32"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": a uint16_t matrix must be fp16 or bf16, a uint8_t one FP8, not ",
+        TypeName(ref_.dtype)));
+  }
+  if (ref_.scales.mode != ScaleMode::kNone) {
+    if (!ScaleModeAllowsK(ref_.scales.mode, ref_.fp8_operand().k()))
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": block scales need K to be a multiple of ", kFp8BlockK));
+    const uint64_t want = ScaleCount(ref_.fp8_operand());
+    if (ref_.scales.count != want || ref_.scales.data == nullptr)
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": ", ScaleModeName(ref_.scales.mode), " scales of this operand are ", want,
+          " fp32 values, the view has ", ref_.scales.count,
+          ref_.scales.data == nullptr ? " (and no data)" : ""));
   }
   if (ref_.rows == 0 || ref_.cols == 0) {
     return absl::InvalidArgumentError(
@@ -100,10 +174,9 @@ absl::Status AddProblem(v1::GemmRequest* request, const Operand& a, const Operan
                         const ProblemOptions& o) {
   GEMM_RETURN_IF_ERROR(a.Validate("a"));
   GEMM_RETURN_IF_ERROR(b.Validate("b"));
-  if (a.dtype() != b.dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("a is ", TypeName(a.dtype()), " but b is ",
-                                                   TypeName(b.dtype())));
-  }
+  GEMM_RETURN_IF_ERROR(CheckTypes(a, b, o));
+  GEMM_RETURN_IF_ERROR(CheckScaleLayout("a", a, OperandRole::kA, o.transpose_a));
+  GEMM_RETURN_IF_ERROR(CheckScaleLayout("b", b, OperandRole::kB, o.transpose_b));
   const uint64_t m = o.transpose_a ? a.cols() : a.rows();
   const uint64_t k = o.transpose_a ? a.rows() : a.cols();
   const uint64_t kb = o.transpose_b ? b.cols() : b.rows();
@@ -136,6 +209,8 @@ absl::Status AddProblem(v1::GemmRequest* request, const Operand& a, const Operan
   p->set_n(n);
   p->set_k(k);
   p->set_input_dtype(ToProto(a.dtype()));
+  if (b.dtype() != a.dtype()) p->set_b_dtype(ToProto(b.dtype()));
+  p->set_quantize_partner(o.quantize_partner);
   p->set_output_dtype(ToProto(out_dtype));
   p->set_transpose_a(o.transpose_a);
   p->set_transpose_b(o.transpose_b);
@@ -156,6 +231,68 @@ absl::StatusOr<v1::GemmProblem> MakeProblem(const Operand& a, const Operand& b,
   GEMM_RETURN_IF_ERROR(AddProblem(&holder, a, b, options));
   // Moving out of the repeated field swaps buffers; the bytes are not copied.
   return std::move(*holder.mutable_problems(0));
+}
+
+namespace {
+
+// The scales of an FP8 operand of a problem message, viewed in place.
+absl::Status ViewScales(absl::string_view name, const v1::Matrix& m, OperandRole role,
+                        bool transposed, MatrixRef* ref) {
+  if (!IsFp8(ref->dtype)) return absl::OkStatus();
+  GEMM_ASSIGN_OR_RETURN(const ScaleMode mode, FromProto(m.scales().mode()));
+  ref->scales = Fp8Scales{mode, role, transposed, m.scales().data().data(), 0};
+  ref->scales.count = ScaleCount(ref->fp8_operand());
+  if (!ScaleModeAllowsK(mode, ref->fp8_operand().k()) ||
+      m.scales().data().size() != ref->scales.count * sizeof(float))
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".scales.data has ", m.scales().data().size(), " bytes, expected ",
+        ref->scales.count * sizeof(float), " for ", ScaleModeName(mode), " scales"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+MatrixView QuantizedMatrix::view() const {
+  const Fp8Scales s{how.mode, how.operand, how.transposed, scales.data(), scales.size()};
+  return MatrixView(codes.data(), rows, cols, how.format, s, layout);
+}
+
+absl::StatusOr<QuantizedMatrix> QuantizeToFp8(const MatrixView& source,
+                                              const Fp8Quantization& how) {
+  GEMM_RETURN_IF_ERROR(source.Validate("source"));
+  if (IsFp8(source.dtype()))
+    return absl::InvalidArgumentError("source: already FP8 (quantize fp32, fp16 or bf16 data)");
+  if (!IsFp8(how.format))
+    return absl::InvalidArgumentError(
+        absl::StrCat("format: ", TypeName(how.format), " is not an FP8 type"));
+  if (how.mode == ScaleMode::kNone)
+    return absl::InvalidArgumentError("mode: choose tensor, channel or block scales");
+  QuantizedMatrix q;
+  q.rows = source.rows();
+  q.cols = source.cols();
+  q.layout = source.layout();
+  q.how = how;
+  const Fp8Operand g{q.rows, q.cols, q.layout, how.operand, how.transposed, how.mode};
+  if (!ScaleModeAllowsK(how.mode, g.k()))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mode: block scales need K to be a multiple of ", kFp8BlockK, "; as operand ",
+        OperandName(how.operand), how.transposed ? " transposed" : "", " K is ", g.k()));
+  const uint64_t n = q.rows * q.cols;
+  std::vector<float> values;
+  const float* in = static_cast<const float*>(source.data());
+  if (source.dtype() != DType::kFp32) {
+    values.resize(n);
+    ToFloat(source.dtype(), source.data(), values.data(), n);
+    in = values.data();
+  }
+  q.codes.resize(n);
+  q.scales.resize(ScaleCount(g));
+  const uint64_t bad = QuantizeFp8(in, g, how.format, q.codes.data(), q.scales.data());
+  if (bad != kQuantizeOk)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "source: element ", bad, " (in storage order) is ", std::isnan(in[bad]) ? "NaN" : "infinite",
+        ": only finite values quantize to FP8"));
+  return q;
 }
 
 absl::StatusOr<GemmProblemRef> ViewProblem(const v1::GemmProblem& p) {
@@ -183,10 +320,20 @@ absl::StatusOr<GemmProblemRef> ViewProblem(const v1::GemmProblem& p) {
   ref.alpha = p.has_alpha() ? p.alpha() : 1.0;
   ref.beta = p.has_beta() ? p.beta() : 0.0;
 
+  if (p.has_b_dtype()) {
+    GEMM_ASSIGN_OR_RETURN(const DType b, FromProto(p.b_dtype()));
+    s.input_dtype_b = b;
+  }
+  if (p.quantize_partner())
+    return absl::InvalidArgumentError(
+        "quantize_partner: the server quantizes one operand of this problem; it has no local "
+        "view (quantize on the client with QuantizeToFp8 to check it locally)");
   GEMM_RETURN_IF_ERROR(CheckBytes("a", p.a().data(), s.a_rows(), s.a_cols(), s.input_dtype));
-  GEMM_RETURN_IF_ERROR(CheckBytes("b", p.b().data(), s.b_rows(), s.b_cols(), s.input_dtype));
+  GEMM_RETURN_IF_ERROR(CheckBytes("b", p.b().data(), s.b_rows(), s.b_cols(), s.b_dtype()));
   ref.a = MatrixA(s, p.a().data().data());
   ref.b = MatrixB(s, p.b().data().data());
+  GEMM_RETURN_IF_ERROR(ViewScales("a", p.a(), OperandRole::kA, s.transpose_a, &ref.a));
+  GEMM_RETURN_IF_ERROR(ViewScales("b", p.b(), OperandRole::kB, s.transpose_b, &ref.b));
   if (ref.beta != 0.0) {
     GEMM_RETURN_IF_ERROR(CheckBytes("c", p.c().data(), s.m, s.n, s.output_dtype));
     ref.c = MatrixC(s, p.c().data().data());

@@ -30,6 +30,13 @@ class MatrixView {
   // `dtype` must be kFp16 or kBf16; Validate() reports anything else.
   MatrixView(const uint16_t* data, uint64_t rows, uint64_t cols, DType dtype,
              Layout layout = Layout::kRowMajor);
+  // FP8 codes (`format` kFp8E4m3 or kFp8E5m2). With `scales` (their mode,
+  // the operand and transpose they are laid out for, and ScaleCount of them
+  // at scales.data, which must outlive the view like the codes) it is an
+  // operand of an FP8 problem; without (mode kNone) only bytes to register.
+  // QuantizeToFp8 makes both from float or bf16 data.
+  MatrixView(const uint8_t* codes, uint64_t rows, uint64_t cols, DType format,
+             const Fp8Scales& scales = {}, Layout layout = Layout::kRowMajor);
 
   const void* data() const { return ref_.data; }
   uint64_t rows() const { return ref_.rows; }
@@ -46,6 +53,30 @@ class MatrixView {
   MatrixRef ref_;
   bool dtype_matches_pointer_ = true;
 };
+
+// An FP8 copy of a matrix with its scales, owned: what QuantizeToFp8 makes.
+struct QuantizedMatrix {
+  std::vector<uint8_t> codes;  // rows x cols in `layout`
+  std::vector<float> scales;   // as common/fp8.h lays them out for `how`
+  uint64_t rows = 0;
+  uint64_t cols = 0;
+  Layout layout = Layout::kRowMajor;
+  Fp8Quantization how;
+
+  // The operand view AddProblem takes (valid while this object lives and is
+  // not changed): an operand of the role and transpose it was quantized for.
+  MatrixView view() const;
+};
+
+// Quantizes `source` (fp32, fp16 or bf16) on the client by the rule the
+// server uses (common/fp8.h): per group amax, scale = amax / FMT_MAX (1 for
+// an all-zero group), codes rounded to nearest even and saturated. The scale
+// groups follow how.operand and how.transposed: quantize A for the A slot of
+// problems that transpose it as `how` says, and so on. INVALID_ARGUMENT
+// naming the element for a NaN or infinity, or for K not a multiple of 128
+// with block scales.
+absl::StatusOr<QuantizedMatrix> QuantizeToFp8(const MatrixView& source,
+                                              const Fp8Quantization& how);
 
 // A matrix stored on the server by Client::RegisterMatrix: its handle and the
 // shape it was registered with. Problems name it instead of carrying bytes.
@@ -99,6 +130,12 @@ struct ProblemOptions {
   // Required when beta != 0: M x N in the output type. A resident C must be
   // stored in `output_layout` (the server reads it in place).
   std::optional<Operand> c;
+  // One operand FP8 (with scales, or a resident matrix the server quantized)
+  // and the other bf16 or fp32: the server quantizes the other one for this
+  // problem to its partner's format and scale mode (gemm.v1
+  // GemmProblem.quantize_partner). Otherwise a and b must both be FP8 or
+  // both share one non-FP8 type. FP8 problems need output_dtype set.
+  bool quantize_partner = false;
 };
 
 // Builds a problem computing alpha * op(a) * op(b) + beta * c. M, N and K

@@ -1,11 +1,14 @@
 #include "client/matrix_view.h"
 
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/fp8.h"
 #include "common/reference_gemm.h"
 
 namespace gemm {
@@ -216,6 +219,99 @@ TEST(ProtoEnumsTest, RoundTrip) {
   EXPECT_EQ(*FromProto(v1::LAYOUT_UNSPECIFIED), Layout::kRowMajor);
   EXPECT_FALSE(FromProto(v1::DATA_TYPE_UNSPECIFIED).ok());
   EXPECT_FALSE(FromProto(static_cast<v1::Layout>(7)).ok());
+}
+
+
+// FP8
+
+QuantizedMatrix QuantizeOrDie(const MatrixView& v, const Fp8Quantization& how) {
+  auto q = QuantizeToFp8(v, how);
+  EXPECT_TRUE(q.ok()) << q.status();
+  return q.ok() ? std::move(*q) : QuantizedMatrix{};
+}
+
+TEST(MatrixViewFp8Test, QuantizeToFp8FollowsTheServersRule) {
+  const std::vector<float> x = {-896.0f, 1.0f, 0.5f, 448.0f};  // amax 896: scale 2
+  auto q = QuantizeToFp8(MatrixView(x.data(), 2, 2),
+                         {DType::kFp8E4m3, ScaleMode::kTensor, OperandRole::kA, false});
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_EQ(q->scales.size(), 1u);
+  EXPECT_EQ(q->scales[0], 2.0f);
+  EXPECT_EQ(q->codes[0], 0xfe);  // -448 * 2
+  EXPECT_EQ(Fp8ToFloat(q->codes[1], DType::kFp8E4m3), 0.5f);
+  EXPECT_EQ(Fp8ToFloat(q->codes[3], DType::kFp8E4m3), 224.0f);
+  // bf16 sources quantize the same values.
+  const std::vector<uint16_t> x16 = Convert(DType::kBf16, x);
+  auto q16 = QuantizeToFp8(MatrixView(x16.data(), 2, 2, DType::kBf16),
+                           {DType::kFp8E4m3, ScaleMode::kTensor, OperandRole::kA, false});
+  ASSERT_TRUE(q16.ok());
+  EXPECT_EQ(q16->codes, q->codes);
+}
+
+TEST(MatrixViewFp8Test, QuantizeToFp8RefusesNonFiniteAndBadK) {
+  std::vector<float> x(4 * 128, 1.0f);
+  x[9] = std::numeric_limits<float>::infinity();
+  auto q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
+                         {DType::kFp8E5m2, ScaleMode::kChannel, OperandRole::kA, false});
+  EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("element 9"));
+  x[9] = 1.0f;
+  // As B, K is the 4 rows: no block scales.
+  q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
+                    {DType::kFp8E5m2, ScaleMode::kBlock, OperandRole::kB, false});
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("multiple of 128"));
+  q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
+                    {DType::kBf16, ScaleMode::kTensor, OperandRole::kA, false});
+  EXPECT_THAT(std::string(q.status().message()), HasSubstr("format"));
+}
+
+TEST(MatrixViewFp8Test, AddProblemCarriesScalesTypesAndTheOptIn) {
+  const std::vector<float> a(8 * 128, 1.0f), b(128 * 3, 2.0f);
+  const QuantizedMatrix qa = QuantizeOrDie(
+      MatrixView(a.data(), 8, 128), {DType::kFp8E4m3, ScaleMode::kBlock, OperandRole::kA, false});
+  const QuantizedMatrix qb = QuantizeOrDie(
+      MatrixView(b.data(), 128, 3), {DType::kFp8E5m2, ScaleMode::kChannel, OperandRole::kB, false});
+  ProblemOptions o;
+  o.output_dtype = DType::kBf16;
+  auto p = MakeProblem(qa.view(), qb.view(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->input_dtype(), v1::DATA_TYPE_FP8_E4M3);
+  EXPECT_EQ(p->b_dtype(), v1::DATA_TYPE_FP8_E5M2);
+  EXPECT_EQ(p->a().scales().mode(), v1::SCALE_MODE_BLOCK);
+  EXPECT_EQ(p->a().scales().data().size(), 8u * 1 * sizeof(float));
+  EXPECT_EQ(p->b().scales().data().size(), 3u * sizeof(float));
+  EXPECT_EQ(p->a().data().size(), 8u * 128);
+  // ViewProblem reads it back, scales included, and the reference is the
+  // dequantized product: about 128 * 1 * 2 per element (scales are amax / FMT_MAX in fp32).
+  auto ref = ViewProblem(*p);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<double> d = ReferenceGemm(*ref);
+  EXPECT_NEAR(d[0], 256.0, 1e-3);
+
+  // Output type required; the scale layout must fit the slot.
+  o.output_dtype.reset();
+  EXPECT_THAT(std::string(MakeProblem(qa.view(), qb.view(), o).status().message()),
+              HasSubstr("output_dtype"));
+  o.output_dtype = DType::kFp32;
+  o.transpose_b = true;  // qb's channels are for B as stored, not transposed
+  const std::vector<float> bt(3 * 128, 1.0f);
+  const QuantizedMatrix qbt = QuantizeOrDie(
+      MatrixView(bt.data(), 3, 128), {DType::kFp8E5m2, ScaleMode::kChannel, OperandRole::kB, false});
+  EXPECT_THAT(std::string(MakeProblem(qa.view(), qbt.view(), o).status().message()),
+              HasSubstr("laid out for operand b"));
+  o.transpose_b = false;
+
+  // A bf16 partner needs quantize_partner.
+  const std::vector<uint16_t> b16 = Convert(DType::kBf16, b);
+  const MatrixView vb16(b16.data(), 128, 3, DType::kBf16);
+  EXPECT_THAT(std::string(MakeProblem(qa.view(), vb16, o).status().message()),
+              HasSubstr("quantize_partner"));
+  o.quantize_partner = true;
+  auto partner = MakeProblem(qa.view(), vb16, o);
+  ASSERT_TRUE(partner.ok()) << partner.status();
+  EXPECT_TRUE(partner->quantize_partner());
+  EXPECT_EQ(partner->b_dtype(), v1::DATA_TYPE_BF16);
+  EXPECT_FALSE(partner->b().has_scales());
 }
 
 }  // namespace

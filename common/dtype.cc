@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/dtype_x86.h"
+#include "common/fp8.h"
 
 namespace gemm {
 namespace {
@@ -67,6 +68,10 @@ namespace {
 
 void ToFloatScalar(DType t, const void* src, float* dst, size_t n) {
   const auto* bytes = static_cast<const unsigned char*>(src);
+  if (IsFp8(t)) {
+    Fp8ToFloatN(bytes, t, dst, n);
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     uint16_t v;
     std::memcpy(&v, bytes + 2 * i, 2);
@@ -76,6 +81,10 @@ void ToFloatScalar(DType t, const void* src, float* dst, size_t n) {
 
 void FromFloatScalar(DType t, const float* src, void* dst, size_t n) {
   auto* bytes = static_cast<unsigned char*>(dst);
+  if (IsFp8(t)) {
+    for (size_t i = 0; i < n; ++i) bytes[i] = FloatToFp8(src[i], t);
+    return;
+  }
   for (size_t i = 0; i < n; ++i) {
     const uint16_t v = t == DType::kFp16 ? FloatToHalf(src[i]) : FloatToBf16(src[i]);
     std::memcpy(bytes + 2 * i, &v, 2);
@@ -100,7 +109,7 @@ void ToFloatVia(ConversionPath path, DType t, const void* src, float* dst, size_
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  if (path == ConversionPath::kVector && VectorConversionsSupported()) {
+  if (path == ConversionPath::kVector && VectorConversionsSupported() && !IsFp8(t)) {
     if (t == DType::kFp16) {
       dtype_internal::HalfToFloatX86(src, dst, n);
     } else {
@@ -117,7 +126,7 @@ void FromFloatVia(ConversionPath path, DType t, const float* src, void* dst, siz
     std::memcpy(dst, src, n * sizeof(float));
     return;
   }
-  if (path == ConversionPath::kVector && VectorConversionsSupported()) {
+  if (path == ConversionPath::kVector && VectorConversionsSupported() && !IsFp8(t)) {
     if (t == DType::kFp16) {
       dtype_internal::FloatToHalfX86(src, dst, n);
     } else {

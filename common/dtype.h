@@ -4,7 +4,9 @@
 //
 // fp16 and bf16 are stored as raw 16-bit patterns; conversions round to
 // nearest even and keep NaN and infinities, so the CPU backend rounds exactly
-// like the GPU's cvt instructions do. The bulk conversions run on AVX2/F16C
+// like the GPU's cvt instructions do. FP8 codes decode exactly and encode
+// unscaled, rounding to nearest even and saturating (common/fp8.h, where
+// the scaled quantization of FP8 operands lives). The bulk conversions run on AVX2/F16C
 // where the CPU has them (chosen at run time) and give bit-for-bit the same
 // results as the scalar ones.
 #ifndef GEMM_COMMON_DTYPE_H_

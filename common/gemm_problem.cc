@@ -7,7 +7,7 @@ MatrixRef MatrixA(const GemmShape& s, const void* data) {
 }
 
 MatrixRef MatrixB(const GemmShape& s, const void* data) {
-  return MatrixRef{data, s.b_rows(), s.b_cols(), s.layout_b, s.input_dtype};
+  return MatrixRef{data, s.b_rows(), s.b_cols(), s.layout_b, s.b_dtype()};
 }
 
 MatrixRef MatrixC(const GemmShape& s, const void* data) {

@@ -7,14 +7,30 @@
 #define GEMM_COMMON_GEMM_PROBLEM_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "common/dtype.h"
+#include "common/fp8.h"
 #include "common/types.h"
 
 namespace gemm {
 
 // A matrix stored on the server by RegisterMatrix (service/resident_matrix.h).
 class ResidentMatrix;
+
+// The fp32 scales of an FP8 operand (common/fp8.h has their layout).
+struct Fp8Scales {
+  ScaleMode mode = ScaleMode::kNone;
+  // Which operand the scales are laid out for, and whether the matrix is
+  // stored transposed (op(X) = X^T): with the stored shape, they fix the
+  // index of each element's scale.
+  OperandRole operand = OperandRole::kA;
+  bool transposed = false;
+  // `count` little-endian fp32 values (possibly unaligned), kept alive by
+  // whoever keeps the matrix's bytes alive.
+  const void* data = nullptr;
+  uint64_t count = 0;
+};
 
 // A dense matrix in memory: rows x cols, leading dimension implied by layout.
 struct MatrixRef {
@@ -27,6 +43,8 @@ struct MatrixRef {
   // nullptr when it lives only in device memory (the executor that made it
   // knows where). Whoever holds the MatrixRef keeps the matrix alive.
   const ResidentMatrix* resident = nullptr;
+  // Set for an FP8 matrix (mode kNone otherwise).
+  Fp8Scales scales;
 
   // Whether there is a matrix at all (in host or device memory).
   bool present() const { return data != nullptr || resident != nullptr; }
@@ -38,6 +56,10 @@ struct MatrixRef {
   uint64_t offset(uint64_t r, uint64_t c) const {
     return (layout == Layout::kRowMajor ? r * cols + c : c * rows + r) * SizeOf(dtype);
   }
+  // The FP8 geometry of the matrix with its scales.
+  Fp8Operand fp8_operand() const {
+    return Fp8Operand{rows, cols, layout, scales.operand, scales.transposed, scales.mode};
+  }
 };
 
 struct GemmShape {
@@ -46,7 +68,11 @@ struct GemmShape {
   uint64_t k = 0;
   bool transpose_a = false;
   bool transpose_b = false;
+  // The element type A runs as (an FP8 format for FP8 problems, also when
+  // the server quantizes a bf16/fp32 A for the problem). B runs as the same
+  // type unless input_dtype_b is set (FP8 problems that mix formats).
   DType input_dtype = DType::kFp32;
+  std::optional<DType> input_dtype_b;
   DType output_dtype = DType::kFp32;
   Layout layout_a = Layout::kRowMajor;
   Layout layout_b = Layout::kRowMajor;
@@ -60,6 +86,8 @@ struct GemmShape {
   uint64_t b_rows() const { return transpose_b ? n : k; }
   uint64_t b_cols() const { return transpose_b ? k : n; }
   double flops() const { return 2.0 * static_cast<double>(m) * n * k; }
+  DType b_dtype() const { return input_dtype_b.value_or(input_dtype); }
+  bool fp8() const { return IsFp8(input_dtype); }
 };
 
 // One problem ready to run: operands in, a writable output of M x N elements
@@ -72,6 +100,13 @@ struct GemmProblemRef {
   MatrixRef b;
   MatrixRef c;  // absent (!present()) when beta == 0
   void* d = nullptr;
+  // Under GemmProblem.quantize_partner: the operand (bf16 or fp32 as given)
+  // to quantize for this problem to the FP8 type and scale mode it runs as
+  // (shape.input_dtype / input_dtype_b, and the other operand's scale mode),
+  // by the rule of common/fp8.h. The executor does it (kNone: neither).
+  enum class Quantize { kNone, kA, kB };
+  Quantize quantize = Quantize::kNone;
+  ScaleMode quantize_mode = ScaleMode::kNone;
 
   // Bytes of the result D (and of C, which has D's type and shape).
   uint64_t d_bytes() const { return shape.m * shape.n * SizeOf(shape.output_dtype); }

@@ -10,6 +10,10 @@ v1::DataType ToProto(DType dtype) {
       return v1::DATA_TYPE_FP16;
     case DType::kBf16:
       return v1::DATA_TYPE_BF16;
+    case DType::kFp8E4m3:
+      return v1::DATA_TYPE_FP8_E4M3;
+    case DType::kFp8E5m2:
+      return v1::DATA_TYPE_FP8_E5M2;
     case DType::kFp32:
       break;
   }
@@ -28,6 +32,10 @@ absl::StatusOr<DType> FromProto(v1::DataType dtype) {
       return DType::kFp16;
     case v1::DATA_TYPE_BF16:
       return DType::kBf16;
+    case v1::DATA_TYPE_FP8_E4M3:
+      return DType::kFp8E4m3;
+    case v1::DATA_TYPE_FP8_E5M2:
+      return DType::kFp8E5m2;
     case v1::DATA_TYPE_UNSPECIFIED:
       return absl::InvalidArgumentError("the data type is unspecified");
     default:
@@ -47,6 +55,50 @@ absl::StatusOr<Layout> FromProto(v1::Layout layout) {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown layout ", static_cast<int>(layout)));
   }
+}
+
+v1::ScaleMode ToProto(ScaleMode mode) {
+  switch (mode) {
+    case ScaleMode::kTensor:
+      return v1::SCALE_MODE_TENSOR;
+    case ScaleMode::kChannel:
+      return v1::SCALE_MODE_CHANNEL;
+    case ScaleMode::kBlock:
+      return v1::SCALE_MODE_BLOCK;
+    case ScaleMode::kNone:
+      break;
+  }
+  return v1::SCALE_MODE_UNSPECIFIED;
+}
+
+absl::StatusOr<ScaleMode> FromProto(v1::ScaleMode mode) {
+  switch (mode) {
+    case v1::SCALE_MODE_TENSOR:
+      return ScaleMode::kTensor;
+    case v1::SCALE_MODE_CHANNEL:
+      return ScaleMode::kChannel;
+    case v1::SCALE_MODE_BLOCK:
+      return ScaleMode::kBlock;
+    case v1::SCALE_MODE_UNSPECIFIED:
+      return absl::InvalidArgumentError(
+          "the scale mode is unspecified (SCALE_MODE_TENSOR, _CHANNEL or _BLOCK)");
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown scale mode ", static_cast<int>(mode)));
+  }
+}
+
+v1::Operand ToProto(OperandRole operand) {
+  return operand == OperandRole::kA ? v1::OPERAND_A : v1::OPERAND_B;
+}
+
+v1::Quantization ToProto(const Fp8Quantization& q) {
+  v1::Quantization out;
+  out.set_format(ToProto(q.format));
+  out.set_mode(ToProto(q.mode));
+  out.set_operand(ToProto(q.operand));
+  out.set_transposed(q.transposed);
+  return out;
 }
 
 }  // namespace gemm

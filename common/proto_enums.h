@@ -15,6 +15,12 @@ v1::Layout ToProto(Layout layout);
 // row-major for a layout, unknown is an error.
 absl::StatusOr<DType> FromProto(v1::DataType dtype);
 absl::StatusOr<Layout> FromProto(v1::Layout layout);
+// Scale modes of FP8 operands: unspecified or unknown is an error.
+v1::ScaleMode ToProto(ScaleMode mode);
+absl::StatusOr<ScaleMode> FromProto(v1::ScaleMode mode);
+v1::Operand ToProto(OperandRole operand);
+// The gemm.v1 Quantization asking the server for `q`.
+v1::Quantization ToProto(const Fp8Quantization& q);
 
 }  // namespace gemm
 

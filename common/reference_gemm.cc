@@ -12,6 +12,8 @@ double ElementAt(const MatrixRef& m, uint64_t r, uint64_t c) {
   const auto* p = static_cast<const unsigned char*>(m.data) + m.offset(r, c);
   float f;
   ToFloat(m.dtype, p, &f, 1);
+  if (IsFp8(m.dtype) && m.scales.mode != ScaleMode::kNone)
+    return static_cast<double>(f) * ScaleAt(m.scales.data, ScaleIndex(m.fp8_operand(), r, c));
   return f;
 }
 
@@ -72,6 +74,10 @@ double Tolerance(DType input, DType output, bool tf32) {
   // leave room for fp32 accumulation order over large K.
   double tol = 1e-5;
   if (input == DType::kFp32 && tf32) tol = 2e-3;
+  // Against the float64 product of the dequantized FP8 operands only the
+  // accumulation and the output's rounding err; the room is for the GPU's
+  // FP8 tensor cores, which accumulate with fewer bits than fp32.
+  if (IsFp8(input)) tol = std::max(tol, 1e-3);
   if (input == DType::kFp16 || output == DType::kFp16) tol = std::max(tol, 5e-3);
   if (input == DType::kBf16 || output == DType::kBf16) tol = std::max(tol, 2e-2);
   return tol;

@@ -10,7 +10,10 @@
 namespace gemm {
 
 // Returns D = alpha * op(A) * op(B) + beta * C in float64, row-major M x N,
-// reading the operands exactly as stored (dtype, layout, transpose).
+// reading the operands exactly as stored (dtype, layout, transpose); an FP8
+// operand's elements count as code * scale (MatrixRef::scales). A problem
+// under quantize_partner needs its partner quantized first (the reference
+// of the dequantized operands).
 std::vector<double> ReferenceGemm(const GemmProblemRef& p);
 
 // Reads an output matrix (M x N, dtype and layout as given) into float64,

@@ -3,6 +3,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -34,22 +35,67 @@ void ConvertMatrix(const MatrixRef& src, Layout layout, float* dst) {
 }
 
 // A fp32 copy of an operand, or the operand itself when it already is fp32.
+// An FP8 operand is dequantized: each element its code times its scale.
 const float* AsFloat(const MatrixRef& m, std::vector<float>* scratch) {
   if (m.dtype == DType::kFp32) return static_cast<const float*>(m.data);
   scratch->resize(m.elements());
-  ToFloat(m.dtype, m.data, scratch->data(), m.elements());
+  if (IsFp8(m.dtype)) {
+    DequantizeFp8(static_cast<const uint8_t*>(m.data), m.dtype, m.fp8_operand(), m.scales.data,
+                  scratch->data());
+  } else {
+    ToFloat(m.dtype, m.data, scratch->data(), m.elements());
+  }
   return scratch->data();
+}
+
+// quantize_partner: operand `m` (bf16 or fp32) quantized to `format` with
+// `mode` scales as the problem's operand `which`, then dequantized, so that
+// it enters the product exactly as an FP8 operand would.
+absl::StatusOr<const float*> QuantizedAsFloat(const MatrixRef& m, DType format, ScaleMode mode,
+                                              OperandRole which, bool transposed,
+                                              std::vector<float>* scratch) {
+  const float* values = AsFloat(m, scratch);
+  const Fp8Operand g{m.rows, m.cols, m.layout, which, transposed, mode};
+  std::vector<uint8_t> codes(m.elements());
+  std::vector<float> scales(ScaleCount(g));
+  const uint64_t bad = QuantizeFp8(values, g, format, codes.data(), scales.data());
+  if (bad != kQuantizeOk)
+    return absl::InvalidArgumentError(absl::StrCat(
+        OperandName(which), ".data: element ", bad, " (in storage order) is ",
+        std::isnan(values[bad]) ? "NaN" : "infinite",
+        ": quantize_partner quantizes only finite values"));
+  scratch->resize(m.elements());
+  DequantizeFp8(codes.data(), format, g, scales.data(), scratch->data());
+  return scratch->data();
+}
+
+absl::StatusOr<const float*> Operand32(const GemmProblemRef& p, OperandRole which,
+                                       std::vector<float>* scratch) {
+  const bool is_a = which == OperandRole::kA;
+  const MatrixRef& m = is_a ? p.a : p.b;
+  if (p.quantize == (is_a ? GemmProblemRef::Quantize::kA : GemmProblemRef::Quantize::kB))
+    return QuantizedAsFloat(m, is_a ? p.shape.input_dtype : p.shape.b_dtype(), p.quantize_mode,
+                            which, is_a ? p.shape.transpose_a : p.shape.transpose_b, scratch);
+  return AsFloat(m, scratch);
 }
 
 }  // namespace
 
-absl::Duration RunCpuGemm(const GemmProblemRef& p) {
+const char* CpuKernelName(const GemmShape& shape) {
+  return shape.fp8() ? "openblas_sgemm_fp8" : "openblas_sgemm";
+}
+
+absl::StatusOr<absl::Duration> RunCpuGemm(const GemmProblemRef& p) {
   const GemmShape& s = p.shape;
   absl::Duration staging;
   absl::Time t0 = absl::Now();
   std::vector<float> a_scratch, b_scratch, d_scratch;
-  const float* a = AsFloat(p.a, &a_scratch);
-  const float* b = AsFloat(p.b, &b_scratch);
+  absl::StatusOr<const float*> a_or = Operand32(p, OperandRole::kA, &a_scratch);
+  if (!a_or.ok()) return a_or.status();
+  absl::StatusOr<const float*> b_or = Operand32(p, OperandRole::kB, &b_scratch);
+  if (!b_or.ok()) return b_or.status();
+  const float* a = *a_or;
+  const float* b = *b_or;
   float* d = static_cast<float*>(p.d);
   if (s.output_dtype != DType::kFp32) {
     d_scratch.resize(s.m * s.n);
@@ -89,7 +135,8 @@ ProblemReproducibility CpuReproducibility(int blas_threads) {
   r.kernel = "openblas_sgemm";
   r.splits = 1;
   r.reduction_order = absl::StrCat(
-      "OpenBLAS sgemm in fp32 (fp16 and bf16 widened exactly) on ", blas_threads,
+      "OpenBLAS sgemm in fp32 (fp16 and bf16 widened exactly, FP8 dequantized to code * "
+      "scale in fp32) on ", blas_threads,
       " BLAS threads: its K blocking and thread partition follow M, N, K and the thread count");
   return r;
 }
@@ -107,7 +154,7 @@ absl::StatusOr<std::unique_ptr<CpuExecutor>> CpuExecutor::Create(const Options& 
   info.devices.push_back(DeviceDescription{
       absl::StrCat("CPU (OpenBLAS ", openblas_get_config(), ")"), "", 0, 0,
       static_cast<uint32_t>(threads)});
-  info.kernels = {"openblas_sgemm"};
+  info.kernels = {"openblas_sgemm", "openblas_sgemm_fp8"};
   ex->device_model_ = absl::StrCat("CPU ", openblas_get_corename(), " (OpenBLAS ",
                                    openblas_get_config(), "), ", threads, " BLAS threads");
   std::vector<PeakRate> rates;
@@ -260,24 +307,35 @@ void CpuExecutor::RunBatch(Batch& batch) const {
       continue;
     }
     absl::Duration staging, compute;
-    for (const GemmProblemRef& p : item->problems) {
+    absl::Status failed;
+    bool any_fp8 = false;
+    for (size_t j = 0; j < item->problems.size() && failed.ok(); ++j) {
+      const GemmProblemRef& p = item->problems[j];
       const absl::Time start = absl::Now();
-      const absl::Duration s = RunCpuGemm(p);
-      const absl::Duration c = absl::Now() - start - s;
-      item->report.launches.emplace_back("openblas_sgemm", c);
-      staging += s;
+      const absl::StatusOr<absl::Duration> s = RunCpuGemm(p);
+      if (!s.ok()) {
+        failed = absl::Status(s.status().code(),
+                              absl::StrCat("problems[", j, "].", s.status().message()));
+        break;
+      }
+      const absl::Duration c = absl::Now() - start - *s;
+      item->report.launches.emplace_back(CpuKernelName(p.shape), c);
+      any_fp8 = any_fp8 || p.shape.fp8();
+      staging += *s;
       compute += c;
     }
     item->report.transfer = staging;
     item->report.compute = compute;
     item->report.backend = "cpu";
-    item->report.kernel = "openblas_sgemm";
-    if (item->deterministic) {
+    item->report.kernel = any_fp8 ? "openblas_sgemm_fp8" : "openblas_sgemm";
+    if (item->deterministic && failed.ok()) {
       item->report.device_model = device_model_;
-      item->report.reproducibility.assign(item->problems.size(),
-                                          CpuReproducibility(blas_threads_));
+      for (const GemmProblemRef& p : item->problems) {
+        item->report.reproducibility.push_back(CpuReproducibility(blas_threads_));
+        item->report.reproducibility.back().kernel = CpuKernelName(p.shape);
+      }
     }
-    complete(absl::OkStatus());
+    complete(failed);
   }
   if (batch.on_done) batch.on_done();  // an empty batch
 }

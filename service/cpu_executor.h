@@ -1,6 +1,9 @@
 // The CPU backend: OpenBLAS sgemm. fp16 and bf16 operands are widened to fp32
 // and the result is rounded to the output type, so every dtype of the API is
-// served exactly as the GPU serves it (fp32 accumulation), only slower.
+// served exactly as the GPU serves it (fp32 accumulation), only slower. FP8
+// operands are dequantized first (each element its code times its scale, in
+// fp32; common/fp8.h), and a bf16/fp32 partner under quantize_partner is
+// quantized to its FP8 partner's format and scale mode, then dequantized.
 //
 // Determinism: every problem is one sgemm call of its own, whatever launch
 // the batch planned, at the executor's one BLAS thread count, so its bits
@@ -94,8 +97,14 @@ class CpuExecutor : public Executor {
 ProblemReproducibility CpuReproducibility(int blas_threads);
 
 // Runs one problem on the calling thread. Exposed for tests and benchmarks.
-// Returns the time spent converting dtypes and layouts (the CPU's "transfer").
-absl::Duration RunCpuGemm(const GemmProblemRef& p);
+// Returns the time spent converting dtypes and layouts (the CPU's "transfer"),
+// or INVALID_ARGUMENT naming "a.data" / "b.data" when quantize_partner meets
+// a NaN or infinity (the only failure).
+absl::StatusOr<absl::Duration> RunCpuGemm(const GemmProblemRef& p);
+
+// The kernel name RunCpuGemm's launch of `shape` reports: "openblas_sgemm",
+// or "openblas_sgemm_fp8" for FP8 inputs.
+const char* CpuKernelName(const GemmShape& shape);
 
 }  // namespace gemm
 

@@ -46,6 +46,17 @@ grpc::Status SerializeResponse(const v1::GemmResponse& response, grpc::ByteBuffe
   return grpc::SerializationTraits<v1::GemmResponse>::Serialize(response, bytes, &own_buffer);
 }
 
+// What validation needs to know of the executor. FP8 runs on the CPU
+// backend only so far: the CUDA executors have no FP8 kernel wired in yet
+// (the kernels' launch API refuses FP8), so their servers refuse FP8
+// problems and quantize-on-register by field.
+BackendFeatures FeaturesOf(const Executor& executor) {
+  BackendFeatures f;
+  f.backend = executor.info().backend;
+  f.fp8 = f.backend == "cpu";
+  return f;
+}
+
 uint64_t Nanos(absl::Duration d) {
   return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Nanoseconds(d)));
 }
@@ -447,7 +458,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
       return shared_memory_->Lookup(*caller, region);
     };
   }
-  auto problems = ValidateProblems(request, limits_, &residents);
+  auto problems = ValidateProblems(request, limits_, &residents, FeaturesOf(*executor_));
   if (!problems.ok()) {
     // A request over a size limit fails the same way every time: tell
     // clients not to retry it (a negative pushback).
@@ -577,6 +588,8 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
+  if (FeaturesOf(*executor_).fp8)
+    for (auto t : {v1::DATA_TYPE_FP8_E4M3, v1::DATA_TYPE_FP8_E5M2}) out->add_input_dtypes(t);
   // The time it took, like every other RPC (it was recorded as zero).
   metrics_->RecordRequest("GetServerInfo", 0, clock_->Now() - received);
   auto* reactor = context->DefaultReactor();
@@ -595,9 +608,21 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
     st = RefuseDraining("RegisterMatrix");
   } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
     st = source.status();
+  } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
+                                                  *source, FeaturesOf(*executor_));
+             !quantize.ok()) {
+    st = quantize.status();
   } else {
     const std::string caller = CallerIdentity(*context);
-    auto registered = residents_->Register(caller, *source);
+    // A quantized matrix is made on the host here (only the CPU backend
+    // offers quantization so far), and held at its FP8 size plus scales.
+    auto registered =
+        quantize->has_value()
+            ? residents_->Register(
+                  caller, *source,
+                  [q = **quantize](const MatrixRef& src) { return QuantizeToHostResident(src, q); },
+                  QuantizedBytes(*source, **quantize))
+            : residents_->Register(caller, *source);
     if (registered.ok()) {
       response->set_handle(registered->handle);
       response->set_bytes(registered->bytes);
@@ -626,9 +651,13 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
     st = RefuseDraining("BeginUpload");
   } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
     st = shape.status();
+  } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
+                                                  *shape, FeaturesOf(*executor_));
+             !quantize.ok()) {
+    st = quantize.status();
   } else {
     auto registered = residents_->BeginUpload(CallerIdentity(*context), *shape,
-                                              request->transient());
+                                              request->transient(), *quantize);
     if (registered.ok()) {
       response->set_handle(registered->handle);
       response->set_bytes(registered->bytes);

@@ -21,7 +21,7 @@ absl::Status BadField(int index, absl::string_view name, absl::string_view why) 
 
 absl::StatusOr<DType> ParseDType(v1::DataType t, int index, absl::string_view name) {
   if (t == v1::DATA_TYPE_UNSPECIFIED)
-    return BadField(index, name, "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
+    return BadField(index, name, "must be set (DATA_TYPE_FP32, _FP16, _BF16, _FP8_E4M3 or _FP8_E5M2)");
   auto d = FromProto(t);
   if (!d.ok()) return BadField(index, name, d.status().message());
   return *d;
@@ -135,11 +135,108 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
   return absl::OkStatus();
 }
 
+
+absl::Status NoFp8Here(const BackendFeatures& features, absl::string_view field,
+                       absl::string_view what) {
+  return absl::UnimplementedError(absl::StrCat(
+      field, ": the ", features.backend, " backend ", what,
+      " yet (no FP8 kernel is wired into its executor); the CPU backend runs FP8"));
+}
+
+// The scales of operand `name` (its MatrixRef `ref` already checked): set
+// ref->scales from the request, or check the ones a server-quantized
+// resident matrix keeps.
+absl::Status CheckScales(const v1::Matrix& m, int index, absl::string_view name, OperandRole operand,
+                         bool transposed, uint64_t k, MatrixRef* ref) {
+  const std::string field = absl::StrCat(name, ".scales");
+  const bool given = m.has_scales();
+  if (!IsFp8(ref->dtype)) {
+    if (given) return BadField(index, field, "only FP8 operands carry scales");
+    return absl::OkStatus();
+  }
+  if (ref->resident != nullptr && ref->scales.mode != ScaleMode::kNone) {
+    // Quantized by the server at registration: its scales come with it.
+    if (given)
+      return BadField(index, field,
+                      "the resident matrix was quantized by the server and keeps its own "
+                      "scales: send none");
+    const Fp8Scales& kept = ref->scales;
+    if (kept.mode != ScaleMode::kTensor &&
+        (kept.operand != operand || kept.transposed != transposed))
+      return BadField(
+          index, absl::StrCat(name, ".handle"),
+          absl::StrCat("the resident matrix was quantized with ", ScaleModeName(kept.mode),
+                       " scales as operand ", OperandName(kept.operand),
+                       kept.transposed ? " transposed" : " not transposed",
+                       "; this problem uses it as operand ", OperandName(operand),
+                       transposed ? " transposed" : " not transposed"));
+    return absl::OkStatus();
+  }
+  if (!given)
+    return BadField(index, field, "an FP8 operand needs its scales (mode and fp32 values)");
+  auto mode = FromProto(m.scales().mode());
+  if (!mode.ok()) return BadField(index, absl::StrCat(field, ".mode"), mode.status().message());
+  if (!ScaleModeAllowsK(*mode, k))
+    return BadField(index, absl::StrCat(field, ".mode"),
+                    absl::StrCat("SCALE_MODE_BLOCK needs K to be a multiple of ", kFp8BlockK,
+                                 "; K is ", k));
+  ref->scales = Fp8Scales{*mode, operand, transposed, nullptr, 0};
+  const uint64_t count = ScaleCount(ref->fp8_operand());
+  const std::string& data = m.scales().data();
+  if (data.size() != count * sizeof(float))
+    return BadField(index, absl::StrCat(field, ".data"),
+                    absl::StrCat("expected ", count, " fp32 values (", count * sizeof(float),
+                                 " bytes) for ", ScaleModeName(*mode), " scales of operand ",
+                                 OperandName(operand), ", got ", data.size(), " bytes"));
+  for (uint64_t i = 0; i < count; ++i) {
+    const float v = ScaleAt(data.data(), i);
+    if (!(std::isfinite(v) && v > 0.0f))
+      return BadField(index, absl::StrCat(field, ".data"),
+                      absl::StrCat("scale ", i, " is ", v, ": scales must be finite and > 0"));
+  }
+  ref->scales.data = data.data();
+  ref->scales.count = count;
+  return absl::OkStatus();
+}
+
+// The dtype rules of FP8 problems, given A's and B's types as sent.
+absl::Status CheckFp8Types(const v1::GemmProblem& p, int index, DType a, DType b,
+                           const BackendFeatures& features) {
+  const bool a_fp8 = IsFp8(a), b_fp8 = IsFp8(b);
+  if (!a_fp8 && !b_fp8) {
+    if (a != b) return BadField(index, "b_dtype", "may differ from input_dtype only for FP8 inputs");
+    if (p.quantize_partner())
+      return BadField(index, "quantize_partner", "needs one FP8 input and one bf16 or fp32 input");
+    return absl::OkStatus();
+  }
+  if (!features.fp8)
+    return NoFp8Here(features, Field(index, a_fp8 ? "input_dtype" : "b_dtype"),
+                     "runs no FP8 problems");
+  if (a_fp8 == b_fp8) {
+    if (p.quantize_partner())
+      return BadField(index, "quantize_partner",
+                      "needs one FP8 input and one bf16 or fp32 input; both are FP8");
+    return absl::OkStatus();
+  }
+  if (!p.quantize_partner())
+    return BadField(index, "quantize_partner",
+                    absl::StrCat("A is ", DTypeName(a), " and B is ", DTypeName(b),
+                                 ": FP8 inputs must both be FP8, or set quantize_partner to "
+                                 "have the server quantize the other one"));
+  const DType partner = a_fp8 ? b : a;
+  if (partner != DType::kBf16 && partner != DType::kFp32)
+    return BadField(index, a_fp8 ? "b_dtype" : "input_dtype",
+                    absl::StrCat("quantize_partner quantizes bf16 or fp32 inputs, not ",
+                                 DTypeName(partner)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,
-                                               ResidentOperands* residents) {
+                                               ResidentOperands* residents,
+                                               const BackendFeatures& features) {
   GemmProblemRef out;
   GemmShape& s = out.shape;
   for (auto [v, name] : {std::pair{p.m(), "m"}, std::pair{p.n(), "n"}, std::pair{p.k(), "k"}}) {
@@ -151,11 +248,25 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   auto in = ParseDType(p.input_dtype(), index, "input_dtype");
   if (!in.ok()) return in.status();
   s.input_dtype = *in;
+  DType b_in = *in;
+  if (p.has_b_dtype()) {
+    auto b = ParseDType(p.b_dtype(), index, "b_dtype");
+    if (!b.ok()) return b.status();
+    b_in = *b;
+  }
+  if (absl::Status st = CheckFp8Types(p, index, *in, b_in, features); !st.ok()) return st;
+  const bool fp8 = IsFp8(*in) || IsFp8(b_in);
   if (p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
+    if (fp8)
+      return BadField(index, "output_dtype",
+                      "must be set for FP8 inputs (DATA_TYPE_FP32, _FP16 or _BF16)");
     s.output_dtype = s.input_dtype;
   } else {
     auto o = ParseDType(p.output_dtype(), index, "output_dtype");
     if (!o.ok()) return o.status();
+    if (IsFp8(*o))
+      return BadField(index, "output_dtype",
+                      "FP8 outputs are not offered (DATA_TYPE_FP32, _FP16 or _BF16)");
     s.output_dtype = *o;
   }
   s.transpose_a = p.transpose_a();
@@ -175,11 +286,30 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
       !st.ok())
     return st;
   s.layout_a = out.a.layout;
-  if (absl::Status st = CheckOperand(p.b(), s.b_rows(), s.b_cols(), s.input_dtype, index, "b",
-                                     limits, residents, &out.b);
+  if (absl::Status st = CheckOperand(p.b(), s.b_rows(), s.b_cols(), b_in, index, "b", limits,
+                                     residents, &out.b);
       !st.ok())
     return st;
   s.layout_b = out.b.layout;
+  if (absl::Status st = CheckScales(p.a(), index, "a", OperandRole::kA, s.transpose_a, s.k, &out.a);
+      !st.ok())
+    return st;
+  if (absl::Status st = CheckScales(p.b(), index, "b", OperandRole::kB, s.transpose_b, s.k, &out.b);
+      !st.ok())
+    return st;
+  if (fp8) {
+    // What each input runs as: its own FP8 type, or under quantize_partner
+    // its FP8 partner's type and scale mode.
+    if (!IsFp8(out.a.dtype)) {
+      out.quantize = GemmProblemRef::Quantize::kA;
+      out.quantize_mode = out.b.scales.mode;
+      s.input_dtype = out.b.dtype;
+    } else if (!IsFp8(out.b.dtype)) {
+      out.quantize = GemmProblemRef::Quantize::kB;
+      out.quantize_mode = out.a.scales.mode;
+    }
+    s.input_dtype_b = IsFp8(out.b.dtype) ? out.b.dtype : out.a.dtype;
+  }
 
   // The result's size must pass the limit even when C is absent.
   auto d_bytes = MatrixBytes(s.m, s.n, s.output_dtype, index, "output", limits);
@@ -190,6 +320,8 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
     out.d = *at;
   }
 
+  if (p.has_c() && p.c().has_scales())
+    return BadField(index, "c.scales", "C carries no scales (only FP8 inputs do)");
   const bool has_c = p.has_c() && HasMatrix(p.c());
   if (out.beta != 0.0) {
     if (!has_c) return BadField(index, "c", "beta is non-zero but C is missing");
@@ -216,7 +348,8 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
 
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmRequest& request,
                                                              const ServiceLimits& limits,
-                                                             ResidentOperands* residents) {
+                                                             ResidentOperands* residents,
+                                                             const BackendFeatures& features) {
   if (request.problems_size() == 0)
     return absl::InvalidArgumentError("problems: the request holds no problem");
   if (static_cast<uint64_t>(request.problems_size()) > limits.max_problems_per_request)
@@ -229,7 +362,7 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmReque
   for (int i = 0; i < request.problems_size(); ++i) {
     if (request.keep_results() && request.problems(i).has_output())
       return BadField(i, "output", "a shared-memory output and keep_results exclude each other");
-    auto p = ValidateProblem(request.problems(i), i, limits, residents);
+    auto p = ValidateProblem(request.problems(i), i, limits, residents, features);
     if (!p.ok()) return p.status();
     // Results written into shared memory do not travel in the response.
     if (!request.problems(i).has_output())
@@ -246,6 +379,20 @@ absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmReque
                      " (set keep_results and read them with Transfer.Download)"));
   return problems;
 }
+
+namespace {
+
+void FillPrecision(const GemmProblemRef& p, const MatrixRef& operand, DType runs_as,
+                   GemmProblemRef::Quantize which, v1::OperandPrecision* out) {
+  const bool per_problem = p.quantize == which;
+  out->set_dtype(ToProto(runs_as));
+  out->set_scale_mode(ToProto(per_problem ? p.quantize_mode : operand.scales.mode));
+  out->set_quantized_by_server(per_problem || (operand.resident != nullptr &&
+                                               operand.resident->view().scales.mode !=
+                                                   ScaleMode::kNone));
+}
+
+}  // namespace
 
 void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* problems,
                    v1::GemmResponse* response) {
@@ -267,14 +414,21 @@ void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* 
     std::string* d = r->mutable_data();
     d->resize(p.shape.m * p.shape.n * SizeOf(p.shape.output_dtype));
     p.d = d->data();
+    if (p.shape.fp8()) {
+      FillPrecision(p, p.a, p.shape.input_dtype, GemmProblemRef::Quantize::kA,
+                    r->mutable_a_precision());
+      FillPrecision(p, p.b, p.shape.b_dtype(), GemmProblemRef::Quantize::kB,
+                    r->mutable_b_precision());
+    }
   }
 }
 
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
                                                             const ServiceLimits& limits,
                                                             v1::GemmResponse* response,
-                                                            ResidentOperands* residents) {
-  auto problems = ValidateProblems(request, limits, residents);
+                                                            ResidentOperands* residents,
+                                                            const BackendFeatures& features) {
+  auto problems = ValidateProblems(request, limits, residents, features);
   if (!problems.ok()) return problems.status();
   AttachResults(request, &*problems, response);
   return problems;
@@ -302,7 +456,7 @@ absl::StatusOr<MatrixRef> ValidateMatrixShape(v1::DataType dtype_field, uint64_t
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
   };
   if (dtype_field == v1::DATA_TYPE_UNSPECIFIED)
-    return bad("dtype", "must be set (DATA_TYPE_FP32, _FP16 or _BF16)");
+    return bad("dtype", "must be set (DATA_TYPE_FP32, _FP16, _BF16, _FP8_E4M3 or _FP8_E5M2)");
   auto dtype = FromProto(dtype_field);
   if (!dtype.ok()) return bad("dtype", dtype.status().message());
   auto layout = FromProto(layout_field);
@@ -343,6 +497,56 @@ absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& requ
                                               const ServiceLimits& limits) {
   return ValidateMatrixShape(request.dtype(), request.rows(), request.cols(), request.layout(),
                              request.label(), limits);
+}
+
+absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
+    bool has_quantize, const v1::Quantization& quantize, const MatrixRef& shape,
+    const BackendFeatures& features) {
+  auto bad = [](absl::string_view field, absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (!has_quantize) {
+    if (IsFp8(shape.dtype) && !features.fp8)
+      return NoFp8Here(features, "dtype", "keeps no FP8 matrices");
+    return std::nullopt;
+  }
+  if (!features.fp8) return NoFp8Here(features, "quantize", "does not quantize to FP8");
+  if (shape.dtype != DType::kBf16 && shape.dtype != DType::kFp32)
+    return bad("dtype", absl::StrCat("quantize takes a bf16 or fp32 matrix, not ",
+                                     DTypeName(shape.dtype)));
+  Fp8Quantization q;
+  auto format = FromProto(quantize.format());
+  if (!format.ok() || !IsFp8(*format))
+    return bad("quantize.format", "must be DATA_TYPE_FP8_E4M3 or DATA_TYPE_FP8_E5M2");
+  q.format = *format;
+  auto mode = FromProto(quantize.mode());
+  if (!mode.ok()) return bad("quantize.mode", mode.status().message());
+  q.mode = *mode;
+  switch (quantize.operand()) {
+    case v1::OPERAND_A:
+      q.operand = OperandRole::kA;
+      break;
+    case v1::OPERAND_B:
+      q.operand = OperandRole::kB;
+      break;
+    case v1::OPERAND_UNSPECIFIED:
+      if (q.mode != ScaleMode::kTensor)
+        return bad("quantize.operand",
+                   "must be OPERAND_A or OPERAND_B for channel and block scales (it fixes "
+                   "what a channel and a block are)");
+      break;
+    default:
+      return bad("quantize.operand",
+                 absl::StrCat("unknown operand ", static_cast<int>(quantize.operand())));
+  }
+  q.transposed = quantize.transposed();
+  const Fp8Operand g{shape.rows, shape.cols, shape.layout, q.operand, q.transposed, q.mode};
+  if (!ScaleModeAllowsK(q.mode, g.k()))
+    return bad("quantize.mode",
+               absl::StrCat("SCALE_MODE_BLOCK needs K to be a multiple of ", kFp8BlockK,
+                            "; as operand ", OperandName(q.operand),
+                            q.transposed ? " transposed" : "", " this matrix has K = ", g.k()));
+  return q;
 }
 
 }  // namespace gemm

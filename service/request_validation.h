@@ -6,6 +6,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -35,6 +37,17 @@ struct ResidentOperands {
   std::vector<std::shared_ptr<const SharedMemoryRegion>> held_shared;
 };
 
+// What the executor behind the service runs, where the API's rules depend
+// on it.
+struct BackendFeatures {
+  // FP8 inputs and quantize-on-register. The CPU backend has them; the CUDA
+  // executors do not yet (no FP8 kernel is wired into them), and their
+  // server refuses both with UNIMPLEMENTED naming the field.
+  bool fp8 = true;
+  // The backend's name, for those refusals.
+  std::string backend = "cpu";
+};
+
 // Checks one problem against the API's rules and `limits`. Errors are
 // INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a size limit) with a message
 // that names the field, e.g. "problems[2].a.data: expected 96 bytes, got 95".
@@ -43,9 +56,16 @@ struct ResidentOperands {
 // output layout. Its MatrixRef is the resident matrix's view. An operand in
 // shared memory (and an output there, which sets `d`) must lie inside its
 // region; its MatrixRef points into the region.
+// FP8 problems (either input FP8): both inputs FP8 (or one of them bf16/fp32
+// under quantize_partner), outputs not FP8 and set explicitly, each FP8
+// operand's scales present exactly once (Matrix.scales, or kept by a
+// resident matrix the server quantized) with the count its mode needs, all
+// finite and > 0, K a multiple of 128 for block scales; scales nowhere else.
+// Without features.fp8 any FP8 input is UNIMPLEMENTED naming its dtype field.
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,
-                                               ResidentOperands* residents = nullptr);
+                                               ResidentOperands* residents = nullptr,
+                                               const BackendFeatures& features = {});
 
 // Validates every problem of `request`. On success the returned problems point
 // into `request` (which must outlive them) and into `response`, whose results
@@ -53,14 +73,17 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateRequest(const v1::GemmRequest& request,
                                                             const ServiceLimits& limits,
                                                             v1::GemmResponse* response,
-                                                            ResidentOperands* residents = nullptr);
+                                                            ResidentOperands* residents = nullptr,
+                                                            const BackendFeatures& features = {});
 
 // ValidateRequest in two steps, for callers that decide admission in between
 // (sizing results of hundreds of MiB is not free): the problems with `d`
 // unset, then the response's result buffers sized and the `d` pointers set.
 absl::StatusOr<std::vector<GemmProblemRef>> ValidateProblems(const v1::GemmRequest& request,
                                                              const ServiceLimits& limits,
-                                                             ResidentOperands* residents = nullptr);
+                                                             ResidentOperands* residents = nullptr,
+                                                             const BackendFeatures& features = {});
+// Also fills each FP8 problem's GemmResult.a_precision / b_precision.
 void AttachResults(const v1::GemmRequest& request, std::vector<GemmProblemRef>* problems,
                    v1::GemmResponse* response);
 
@@ -78,6 +101,16 @@ absl::StatusOr<MatrixRef> ValidateRegisterMatrix(const v1::RegisterMatrixRequest
 // and returns the matrix's shape (data unset). Errors as above.
 absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& request,
                                               const ServiceLimits& limits);
+
+// The Quantization of a RegisterMatrix or BeginUpload request for a matrix
+// of `shape` (as ValidateRegisterMatrix / ValidateBeginUpload returned it):
+// nullopt when the request has none. INVALID_ARGUMENT names the field
+// ("quantize.mode", "dtype", ...); without features.fp8 UNIMPLEMENTED
+// naming "quantize". An FP8 dtype without quantization is accepted only
+// with features.fp8 (UNIMPLEMENTED naming "dtype" otherwise).
+absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
+    bool has_quantize, const v1::Quantization& quantize, const MatrixRef& shape,
+    const BackendFeatures& features);
 
 }  // namespace gemm
 

@@ -1,6 +1,8 @@
 #include "service/resident_matrix.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 #include <new>
 
 #include "absl/strings/str_cat.h"
@@ -10,11 +12,14 @@ namespace {
 
 class HostResidentMatrix final : public ResidentMatrix {
  public:
-  HostResidentMatrix(const MatrixRef& view, std::unique_ptr<unsigned char[]> data)
-      : ResidentMatrix(view, nullptr), data_(std::move(data)) {}
+  // `scales` backs view.scales.data, when the matrix has scales.
+  HostResidentMatrix(const MatrixRef& view, std::unique_ptr<unsigned char[]> data,
+                     std::unique_ptr<float[]> scales = nullptr)
+      : ResidentMatrix(view, nullptr), data_(std::move(data)), scales_(std::move(scales)) {}
 
  private:
   std::unique_ptr<unsigned char[]> data_;
+  std::unique_ptr<float[]> scales_;
 };
 
 // A kept result: the response's bytes, moved in.
@@ -73,6 +78,49 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResident(const MatrixRef
   MatrixRef view = source;
   view.data = data->get();
   return std::shared_ptr<ResidentMatrix>(new HostResidentMatrix(view, std::move(*data)));
+}
+
+Fp8Operand QuantizedGeometry(const MatrixRef& shape, const Fp8Quantization& q) {
+  return Fp8Operand{shape.rows, shape.cols, shape.layout, q.operand, q.transposed, q.mode};
+}
+
+uint64_t QuantizedBytes(const MatrixRef& shape, const Fp8Quantization& q) {
+  return shape.elements() + ScaleCount(QuantizedGeometry(shape, q)) * sizeof(float);
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeToHostResident(
+    const MatrixRef& source, const Fp8Quantization& q) {
+  const Fp8Operand g = QuantizedGeometry(source, q);
+  const uint64_t n = source.elements(), count = ScaleCount(g);
+  std::vector<float> values;
+  const float* in = static_cast<const float*>(source.data);
+  if (source.dtype != DType::kFp32) {
+    values.resize(n);
+    ToFloat(source.dtype, source.data, values.data(), n);
+    in = values.data();
+  }
+  auto codes = AllocateHost(n);
+  if (!codes.ok()) return codes.status();
+  std::unique_ptr<float[]> scales(new (std::nothrow) float[count]);
+  if (scales == nullptr)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("could not allocate ", count, " scales of host memory"));
+  const uint64_t bad = QuantizeFp8(in, g, q.format, codes->get(), scales.get());
+  if (bad != kQuantizeOk) {
+    const bool row_major = source.layout == Layout::kRowMajor;
+    const uint64_t r = row_major ? bad / source.cols : bad % source.rows;
+    const uint64_t c = row_major ? bad % source.cols : bad / source.rows;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: element (", r, ", ", c, ") is ", std::isnan(in[bad]) ? "NaN" : "infinite",
+        ": only finite values quantize to FP8"));
+  }
+  MatrixRef view = source;
+  view.dtype = q.format;
+  view.data = codes->get();
+  view.resident = nullptr;
+  view.scales = Fp8Scales{q.mode, q.operand, q.transposed, scales.get(), count};
+  return std::shared_ptr<ResidentMatrix>(
+      new HostResidentMatrix(view, std::move(*codes), std::move(scales)));
 }
 
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResidentUninitialized(

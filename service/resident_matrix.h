@@ -24,7 +24,12 @@ class ResidentMatrix {
   const MatrixRef& view() const { return view_; }
   // Where a GPU executor's kernels read it; nullptr for a host matrix.
   const void* device_data() const { return device_data_; }
+  // Bytes of the dense storage (FP8 codes for a quantized matrix): what
+  // Write, Read and Transfer.Download address.
   uint64_t bytes() const { return view_.bytes(); }
+  // What the matrix holds against max_resident_bytes: its bytes and, for a
+  // matrix quantized by the server, its fp32 scales.
+  uint64_t held_bytes() const { return bytes() + view_.scales.count * sizeof(float); }
   // Which of a multi-device executor's devices holds it (0 with one device);
   // requests that name it run there.
   int device() const { return device_; }
@@ -48,6 +53,18 @@ class ResidentMatrix {
   const void* device_data_;
   int device_ = 0;
 };
+
+// What a matrix of `shape` quantized by `q` holds: one byte per element
+// plus its fp32 scales.
+uint64_t QuantizedBytes(const MatrixRef& shape, const Fp8Quantization& q);
+
+// A host matrix holding `source` (dense bf16 or fp32, as described)
+// quantized by common/fp8.h's rule: FP8 codes in source's shape and layout,
+// and its scales, which view().scales describes. INVALID_ARGUMENT naming
+// "data" when an element is NaN or infinite. Quantizes on the calling
+// thread, through an fp32 copy of the matrix.
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeToHostResident(
+    const MatrixRef& source, const Fp8Quantization& q);
 
 // A resident matrix in host memory: a copy of `source` (dense, as described).
 absl::StatusOr<std::shared_ptr<ResidentMatrix>> MakeHostResident(const MatrixRef& source);

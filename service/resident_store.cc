@@ -1,5 +1,6 @@
 #include "service/resident_store.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 #include <vector>
@@ -43,6 +44,12 @@ struct ResidentStore::Budget {
     if (bytes > max || held > max - bytes) return false;
     held += bytes;
     return true;
+  }
+  // Adds `bytes` whatever the limit: a quantized upload's new matrix,
+  // counted just before its larger reservation is freed.
+  void Add(uint64_t bytes) {
+    absl::MutexLock lock(&mu);
+    held += bytes;
   }
   void Free(uint64_t bytes) {
     absl::MutexLock lock(&mu);
@@ -112,10 +119,16 @@ ResidentStore::Registration ResidentStore::Insert(Entry entry, uint64_t bytes) {
 
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
                                                                     const MatrixRef& source) {
-  const uint64_t bytes = source.bytes();
+  return Register(owner, source, allocator_, source.bytes());
+}
+
+absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
+                                                                    const MatrixRef& source,
+                                                                    const Allocator& make,
+                                                                    uint64_t bytes) {
   if (absl::Status st = Reserve(bytes); !st.ok()) return st;
   // Allocation and the copy run outside the lock: on a GPU they take a while.
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = allocator_(source);
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = make(source);
   if (!made.ok()) {
     budget_->Free(bytes);
     return made.status();
@@ -126,18 +139,20 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string
   return Insert(std::move(entry), bytes);
 }
 
-absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(absl::string_view owner,
-                                                                       const MatrixRef& shape,
-                                                                       bool transient) {
-  const uint64_t bytes = shape.bytes();
+absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(
+    absl::string_view owner, const MatrixRef& shape, bool transient,
+    std::optional<Fp8Quantization> quantize) {
+  const uint64_t bytes =
+      quantize ? std::max(shape.bytes(), QuantizedBytes(shape, *quantize)) : shape.bytes();
   if (absl::Status st = Reserve(bytes); !st.ok()) return st;
   // A transient upload feeds one request: host memory takes chunks fastest
   // (plain parallel copies, no device synchronization per chunk; measured in
   // bench/BASELINES.md, Transport) and the request's staging copies it once. A
   // kept one goes where the executor keeps resident matrices (device memory
   // on a GPU), read in place by every request that names it.
+  // A quantized upload lands in host memory: the quantization reads it there.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
-      transient ? MakeHostResidentUninitialized(shape) : upload_allocator_(shape);
+      transient || quantize ? MakeHostResidentUninitialized(shape) : upload_allocator_(shape);
   if (!made.ok()) {
     budget_->Free(bytes);
     return made.status();
@@ -147,6 +162,7 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(absl::str
   entry.transient = transient;
   entry.upload = std::make_unique<Upload>();
   entry.upload->writable = *made;
+  entry.upload->quantize = quantize;
   entry.matrix = *Account(std::move(*made), bytes);
   return Insert(std::move(entry), bytes);
 }
@@ -184,24 +200,56 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> ResidentStore::ClaimUpload(
   return e.upload->writable;
 }
 
-void ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t offset, uint64_t size,
-                                      bool written) {
+absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t offset,
+                                              uint64_t size, bool written) {
+  std::shared_ptr<ResidentMatrix> raw;  // a complete upload to quantize
+  Fp8Quantization quantize;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.upload == nullptr)
+      return absl::OkStatus();  // released meanwhile
+    Upload& up = *it->second.upload;
+    if (!written) {
+      up.claimed.erase(offset);
+      return absl::OkStatus();
+    }
+    up.written += size;
+    it->second.last_used = clock_->Now();
+    if (up.written != it->second.matrix->bytes()) return absl::OkStatus();
+    if (!up.quantize) {
+      it->second.upload.reset();  // complete
+      return absl::OkStatus();
+    }
+    // Every byte is claimed, so no chunk writes it any more; the entry stays
+    // an unfinished upload (Lookup refuses it) until it is quantized.
+    raw = up.writable;
+    quantize = *up.quantize;
+  }
+  // Outside the lock: quantizing a large matrix takes a while.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
+      QuantizeToHostResident(raw->view(), quantize);
+  raw.reset();
+  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(handle);
-  if (it == entries_.end() || it->second.upload == nullptr) return;  // released meanwhile
-  Upload& up = *it->second.upload;
-  if (!written) {
-    up.claimed.erase(offset);
-    return;
+  if (it == entries_.end() || it->second.upload == nullptr) return made.status();
+  dropped = std::move(it->second.matrix);
+  if (!made.ok()) {
+    entries_.erase(it);
+    return absl::Status(made.status().code(),
+                        absl::StrCat(made.status().message(), " (the upload is released)"));
   }
-  up.written += size;
-  it->second.last_used = clock_->Now();
-  if (up.written == it->second.matrix->bytes()) it->second.upload.reset();  // complete
+  const uint64_t bytes = (*made)->held_bytes();
+  budget_->Add(bytes);
+  it->second.matrix = *Account(std::move(*made), bytes);
+  it->second.upload.reset();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
     absl::string_view owner, std::shared_ptr<ResidentMatrix> matrix, bool transient) {
-  const uint64_t bytes = matrix->bytes();
+  const uint64_t bytes = matrix->held_bytes();
   if (absl::Status st = Reserve(bytes); !st.ok()) return st;
   Entry entry;
   entry.owner = std::string(owner);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -75,13 +76,25 @@ class ResidentStore {
   // `owner`. RESOURCE_EXHAUSTED naming max_resident_bytes when it does not
   // fit in the budget; the allocator's error when allocation fails.
   absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source);
+  // The same with `make` in place of the store's allocator, holding `bytes`
+  // against the budget (reserved before `make` runs): a matrix the server
+  // quantizes on registration.
+  absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source,
+                                        const Allocator& make, uint64_t bytes);
 
   // Reserves and allocates a matrix of `shape` (its data ignored) whose bytes
   // arrive later by ClaimUpload / FinishUploadRange: in host memory when
   // `transient`, else from the upload allocator (the executor's memory). Until all have arrived,
   // Lookup answers FAILED_PRECONDITION. Budget errors as for Register.
+  //
+  // With `quantize`, the bytes arrive as `shape` describes them (bf16 or
+  // fp32, into host memory) and the chunk that completes the upload
+  // quantizes them (QuantizeToHostResident) on its caller's thread; the
+  // matrix is usable once that is done. It reserves the larger of the two
+  // sizes until then and the quantized size afterwards.
   absl::StatusOr<Registration> BeginUpload(absl::string_view owner, const MatrixRef& shape,
-                                           bool transient);
+                                           bool transient,
+                                           std::optional<Fp8Quantization> quantize = std::nullopt);
 
   // Claims bytes [offset, offset + size) of an unfinished upload for one
   // chunk and returns the matrix to Write them into. Fails with NOT_FOUND /
@@ -93,8 +106,11 @@ class ResidentStore {
                                                               absl::string_view handle,
                                                               uint64_t offset, uint64_t size);
   // Ends a claim: `written` says whether the bytes were written (if not, the
-  // range may be claimed again). The last byte of a matrix completes it.
-  void FinishUploadRange(absl::string_view handle, uint64_t offset, uint64_t size, bool written);
+  // range may be claimed again). The last byte of a matrix completes it. An
+  // error only from a quantized upload whose quantization failed (a NaN or
+  // infinity: INVALID_ARGUMENT naming "data"); the matrix is then released.
+  absl::Status FinishUploadRange(absl::string_view handle, uint64_t offset, uint64_t size,
+                                 bool written);
 
   // Registers an existing matrix (a request's kept result) for `owner`.
   // RESOURCE_EXHAUSTED over the budget, as for Register.
@@ -130,6 +146,8 @@ class ResidentStore {
     std::shared_ptr<ResidentMatrix> writable;
     std::map<uint64_t, uint64_t> claimed;
     uint64_t written = 0;
+    // Set for an upload kept as FP8 once complete.
+    std::optional<Fp8Quantization> quantize;
   };
   struct Entry {
     std::string owner;

@@ -1,6 +1,7 @@
 #include "service/resident_store.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <set>
@@ -43,6 +44,52 @@ TEST_F(ResidentStoreTest, RegisterCopiesAndLookupFindsIt) {
   EXPECT_EQ(static_cast<const float*>(v.data)[5], 5.0f);
   EXPECT_EQ(store.bytes(), 128u);
   EXPECT_EQ(store.count(), 1u);
+}
+
+// An upload kept as FP8: 4 x 8 fp32 (128 bytes) arriving in two chunks, quantized by
+// the chunk that completes it.
+TEST_F(ResidentStoreTest, AQuantizedUploadBecomesFp8WhenComplete) {
+  ResidentStore store(Budget(1 << 20), MakeHostResident);
+  const Fp8Quantization q{DType::kFp8E4m3, ScaleMode::kChannel, OperandRole::kA, false};
+  auto r = store.BeginUpload("alice", Source(), /*transient=*/false, q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->bytes, 128u);  // the larger: 128 fp32 bytes against 32 codes + 4 scales
+  const char* bytes = reinterpret_cast<const char*>(values_.data());
+  for (uint64_t offset : {0u, 64u}) {
+    auto m = store.ClaimUpload("alice", r->handle, offset, 64);
+    ASSERT_TRUE(m.ok()) << m.status();
+    ASSERT_TRUE((*m)->Write(offset, bytes + offset, 64).ok());
+    ASSERT_TRUE(store.FinishUploadRange(r->handle, offset, 64, true).ok());
+  }
+  auto m = store.Lookup("alice", r->handle);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const MatrixRef& v = (*m)->view();
+  EXPECT_EQ(v.dtype, DType::kFp8E4m3);
+  EXPECT_EQ(v.scales.mode, ScaleMode::kChannel);
+  ASSERT_EQ(v.scales.count, 4u);
+  EXPECT_EQ(ScaleAt(v.scales.data, 1), 15.0f / 448.0f);  // row 1 holds 8..15
+  EXPECT_EQ(Fp8ToFloat(static_cast<const uint8_t*>(v.data)[15], DType::kFp8E4m3), 448.0f);
+  EXPECT_EQ(store.bytes(), 32u + 4 * sizeof(float));
+  m->reset();
+  ASSERT_TRUE(store.Release("alice", r->handle).ok());
+  EXPECT_EQ(store.bytes(), 0u);
+}
+
+TEST_F(ResidentStoreTest, AQuantizedUploadWithANaNIsReleased) {
+  ResidentStore store(Budget(1 << 20), MakeHostResident);
+  values_[20] = std::nanf("");
+  const Fp8Quantization q{DType::kFp8E5m2, ScaleMode::kTensor, OperandRole::kB, false};
+  auto r = store.BeginUpload("alice", Source(), /*transient=*/true, q);
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto m = store.ClaimUpload("alice", r->handle, 0, 128);
+  ASSERT_TRUE(m.ok());
+  ASSERT_TRUE((*m)->Write(0, values_.data(), 128).ok());
+  m->reset();
+  const absl::Status done = store.FinishUploadRange(r->handle, 0, 128, true);
+  EXPECT_EQ(done.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(done.message().find("data: element (2, 4)"), absl::string_view::npos) << done;
+  EXPECT_EQ(store.Lookup("alice", r->handle).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store.bytes(), 0u);
 }
 
 TEST_F(ResidentStoreTest, HandlesAreDistinct) {
@@ -159,7 +206,7 @@ class ResidentUploadTest : public ResidentStoreTest {
     if (!m.ok()) return m.status();
     absl::Status st =
         (*m)->Write(offset, reinterpret_cast<const char*>(values_.data()) + offset, n);
-    store_.FinishUploadRange(handle, offset, n, st.ok());
+    store_.FinishUploadRange(handle, offset, n, st.ok()).IgnoreError();
     return st;
   }
 
@@ -209,7 +256,7 @@ TEST_F(ResidentUploadTest, AFailedWriteCanBeRetried) {
   auto r = store_.BeginUpload("alice", Source(), false);
   ASSERT_TRUE(r.ok());
   ASSERT_TRUE(store_.ClaimUpload("alice", r->handle, 0, 128).ok());
-  store_.FinishUploadRange(r->handle, 0, 128, /*written=*/false);
+  store_.FinishUploadRange(r->handle, 0, 128, /*written=*/false).IgnoreError();
   EXPECT_TRUE(Chunk("alice", r->handle, 0, 128).ok());
   EXPECT_TRUE(store_.Lookup("alice", r->handle).ok());
 }

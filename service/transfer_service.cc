@@ -108,8 +108,10 @@ class UploadCall final : public TransferCall {
       if (written.ok()) written = (*matrix)->Write(at, piece, n);
       at += n;
     });
-    store->FinishUploadRange(chunk.handle(), chunk.offset(), chunk.size(), written.ok());
+    const absl::Status finished =
+        store->FinishUploadRange(chunk.handle(), chunk.offset(), chunk.size(), written.ok());
     if (!written.ok()) return written;
+    if (!finished.ok()) return finished;
     next_offset_[chunk.handle()] = chunk.offset() + chunk.size();
     bytes_ += chunk.size();
     ++chunks_;

@@ -615,7 +615,7 @@ TEST_F(ClientIntegrationTest, ServerInfoThroughTheClient) {
   ASSERT_GE(info->devices_size(), 1);
   EXPECT_FALSE(info->devices(0).name().empty());
   EXPECT_FALSE(info->kernels().empty());
-  EXPECT_EQ(info->input_dtypes_size(), 3);
+  EXPECT_EQ(info->input_dtypes_size(), 5);  // fp32, fp16, bf16 and the two FP8 formats
   const ServiceLimits want = TestServerOptions().limits;
   EXPECT_EQ(info->limits().max_message_bytes(), want.max_message_bytes);
   EXPECT_EQ(info->limits().max_dimension(), want.max_dimension);

@@ -56,6 +56,10 @@ v1::DataType ProtoDType(DType t) {
       return v1::DATA_TYPE_FP16;
     case DType::kBf16:
       return v1::DATA_TYPE_BF16;
+    case DType::kFp8E4m3:
+      return v1::DATA_TYPE_FP8_E4M3;
+    case DType::kFp8E5m2:
+      return v1::DATA_TYPE_FP8_E5M2;
     case DType::kFp32:
       break;
   }

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# gemm_cli run with FP8 inputs against the real gemm_server (CPU backend):
+# every format pair and scale mode, transposes, layouts, outputs, batches
+# and beta, each result checked by the CLI against the float64 product of the
+# dequantized operands (exit 0 and an OK check line); then the refusals: a
+# block scale mode with K not a multiple of 128, and an FP8 output.
+#
+# Usage (from tests/BUILD): fp8_cli_test.sh <gemm_server> <gemm_cli>
+set -euo pipefail
+
+server_bin="${1:?usage: fp8_cli_test.sh <gemm_server> <gemm_cli>}"
+cli_bin="${2:?usage: fp8_cli_test.sh <gemm_server> <gemm_cli>}"
+work="${TEST_TMPDIR:-$(mktemp -d)}"
+server_pid=""
+
+cleanup() {
+  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -KILL "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*.log; do
+    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 40 "$f" >&2; }
+  done
+  exit 1
+}
+
+"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
+  --backend=cpu --cpu_concurrency=2 --blas_threads=1 >"$work/server.log" 2>&1 &
+server_pid=$!
+port=""
+for _ in $(seq 1 600); do
+  if [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]]; then
+    port="$(tr -d '[:space:]' <"$work/port")"
+    break
+  fi
+  kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
+  sleep 0.1
+done
+[[ -n "$port" ]] || fail "gemm_server wrote no port file within 60 s"
+
+cli() {
+  timeout 120 "$cli_bin" "$@" --target="127.0.0.1:$port" --deadline_ms=60000
+}
+
+cli info >"$work/info.log" 2>&1 || fail "gemm_cli info exited $?"
+grep -q 'fp8_e4m3, fp8_e5m2' "$work/info.log" || fail "info lists no FP8 input types"
+
+runs=()
+for a in fp8_e4m3 fp8_e5m2; do
+  for b in fp8_e4m3 fp8_e5m2; do
+    for scale in tensor channel block; do
+      runs+=("--m=70 --n=150 --k=256 --dtype=$a --b_dtype=$b --scale=$scale")
+    done
+  done
+done
+runs+=(
+  "--m=33 --n=17 --k=384 --dtype=fp8_e4m3 --scale=block --transpose_a --transpose_b --layout=col"
+  "--m=64 --n=64 --k=100 --dtype=fp8_e5m2 --scale=channel --out_dtype=bf16 --out_layout=col"
+  "--m=40 --n=20 --k=128 --dtype=fp8_e4m3 --scale=tensor --out_dtype=fp16 --beta=0.5 --alpha=2"
+  "--m=16 --n=16 --k=128 --dtype=fp8_e4m3 --b_dtype=fp8_e5m2 --scale=block --batch=3 --deterministic"
+)
+for args in "${runs[@]}"; do
+  # shellcheck disable=SC2086
+  if ! cli run $args >"$work/run.log" 2>&1; then
+    fail "gemm_cli run $args exited non-zero"
+  fi
+  grep -q 'MISMATCH\|FAILED' "$work/run.log" && fail "gemm_cli run $args reported a mismatch"
+  grep -q 'kernel openblas_sgemm_fp8' "$work/run.log" || fail "gemm_cli run $args: no FP8 kernel named"
+  grep -q '^precision A fp8_' "$work/run.log" || fail "gemm_cli run $args: no precision line"
+  checks="$(grep -c ': OK$' "$work/run.log" || true)"
+  [[ "$checks" -ge 1 ]] || fail "gemm_cli run $args printed no passing check"
+  echo "run $args: $checks check(s) OK"
+done
+
+# Refusals are usage errors (exit 2) naming the flag.
+rc=0
+cli run --dtype=fp8_e4m3 --scale=block --k=100 >"$work/bad.log" 2>&1 || rc=$?
+[[ "$rc" == 2 ]] || fail "--scale=block with --k=100 exited $rc, expected 2"
+grep -q -- '--scale=block needs --k' "$work/bad.log" || fail "the block refusal names no flag"
+rc=0
+cli run --dtype=fp8_e4m3 --out_dtype=fp8_e5m2 >"$work/bad.log" 2>&1 || rc=$?
+[[ "$rc" == 2 ]] || fail "an FP8 output exited $rc, expected 2"
+grep -q -- '--out_dtype' "$work/bad.log" || fail "the FP8 output refusal names no flag"
+echo "PASS"
