@@ -10,8 +10,6 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "common/status_macros.h"
-#include "kernels/cublas/cublas_gemm.h"
-#include "kernels/tuning/tuning_table.h"
 #include "service/calibration.h"
 #include "service/cuda/batch_layout.h"
 #include "service/cuda/calibration.h"
@@ -20,7 +18,6 @@
 #include "service/cuda/device_matrix.h"
 #include "service/cuda/lane.h"
 #include "service/cuda/reducing_stream.h"
-#include "service/version.h"
 
 namespace gemm {
 
@@ -87,56 +84,6 @@ absl::Status CudaExecutor::Init() {
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
-  return InitPortfolio(prop.name);
-}
-
-absl::Status CudaExecutor::InitPortfolio(const std::string& gpu_name) {
-  namespace gb = gemm_kernels::cublas;
-  const gpu::PortfolioSettings& settings = options_.portfolio;
-  gemm_kernels::tuning::TableKey key;
-  key.gpu = gpu_name;
-  int driver = 0, runtime = 0;
-  CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
-  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
-  key.driver = std::to_string(driver);
-  key.cuda_runtime = std::to_string(runtime);
-  key.build = kVersion;
-  // cuBLAS starts (a handle and a 32 MiB workspace per lane) only where a
-  // launch may run it; its version is part of the table's key.
-  const bool wants_cublas =
-      settings.policy == gpu::KernelPolicy::kCublas ||
-      (settings.policy == gpu::KernelPolicy::kTable && settings.table != nullptr);
-  std::vector<std::unique_ptr<gb::CublasContext>> contexts;
-  if (wants_cublas) {
-    for (const auto& lane : lanes_) {
-      absl::StatusOr<std::unique_ptr<gb::CublasContext>> ctx =
-          gb::CublasContext::Create(lane->stream(), {});
-      if (!ctx.ok()) {
-        if (settings.policy == gpu::KernelPolicy::kCublas) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("--kernel_policy=cublas: cuBLAS does not start on GPU ",
-                           options_.device, ": ", ctx.status().message()));
-        }
-        cudaGetLastError();
-        spdlog::warn("GPU {}: cuBLAS does not start ({}); the tuning table's cuBLAS choices "
-                     "cannot run",
-                     options_.device, std::string(ctx.status().message()));
-        contexts.clear();
-        break;
-      }
-      contexts.push_back(*std::move(ctx));
-    }
-    key.cublas = contexts.empty() ? "unavailable" : std::to_string(contexts.front()->version());
-  }
-  policy_ = std::make_unique<gpu::LaunchPolicy>(settings, key);
-  if (!policy_->may_use_cublas()) contexts.clear();
-  for (size_t i = 0; i < lanes_.size(); ++i)
-    lanes_[i]->UsePortfolio(policy_.get(), i < contexts.size() ? std::move(contexts[i]) : nullptr);
-  const std::string line = policy_->Describe();
-  spdlog::info("GPU {}: {}", options_.device, line);
-  info_.kernels.push_back(line);
-  if (policy_->may_use_cublas())
-    info_.kernels.push_back("cuBLAS / cuBLASLt members of the portfolio (bf16, fp16, fp32, tf32)");
   return absl::OkStatus();
 }
 

@@ -43,33 +43,6 @@ refused() {  # FLAG VALUE ALLOWED-VALUE: exit 2 naming the flag and the allowed 
 refused log_format xml json
 refused backend tpu cuda
 refused log_level loud critical
-refused kernel_policy fastest heuristic
-
-# Background tuning is not built: asking for it refuses start, naming it.
-for flag in --background_tuning --tuning_table_out=/tmp/never.table; do
-  "$server_bin" "$flag" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu >"$work/bg" 2>&1
-  rc=$?
-  [ "$rc" -eq 2 ] || fail "$flag exited $rc, want 2"
-  grep -q -- "--background_tuning/--tuning_table_out: background tuning" "$work/bg" \
-    || fail "$flag refusal: $(cat "$work/bg")"
-done
-
-# --tuning_table: a file that cannot be read or parses badly stops the start
-# (exit 2) naming the flag, and for a malformed one its line.
-"$server_bin" --tuning_table="$work/absent.table" --listen=127.0.0.1:0 --metrics_listen= \
-  --backend=cpu >"$work/table" 2>&1
-rc=$?
-[ "$rc" -eq 2 ] || fail "--tuning_table of a missing file exited $rc, want 2"
-grep -q -- "--tuning_table: tuning table: cannot read $work/absent.table" "$work/table" \
-  || fail "missing table refusal: $(cat "$work/table")"
-printf 'gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\nclass kind=single in=bf16\n' \
-  >"$work/bad.table"
-"$server_bin" --tuning_table="$work/bad.table" --listen=127.0.0.1:0 --metrics_listen= \
-  --backend=cpu >"$work/table" 2>&1
-rc=$?
-[ "$rc" -eq 2 ] || fail "--tuning_table of a malformed file exited $rc, want 2"
-grep -q -- "--tuning_table: tuning table $work/bad.table: line 8" "$work/table" \
-  || fail "malformed table refusal does not name line 8: $(cat "$work/table")"
 
 echo "alice 0123456789abcdef0123456789abcdef" >"$work/tokens"
 "$server_bin" --listen=0.0.0.0:0 --metrics_listen= --backend=cpu \
