@@ -20,7 +20,8 @@ cxx="${CXX_FUZZ:-clang++-14}"
 protoc -Iproto --cpp_out="$work/gen" proto/gemm/v1/gemm.proto
 
 common_srcs=(service/request_validation.cc service/limits.cc common/gemm_problem.cc
-  common/proto_enums.cc common/dtype.cc common/dtype_x86.cc "$work/gen/gemm/v1/gemm.pb.cc")
+  common/proto_enums.cc common/dtype.cc common/dtype_x86.cc common/fp8.cc
+  "$work/gen/gemm/v1/gemm.pb.cc")
 # Validation reads resident-matrix handles once that work is in the tree.
 [[ -f service/resident_matrix.cc ]] && common_srcs+=(service/resident_matrix.cc)
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined

@@ -25,7 +25,9 @@ struct Memfd {
     EXPECT_GE(fd, 0) << std::strerror(errno);
     EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
     EXPECT_EQ(pwrite(fd, kToken, std::strlen(kToken), 0), static_cast<ssize_t>(std::strlen(kToken)));
-    if (seal) EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    if (seal) {
+      EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+    }
   }
   ~Memfd() { close(fd); }
   int fd = -1;

@@ -32,7 +32,7 @@
 #   tests:large_transfer_test: needs more than its 300 s under TSan;
 #     chunked_transfer_test runs the same paths at small sizes.
 #   tests:e2e_test, tests:tls_e2e_test, tests:replica_process_test,
-#     tests:cli_limits_test, tests:server_flags_test, and the Python
+#     tests:cli_limits_test, tests:server_flags_test, tests:fp8_cli_test, and the Python
 #     client's tests (client/python/...): they
 #     drive the gemm_server (and gemm_cli) binaries, which do not link tools/sanitizers (only tests do,
 #     through //third_party:gtest); the same server and client code runs
@@ -51,9 +51,10 @@ cd "$(dirname "$0")/.."
 asan_targets=(//service/... //client/... //tests/... //common/...)
 tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_test
   -//tests:tls_e2e_test -//tests:replica_process_test)
-# tests:cli_limits_test and tests:server_flags_test drive the gemm_server (and
-# gemm_cli) binaries too (as e2e_test does, for the same reason above).
-tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test)
+# tests:cli_limits_test, tests:server_flags_test and tests:fp8_cli_test drive
+# the gemm_server (and gemm_cli) binaries too (as e2e_test does, for the same
+# reason above).
+tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test -//tests:fp8_cli_test)
 # The Python client's tests start the gemm_server binary too.
 tsan_targets+=(-//client/python/...)
 
