@@ -75,6 +75,10 @@ class Executor {
   // native; otherwise the batcher plans single launches instead.
   virtual bool supports_grouped() const { return false; }
 
+  // Whether FP8 inputs (and quantize-on-register) run here; otherwise the
+  // service refuses them UNIMPLEMENTED naming the field.
+  virtual bool runs_fp8() const { return false; }
+
   // Predicted time `item` takes when it runs alone on this executor, from
   // what the executor measured; admission control weighs it against the
   // request's deadline (RequestQueue::Options::predict_run_time). Zero means

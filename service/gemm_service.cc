@@ -53,7 +53,7 @@ grpc::Status SerializeResponse(const v1::GemmResponse& response, grpc::ByteBuffe
 BackendFeatures FeaturesOf(const Executor& executor) {
   BackendFeatures f;
   f.backend = executor.info().backend;
-  f.fp8 = f.backend == "cpu";
+  f.fp8 = executor.runs_fp8();
   return f;
 }
 
@@ -409,6 +409,7 @@ GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queu
       metrics_(metrics),
       clock_(clock),
       residents_(residents),
+      features_(FeaturesOf(*executor)),
       instance_id_(std::move(instance_id)) {}
 
 absl::Status DrainingError(absl::string_view what) {
@@ -458,7 +459,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
       return shared_memory_->Lookup(*caller, region);
     };
   }
-  auto problems = ValidateProblems(request, limits_, &residents, FeaturesOf(*executor_));
+  auto problems = ValidateProblems(request, limits_, &residents, features_);
   if (!problems.ok()) {
     // A request over a size limit fails the same way every time: tell
     // clients not to retry it (a negative pushback).
@@ -588,7 +589,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
-  if (FeaturesOf(*executor_).fp8)
+  if (features_.fp8)
     for (auto t : {v1::DATA_TYPE_FP8_E4M3, v1::DATA_TYPE_FP8_E5M2}) out->add_input_dtypes(t);
   // The time it took, like every other RPC (it was recorded as zero).
   metrics_->RecordRequest("GetServerInfo", 0, clock_->Now() - received);

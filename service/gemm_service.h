@@ -15,6 +15,7 @@
 #include "service/limits.h"
 #include "service/metrics.h"
 #include "service/request_queue.h"
+#include "service/request_validation.h"
 #include "service/resident_store.h"
 #include "service/shared_memory_store.h"
 
@@ -141,6 +142,8 @@ class GemmServiceImpl final : public GemmServiceBase {
   const Clock* const clock_;
   ResidentStore* const residents_;
   SharedMemoryStore* shared_memory_ = nullptr;
+  // What validation needs to know of the executor, fixed for its life.
+  const BackendFeatures features_;
   const std::string instance_id_;
   std::atomic<bool> draining_{false};
   bool deterministic_by_default_ = false;

@@ -214,6 +214,12 @@ absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
   return best;
 }
 
+bool MultiDeviceExecutor::runs_fp8() const {
+  for (const auto& c : children_)
+    if (!c->runs_fp8()) return false;
+  return true;
+}
+
 bool MultiDeviceExecutor::supports_grouped() const {
   for (const auto& c : children_)
     if (!c->supports_grouped()) return false;

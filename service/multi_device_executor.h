@@ -64,6 +64,8 @@ class MultiDeviceExecutor : public Executor {
   int parallel_units() const override;
   // A batch's launches may land on any device: grouped only if all have it.
   bool supports_grouped() const override;
+  // FP8 only where every device runs it.
+  bool runs_fp8() const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
