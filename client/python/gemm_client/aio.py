@@ -19,10 +19,10 @@ from gemm.v1 import gemm_pb2, gemm_pb2_grpc
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.client_base import ClientBase, check_download, decode
+from gemm_client.client_base import ClientBase, check_download, decode, downloaded
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError
-from gemm_client.problems import Problem, operand, shaped
+from gemm_client.problems import Problem, shaped
 from gemm_client.resident import ResidentMatrix
 
 
@@ -53,10 +53,11 @@ class AsyncClient(ClientBase):
     # Public API: as Client's.
 
     async def matmul(self, a, b, *, c=None, alpha=1.0, beta=0.0, transpose_a=False,
-                     transpose_b=False, out_dtype=None, allow_tf32=False, deterministic=None,
-                     priority=0, timeout=None):
+                     transpose_b=False, out_dtype=None, allow_tf32=False, quantize_partner=False,
+                     deterministic=None, priority=0, timeout=None):
         """Client.matmul as a coroutine."""
-        problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32)
+        problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32,
+                          quantize_partner)
         results = await self.matmul_many([problem], deterministic=deterministic,
                                           priority=priority, timeout=timeout)
         return results[0]
@@ -82,10 +83,10 @@ class AsyncClient(ClientBase):
             return info
         return await self._run_request([], deadline, body)
 
-    async def register(self, matrix, *, label=None, timeout=None):
+    async def register(self, matrix, *, quantize=None, label=None, timeout=None):
         """Client.register as a coroutine; the ResidentMatrix works with
         `async with` and its release() is a coroutine."""
-        op = operand(matrix, "matrix")
+        op = self._register_operand(matrix, quantize)
         deadline = self._deadline(timeout)
 
         async def body(route):
@@ -223,7 +224,7 @@ class AsyncClient(ClientBase):
                 release.append(r.handle)
                 flat = np.empty(r.rows * r.cols, dtype=DType.from_proto(r.dtype).numpy)
                 await self._download_into(route, r.handle, flat, deadline, limits)
-                out.append(shaped(flat, r.rows, r.cols, r.layout))
+                out.append(downloaded(r, flat))
             return out
         finally:
             cleanup = max(deadline, time.monotonic() + 5.0)

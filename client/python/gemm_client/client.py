@@ -19,10 +19,10 @@ from gemm.v1 import gemm_pb2
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.client_base import ClientBase, check_download, decode
+from gemm_client.client_base import ClientBase, check_download, decode, downloaded
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError
-from gemm_client.problems import Problem, operand, shaped
+from gemm_client.problems import Problem, shaped
 from gemm_client.resident import ResidentMatrix
 
 
@@ -64,19 +64,27 @@ class Client(ClientBase):
     # Public API.
 
     def matmul(self, a, b, *, c=None, alpha=1.0, beta=0.0, transpose_a=False,
-               transpose_b=False, out_dtype=None, allow_tf32=False, deterministic=None,
-               priority=0, timeout=None):
+               transpose_b=False, out_dtype=None, allow_tf32=False, quantize_partner=False,
+               deterministic=None, priority=0, timeout=None):
         """D = alpha * op(a) @ op(b) + beta * c as a new numpy array.
 
         a, b, c: 2-D float32, float16 or uint16 (bf16 bits) arrays, C- or
-        Fortran-ordered (sent in that layout), or ResidentMatrix objects.
-        out_dtype: type of c and the result (None = the input type; "bf16" or
-        gemm_client.BF16 for bf16, returned as uint16). The result is
-        row-major, or in c's layout when c is given. allow_tf32: fp32 inputs
-        may run on TF32 tensor cores. deterministic: ask for bitwise
-        reproducible results (needs the API's GemmRequest.deterministic).
+        Fortran-ordered (sent in that layout), or ResidentMatrix objects; a
+        and b may be FP8 (Fp8Matrix: codes and scales, see fp8.py; or a
+        ResidentMatrix registered with quantize), formats mixed freely.
+        out_dtype: type of c and the result (None = the input type, float32
+        for FP8 inputs; "bf16" or gemm_client.BF16 for bf16, returned as
+        uint16). The result is row-major, or in c's layout when c is given.
+        allow_tf32: fp32 inputs may run on TF32 tensor cores.
+        quantize_partner: with one FP8 operand and the other float32 or bf16,
+        the server quantizes the other to the FP8 one's format and scale mode.
+        deterministic: ask for bitwise reproducible results (needs the API's
+        GemmRequest.deterministic). The result of an FP8 problem is an
+        fp8.GemmResult: an array with a_precision and b_precision (what each
+        input ran as).
         """
-        problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32)
+        problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32,
+                          quantize_partner)
         return self.matmul_many([problem], deterministic=deterministic, priority=priority,
                                 timeout=timeout)[0]
 
@@ -104,11 +112,14 @@ class Client(ClientBase):
             return info
         return self._run_request([], deadline, body)
 
-    def register(self, matrix, *, label=None, timeout=None):
+    def register(self, matrix, *, quantize=None, label=None, timeout=None):
         """Stores `matrix` (an array as matmul takes) on the server and returns
-        a ResidentMatrix. RESOURCE_EXHAUSTED past max_resident_bytes is not
-        retried by the server's pushback (it sends none): release some first."""
-        op = operand(matrix, "matrix")
+        a ResidentMatrix. quantize (an Fp8Quantization) has the server keep a
+        float32 or bf16 matrix as FP8 with scales by the rule of fp8.quantize,
+        for the operand and transpose it names; problems then name it without
+        scales. RESOURCE_EXHAUSTED past max_resident_bytes is not retried by
+        the server's pushback (it sends none): release some first."""
+        op = self._register_operand(matrix, quantize)
         deadline = self._deadline(timeout)
 
         def body(route):
@@ -235,7 +246,7 @@ class Client(ClientBase):
                 dtype = DType.from_proto(r.dtype)
                 flat = np.empty(r.rows * r.cols, dtype=dtype.numpy)
                 self._download_into(route, r.handle, flat, deadline, limits)
-                out.append(shaped(flat, r.rows, r.cols, r.layout))
+                out.append(downloaded(r, flat))
             return out
         finally:
             # Whatever happened; the server also frees transient matrices

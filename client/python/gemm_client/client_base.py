@@ -11,9 +11,10 @@ import grpc
 
 from gemm.v1 import gemm_pb2
 
-from gemm_client import planning
+from gemm_client import fp8, planning
+from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError, invalid_argument
-from gemm_client.problems import decode_result
+from gemm_client.problems import decode_result, operand, shaped
 from gemm_client.replicas import ReplicaSet, handle_instance, split_target
 from gemm_client.resident import ResidentMatrix
 from gemm_client.retry import RetryPolicy, next_retry_delay, parse_pushback
@@ -141,7 +142,37 @@ class ClientBase:
 
     def _resident(self, route, handle, op, nbytes):
         self._note_handle(route, handle)
-        return ResidentMatrix(self, handle, op.rows, op.cols, op.dtype, op.layout, nbytes)
+        dtype = DType.from_proto(op.quantize.format) if op.quantize is not None else op.dtype
+        return ResidentMatrix(self, handle, op.rows, op.cols, dtype, op.layout, nbytes)
+
+    @staticmethod
+    def _register_operand(matrix, quantize):
+        """The Operand `register` sends: an array as matmul takes (not FP8
+        codes: registering those would leave their scales behind), with the
+        gemm.v1 Quantization when `quantize` (an fp8.Fp8Quantization) asks the
+        server to keep it as FP8. InvalidArgumentError naming the field."""
+        if isinstance(matrix, fp8.Fp8Matrix):
+            raise invalid_argument("matrix: FP8 codes are sent with their scales in problems, "
+                                   "not registered; register the float32 or bf16 matrix with "
+                                   "quantize= to keep it as FP8 on the server")
+        op = operand(matrix, "matrix")
+        if quantize is not None:
+            if not isinstance(quantize, fp8.Fp8Quantization):
+                raise invalid_argument(
+                    f"quantize: must be a gemm_client.Fp8Quantization, got {quantize!r}")
+            if op.dtype not in (DType.FP32, DType.BF16):
+                raise invalid_argument(f"matrix: quantize applies to float32 or bf16 "
+                                       f"matrices, this one is {op.dtype.name}")
+            try:
+                q = quantize.checked()
+                k = op.rows if (q.operand == "a") == q.transposed else op.cols
+                if q.mode == "block" and k % fp8.BLOCK_K:
+                    raise ValueError(f"quantize.mode: block scales need K a multiple of "
+                                     f"{fp8.BLOCK_K}, K is {k}")
+                op.quantize = q.to_proto()
+            except ValueError as e:
+                raise invalid_argument(str(e)) from None
+        return op
 
     @staticmethod
     def _register_request(op, label):
@@ -150,6 +181,8 @@ class ClientBase:
         request.data = op.flat_bytes().tobytes()
         if label is not None:
             request.label = label
+        if op.quantize is not None:
+            request.quantize.CopyFrom(op.quantize)
         return request
 
     @staticmethod
@@ -159,6 +192,8 @@ class ClientBase:
                                               transient=transient)
         if label is not None:
             request.label = label
+        if op.quantize is not None:
+            request.quantize.CopyFrom(op.quantize)
         return request
 
     def _uses_chunks(self, op, limits):
@@ -176,5 +211,13 @@ def check_download(offset, data, expected, end, handle):
 
 
 def decode(result, index, count):
-    """Result number `index` of `count` as a numpy array."""
-    return decode_result(result, f"results[{index}]" if count > 1 else "result")
+    """Result number `index` of `count` as a numpy array (an fp8.GemmResult
+    with the precision record for an FP8 problem)."""
+    out = decode_result(result, f"results[{index}]" if count > 1 else "result")
+    return fp8.with_precision(out, result.a_precision, result.b_precision)
+
+
+def downloaded(result, flat):
+    """A kept result's downloaded bytes as its matrix, as decode gives it."""
+    out = shaped(flat, result.rows, result.cols, result.layout)
+    return fp8.with_precision(out, result.a_precision, result.b_precision)

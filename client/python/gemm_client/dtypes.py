@@ -6,8 +6,9 @@ arrays holding the bf16 bit patterns: the upper 16 bits of the float32 of the
 same value. `to_bf16` and `from_bf16` convert; a uint16 operand is always read
 as bf16, and a bf16 result comes back as uint16.
 
-New element types (FP8 ones, say) are one more `DType` entry here: the rest of
-the client goes through `DType.of` and `DType.numpy`.
+FP8 matrices (inputs only) are numpy uint8 arrays of codes, named by their
+format (FP8_E4M3, FP8_E5M2) since the array alone cannot say which; they
+travel as an fp8.Fp8Matrix with their scales, never as a bare uint8 array.
 """
 
 import enum
@@ -23,6 +24,8 @@ class DType(enum.Enum):
     FP32 = (gemm_pb2.DATA_TYPE_FP32, np.dtype("<f4"))
     FP16 = (gemm_pb2.DATA_TYPE_FP16, np.dtype("<f2"))
     BF16 = (gemm_pb2.DATA_TYPE_BF16, np.dtype("<u2"))
+    FP8_E4M3 = (gemm_pb2.DATA_TYPE_FP8_E4M3, np.dtype("u1"))
+    FP8_E5M2 = (gemm_pb2.DATA_TYPE_FP8_E5M2, np.dtype("u1"))
 
     @property
     def proto(self):
@@ -32,6 +35,10 @@ class DType(enum.Enum):
     def numpy(self):
         """The little-endian numpy dtype the bytes are stored as."""
         return self.value[1]
+
+    @property
+    def is_fp8(self):
+        return self in (DType.FP8_E4M3, DType.FP8_E5M2)
 
     @property
     def itemsize(self):
@@ -46,9 +53,10 @@ class DType(enum.Enum):
 
     @classmethod
     def of(cls, spec, field="dtype"):
-        """The DType that `spec` names: a DType, "fp32"/"fp16"/"bf16" (any case),
-        a numpy dtype or scalar type (uint16 meaning bf16). ValueError naming
-        `field` otherwise."""
+        """The DType that `spec` names: a DType, "fp32"/"fp16"/"bf16"/"e4m3"/
+        "e5m2" (any case), a numpy dtype or scalar type (uint16 meaning bf16;
+        uint8 names no type, as it could hold either FP8 format). ValueError
+        naming `field` otherwise."""
         if isinstance(spec, DType):
             return spec
         if isinstance(spec, str) and spec.lower() in _NAMES:
@@ -59,15 +67,17 @@ class DType(enum.Enum):
             kind = None
         if kind is not None:
             for d in cls:
-                if kind.newbyteorder("<") == d.numpy:
+                if not d.is_fp8 and kind.newbyteorder("<") == d.numpy:
                     return d
         raise ValueError(
             f"{field}: {spec!r} is not a supported element type "
-            "(float32, float16, or bf16 as a uint16 view)")
+            "(float32, float16, bf16 as a uint16 view, or an FP8 format by name)")
 
 
 _NAMES = {"fp32": DType.FP32, "float32": DType.FP32, "fp16": DType.FP16,
-          "float16": DType.FP16, "bf16": DType.BF16, "bfloat16": DType.BF16}
+          "float16": DType.FP16, "bf16": DType.BF16, "bfloat16": DType.BF16,
+          "e4m3": DType.FP8_E4M3, "fp8_e4m3": DType.FP8_E4M3,
+          "e5m2": DType.FP8_E5M2, "fp8_e5m2": DType.FP8_E5M2}
 
 BF16 = DType.BF16
 

@@ -36,5 +36,14 @@ class GemmError(Exception):
                          self.trailing_metadata)
 
 
+class InvalidArgumentError(GemmError, ValueError):
+    """Arguments refused by the client before anything was sent: a GemmError
+    with code INVALID_ARGUMENT that is also a ValueError."""
+
+    def with_prefix(self, prefix):
+        return InvalidArgumentError(self.code, f"{prefix}: {self.message}", self.details,
+                                    self.trailing_metadata)
+
+
 def invalid_argument(message):
-    return GemmError(grpc.StatusCode.INVALID_ARGUMENT, message)
+    return InvalidArgumentError(grpc.StatusCode.INVALID_ARGUMENT, message)

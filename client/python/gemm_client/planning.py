@@ -95,8 +95,8 @@ class Plan:
 
 
 def plan(prepared, base, limits):
-    inline_bytes = sum(op.nbytes for p in prepared for op in p.operands.values()
-                       if not op.handle)
+    inline_bytes = sum((0 if op.handle else op.nbytes) + op.scale_bytes
+                       for p in prepared for op in p.operands.values())
     result_bytes = sum(p.result_bytes for p in prepared)
     too_big = inline_bytes + MESSAGE_OVERHEAD * len(prepared) > limits.max_message_bytes
     threshold = limits.threshold or float("inf")
@@ -122,7 +122,8 @@ def encode(plan_, prepared, uploaded):
         operands = {}
         for name, op in p.operands.items():
             handle = uploaded.get((i, name)) or op.handle
-            operands[name] = (op.layout, handle, None if handle else op.flat_bytes())
+            operands[name] = (op.layout, handle, None if handle else op.flat_bytes(),
+                              op.scales_proto())
         problems.append((p.proto, operands))
     return wire.encode_request(plan_.request, problems)
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from gemm.v1 import gemm_pb2
 
+from gemm_client import fp8
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError, invalid_argument
 
@@ -27,8 +28,12 @@ class Problem:
     """One D = alpha * op(A) * op(B) + beta * C, as `Client.matmul` takes it.
 
     a, b, c: 2-D numpy arrays (float32, float16, or uint16 holding bf16) or
-    ResidentMatrix objects. op(X) is X, or X transposed when transpose_x.
-    out_dtype: the type of C and D (None = the input type).
+    ResidentMatrix objects; a and b may also be FP8 (fp8.Fp8Matrix, or a
+    ResidentMatrix registered with quantize), both or, with quantize_partner,
+    one of them beside a float32 or bf16 partner that the server quantizes to
+    the FP8 one's format and scale mode. op(X) is X, or X transposed when
+    transpose_x. out_dtype: the type of C and D (None = the input type, or
+    float32 for FP8 inputs; never FP8).
     """
 
     a: object
@@ -40,11 +45,14 @@ class Problem:
     transpose_b: bool = False
     out_dtype: object = None
     allow_tf32: bool = False
+    quantize_partner: bool = False
 
 
 @dataclasses.dataclass
 class Operand:
-    """One matrix as stored: its bytes (a contiguous array) or a handle."""
+    """One matrix as stored: its bytes (a contiguous array) or a handle; for
+    an FP8 one given by codes, its scales (flat float32) and their mode; for
+    one to register as FP8, the gemm.v1 Quantization."""
 
     rows: int
     cols: int
@@ -52,6 +60,20 @@ class Operand:
     layout: int
     array: np.ndarray = None
     handle: str = ""
+    scales: np.ndarray = None
+    scale_mode: str = ""
+    quantize: object = None
+
+    def scales_proto(self):
+        """gemm.v1 Scales for this operand, or None."""
+        if self.scales is None:
+            return None
+        return gemm_pb2.Scales(mode=fp8.scale_mode_proto(self.scale_mode),
+                               data=self.scales.astype("<f4").tobytes())
+
+    @property
+    def scale_bytes(self):
+        return 0 if self.scales is None else 4 * self.scales.size
 
     @property
     def nbytes(self):
@@ -83,14 +105,46 @@ def operand(value, field):
         return Operand(value.rows, value.cols, value.dtype, value.layout, handle=value.handle)
     if value is None:
         raise invalid_argument(f"{field}: is required")
+    if isinstance(value, fp8.Fp8Matrix):
+        return _fp8_operand(value, field)
     array = np.asarray(value)
     if array.ndim != 2:
         raise invalid_argument(f"{field}: must be a 2-D matrix, got {array.ndim} dimensions")
+    if array.dtype == np.uint8:
+        raise invalid_argument(
+            f"{field}: a uint8 array is taken for FP8 codes only inside an "
+            f"Fp8Matrix(codes, scales, format, mode), which names the format and scales")
     try:
         dtype = DType.of(array.dtype, field)
     except ValueError as e:
         raise invalid_argument(
             f"{e} (convert first, e.g. {field}.astype(numpy.float32))") from None
+    return _stored(array, dtype, field)
+
+
+def _fp8_operand(value, field):
+    """The Operand of an Fp8Matrix; its scales are checked in prepare(), which
+    knows the slot and transpose."""
+    try:
+        dtype = fp8.fp8_format(value.format, f"{field}.format")
+        mode = fp8.scale_mode(value.mode, f"{field}.mode")
+    except ValueError as e:
+        raise invalid_argument(str(e)) from None
+    array = np.asarray(value.codes)
+    if array.ndim != 2:
+        raise invalid_argument(
+            f"{field}.codes: must be a 2-D matrix, got {array.ndim} dimensions")
+    if array.dtype != np.uint8:
+        raise invalid_argument(f"{field}.codes: FP8 codes must be a uint8 array, got "
+                               f"{array.dtype}")
+    op = _stored(array, dtype, field)
+    op.scales = value.scales
+    op.scale_mode = mode
+    return op
+
+
+def _stored(array, dtype, field):
+    """An Operand of a 2-D array of `dtype`, in the layout it has."""
     if array.shape[0] == 0 or array.shape[1] == 0:
         raise invalid_argument(f"{field}: has an empty dimension {array.shape}")
     if array.dtype != dtype.numpy:
@@ -117,13 +171,24 @@ def prepare(problem, field_prefix=""):
         raise invalid_argument(
             f"{f}b: op(b) is {kb} x {n} but op(a) is {m} x {k}: "
             f"the inner dimensions (k) differ")
-    if b.dtype is not a.dtype:
+    is_fp8 = a.dtype.is_fp8 or b.dtype.is_fp8
+    if is_fp8:
+        _check_fp8_pair(a, b, p, f)
+    elif p.quantize_partner:
+        raise invalid_argument(f"{f}quantize_partner: needs one FP8 operand, "
+                               f"a and b are {a.dtype.name}")
+    elif b.dtype is not a.dtype:
         raise invalid_argument(
             f"{f}b: element type {b.dtype.name} differs from a's {a.dtype.name}")
     try:
-        out_dtype = a.dtype if p.out_dtype is None else DType.of(p.out_dtype, f + "out_dtype")
+        default_out = DType.FP32 if is_fp8 else a.dtype
+        out_dtype = (default_out if p.out_dtype is None
+                     else DType.of(p.out_dtype, f + "out_dtype"))
     except ValueError as e:
         raise invalid_argument(str(e)) from None
+    if out_dtype.is_fp8:
+        raise invalid_argument(f"{f}out_dtype: FP8 outputs are not offered "
+                               "(float32, float16 or bf16)")
     if p.allow_tf32 and a.dtype is not DType.FP32:
         raise invalid_argument(f"{f}allow_tf32: applies to float32 inputs only, "
                                f"these are {a.dtype.name}")
@@ -146,11 +211,39 @@ def prepare(problem, field_prefix=""):
         m=m, n=n, k=k, input_dtype=a.dtype.proto, output_dtype=out_dtype.proto,
         transpose_a=bool(p.transpose_a), transpose_b=bool(p.transpose_b),
         allow_tf32=bool(p.allow_tf32), output_layout=out_layout)
+    if b.dtype is not a.dtype:
+        proto.b_dtype = b.dtype.proto
+    if p.quantize_partner:
+        proto.quantize_partner = True
     if float(p.alpha) != 1.0:
         proto.alpha = float(p.alpha)
     if beta != 0.0:
         proto.beta = beta
     return Prepared(proto, operands, out_dtype, out_layout)
+
+
+def _check_fp8_pair(a, b, p, f):
+    """An FP8 problem's operand types and scales, as the server checks them."""
+    for name, op, other, transposed in (("a", a, b, p.transpose_a), ("b", b, a, p.transpose_b)):
+        if not op.dtype.is_fp8:
+            if not p.quantize_partner:
+                raise invalid_argument(
+                    f"{f}quantize_partner: {name} is {op.dtype.name} beside an FP8 "
+                    f"{'b' if name == 'a' else 'a'}; set quantize_partner to have the server "
+                    "quantize it, or pass both as FP8")
+            if op.dtype not in (DType.FP32, DType.BF16):
+                raise invalid_argument(f"{f}{name}: a partner quantized by the server must "
+                                       f"be float32 or bf16, not {op.dtype.name}")
+            continue
+        if op.handle:
+            continue  # a matrix the server quantized keeps its own scales
+        try:
+            op.scales = fp8.check_scales(op.scales, (op.rows, op.cols), op.scale_mode, name,
+                                         transposed, f"{f}{name}.scales")
+        except ValueError as e:
+            raise invalid_argument(str(e)) from None
+    if a.dtype.is_fp8 and b.dtype.is_fp8 and p.quantize_partner:
+        raise invalid_argument(f"{f}quantize_partner: a and b are both FP8 already")
 
 
 def decode_result(result, field):

@@ -81,12 +81,16 @@ def fields(buf):
 def encode_request(base, problems):
     """A serialized GemmRequest: `base`'s request-wide fields, then each of
     `problems`, a list of (shape-only GemmProblem, {"a"|"b"|"c": (layout,
-    handle or None, stored bytes as a memoryview or None)})."""
+    handle or None, stored bytes as a memoryview or None, gemm.v1 Scales or
+    None)})."""
     parts = [base.SerializeToString()]
     for shape, operands in problems:
         body = [shape.SerializeToString()]
-        for name, (layout, handle, data) in operands.items():
-            matrix = [gemm_pb2.Matrix(layout=layout, handle=handle or "").SerializeToString()]
+        for name, (layout, handle, data, scales) in operands.items():
+            small = gemm_pb2.Matrix(layout=layout, handle=handle or "")
+            if scales is not None:
+                small.scales.CopyFrom(scales)
+            matrix = [small.SerializeToString()]
             if not handle:
                 matrix += length_delimited(_MATRIX_DATA, [data])
             body += length_delimited(_OPERAND[name], matrix)
@@ -104,6 +108,9 @@ class ResultView:
     cols: int = 0
     data: memoryview = b""
     handle: str = ""
+    # Serialized gemm.v1.OperandPrecision, for FP8 problems only.
+    a_precision: memoryview = None
+    b_precision: memoryview = None
 
 
 def decode_response(raw):

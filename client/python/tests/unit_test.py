@@ -124,18 +124,20 @@ class WireTest(unittest.TestCase):
                                      transpose_b=True, beta=0.5)
         a = bytes(range(32))
         c = b"\x01" * 24
+        scales = gemm_pb2.Scales(mode=gemm_pb2.SCALE_MODE_CHANNEL, data=b"\0\0\x80\x3f" * 3)
         raw = wire.encode_request(base, [
-            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a)),
-                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None),
-                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c)}),
-            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4),
-                                                   "b": (0, None, b"\0" * 4)})])
+            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a), None),
+                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None, scales),
+                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c, None)}),
+            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4, None),
+                                                   "b": (0, None, b"\0" * 4, None)})])
         want = gemm_pb2.GemmRequest()
         want.CopyFrom(base)
         p = want.problems.add()
         p.CopyFrom(shape)
         p.a.layout, p.a.data = gemm_pb2.LAYOUT_COL_MAJOR, a
         p.b.layout, p.b.handle = gemm_pb2.LAYOUT_ROW_MAJOR, "h-b"
+        p.b.scales.CopyFrom(scales)
         p.c.layout, p.c.data = gemm_pb2.LAYOUT_ROW_MAJOR, c
         q = want.problems.add(m=1, n=1, k=1)
         q.a.data, q.b.data = b"\0" * 4, b"\0" * 4
