@@ -147,14 +147,17 @@ class ClientBase:
 
     @staticmethod
     def _register_operand(matrix, quantize):
-        """The Operand `register` sends: an array as matmul takes (not FP8
-        codes: registering those would leave their scales behind), with the
-        gemm.v1 Quantization when `quantize` (an fp8.Fp8Quantization) asks the
-        server to keep it as FP8. InvalidArgumentError naming the field."""
+        """The Operand `register` sends: an array as matmul takes, or the codes
+        of an fp8.Fp8Matrix (its scales stay with the caller, for problems to
+        send), with the gemm.v1 Quantization when `quantize` (an
+        fp8.Fp8Quantization) asks the server to keep a float32 or bf16 matrix
+        as FP8. InvalidArgumentError naming the field."""
         if isinstance(matrix, fp8.Fp8Matrix):
-            raise invalid_argument("matrix: FP8 codes are sent with their scales in problems, "
-                                   "not registered; register the float32 or bf16 matrix with "
-                                   "quantize= to keep it as FP8 on the server")
+            if quantize is not None:
+                raise invalid_argument("quantize: the matrix is FP8 already")
+            op = operand(matrix, "matrix")
+            op.scales, op.scale_mode = None, ""
+            return op
         op = operand(matrix, "matrix")
         if quantize is not None:
             if not isinstance(quantize, fp8.Fp8Quantization):

@@ -251,7 +251,8 @@ class Fp8Quantization:
 
 @dataclasses.dataclass
 class Fp8Matrix:
-    """An FP8 operand: `codes` (2-D uint8, C- or Fortran-ordered), `scales`
+    """An FP8 operand: `codes` (2-D uint8, C- or Fortran-ordered; or the
+    ResidentMatrix that Client.register(fp8_matrix) made of them), `scales`
     (float32, laid out for `mode` as the operand it is in a problem, see the
     module docstring), `format` ("e4m3", "e5m2" or the DType) and `mode`.
     quantize() makes one; pass it as a or b of a problem in the slot (and with
@@ -264,7 +265,8 @@ class Fp8Matrix:
 
     @property
     def shape(self):
-        return np.shape(self.codes)
+        c = self.codes
+        return c.shape if hasattr(c, "handle") else np.shape(c)
 
     def to_float32(self, operand="a", transposed=False):
         """The real values (code x scale, in float32), as the server

@@ -130,7 +130,15 @@ def _fp8_operand(value, field):
         mode = fp8.scale_mode(value.mode, f"{field}.mode")
     except ValueError as e:
         raise invalid_argument(str(e)) from None
-    array = np.asarray(value.codes)
+    codes = value.codes
+    if hasattr(codes, "handle") and hasattr(codes, "layout"):
+        # FP8 codes registered as they are: resident, with the scales sent here.
+        if codes.dtype is not dtype:
+            raise invalid_argument(f"{field}.codes: the resident matrix holds "
+                                   f"{codes.dtype.name}, the format is {dtype.name}")
+        return Operand(codes.rows, codes.cols, dtype, codes.layout, handle=codes.handle,
+                       scales=value.scales, scale_mode=mode)
+    array = np.asarray(codes)
     if array.ndim != 2:
         raise invalid_argument(
             f"{field}.codes: must be a 2-D matrix, got {array.ndim} dimensions")
@@ -235,7 +243,7 @@ def _check_fp8_pair(a, b, p, f):
                 raise invalid_argument(f"{f}{name}: a partner quantized by the server must "
                                        f"be float32 or bf16, not {op.dtype.name}")
             continue
-        if op.handle:
+        if op.handle and op.scales is None:
             continue  # a matrix the server quantized keeps its own scales
         try:
             op.scales = fp8.check_scales(op.scales, (op.rows, op.cols), op.scale_mode, name,

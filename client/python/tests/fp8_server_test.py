@@ -151,6 +151,29 @@ class Fp8ServerTest(unittest.TestCase):
                 mine = gemm_client.quantize_fp8(x, q)
                 np.testing.assert_array_equal(resident.to_numpy(), mine.codes)
 
+    def test_registered_fp8_codes_with_scales_per_problem(self):
+        a, b, ref = self.operands(24, 40, 256, "e4m3", "e5m2", "block", "channel", tb=True)
+        with self.client.register(b) as b_codes:
+            self.assertEqual((b_codes.dtype, b_codes.shape), (DType.FP8_E5M2, (40, 256)))
+            np.testing.assert_array_equal(b_codes.to_numpy(), b.codes)
+            d = self.client.matmul(a, Fp8Matrix(b_codes, b.scales, "e5m2", "channel"),
+                                   transpose_b=True)
+            self.check(d, ref, "registered codes")
+            self.assertEqual(d.b_precision, Precision(DType.FP8_E5M2, "channel", False))
+            # The server needs the scales of codes it did not quantize.
+            with self.assertRaises(GemmError) as cm:
+                self.client.matmul(a, b_codes, transpose_b=True)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("scales", cm.exception.message)
+            with self.assertRaisesRegex(ValueError, r"b\.codes: the resident matrix holds"):
+                self.client.matmul(a, Fp8Matrix(b_codes, b.scales, "e4m3", "channel"),
+                                   transpose_b=True)
+            with self.assertRaisesRegex(ValueError, r"b\.scales: .* need 40 values"):
+                self.client.matmul(a, Fp8Matrix(b_codes, b.scales[:4], "e5m2", "channel"),
+                                   transpose_b=True)
+        with self.assertRaisesRegex(ValueError, "quantize: the matrix is FP8 already"):
+            self.client.register(b, quantize=Fp8Quantization())
+
     def test_quantize_partner(self):
         m, n, k = 40, 140, 256
         for fmt, mode, partner_dtype in itertools.product(("e4m3", "e5m2"), MODES,
