@@ -114,20 +114,6 @@ uint8_t FloatToFp8(double x, DType format) {
   return sign | static_cast<uint8_t>(units + up);
 }
 
-const char* ScaleModeName(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::kNone:
-      return "none";
-    case ScaleMode::kTensor:
-      return "tensor";
-    case ScaleMode::kChannel:
-      return "channel";
-    case ScaleMode::kBlock:
-      return "block";
-  }
-  return "unknown";
-}
-
 const char* OperandName(OperandRole operand) { return operand == OperandRole::kA ? "a" : "b"; }
 
 bool ScaleModeAllowsK(ScaleMode mode, uint64_t k) {

@@ -56,14 +56,13 @@ void Fp8ToFloatN(const uint8_t* src, DType format, float* dst, uint64_t n);
 
 // ---- Scales -------------------------------------------------------------
 
-enum class ScaleMode { kNone, kTensor, kChannel, kBlock };
+// ScaleMode and ScaleModeName are in common/types.h.
 // Which operand of D = op(A) op(B) a matrix is: it fixes which dimension a
 // channel runs along and the block shape.
 enum class OperandRole { kA, kB };
 
 constexpr uint64_t kFp8BlockK = 128;
 
-const char* ScaleModeName(ScaleMode mode);  // "none", "tensor", "channel", "block"
 const char* OperandName(OperandRole operand);   // "a", "b"
 
 // An FP8 operand as stored (rows x cols in `layout`; op(X) = X^T when

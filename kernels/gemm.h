@@ -37,7 +37,9 @@ namespace gemm_kernels {
 using DataType = ::gemm::DType;
 using Layout = ::gemm::Layout;
 
-const char* DataTypeName(DataType t);
+// The short dtype names kernel names are built from: "f32", "f16", "bf16",
+// "e4m3", "e5m2" (common/types.h's DTypeShortName).
+constexpr const char* DataTypeName(DataType t) { return ::gemm::DTypeShortName(t); }
 size_t DataTypeSize(DataType t);
 
 // One operand (or the output) of a strided-batched GEMM. Element (i, j) of
@@ -63,7 +65,9 @@ struct MatrixDesc {
 //             blocks, (k / 128) x ceil(n / 128) row-major, the scale of
 //             (kk, j) at (kk / 128) * ceil(n / 128) + j / 128.
 // 16-bit and fp32 operands take kNone (and FP8 operands need another mode).
-enum class ScaleMode { kNone, kTensor, kChannel, kBlock };
+// The service's ScaleMode (common/types.h), as DataType is its DType.
+using ScaleMode = ::gemm::ScaleMode;
+using ::gemm::ScaleModeName;  // "none", "tensor", "channel", "block"
 
 // The scales of one operand: `ptr` is device memory of ScaleCount() fp32
 // values. The kernels read them and never check them: they must be finite
@@ -76,8 +80,6 @@ struct ScaleDesc {
 // K-blocks of the block scale layout: the granularity along K of kBlock
 // scales, and the width of B's blocks along N.
 constexpr int64_t kFp8ScaleBlock = 128;
-
-const char* ScaleModeName(ScaleMode mode);
 
 // The problem: for each b < batch_count, D_b (m x n) = alpha * A_b (m x k) *
 // B_b (k x n) + beta * C_b. Transposes are expressed through the layouts: a

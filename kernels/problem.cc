@@ -2,37 +2,7 @@
 
 namespace gemm_kernels {
 
-const char* DataTypeName(DataType t) {
-  switch (t) {
-    case DataType::kBf16:
-      return "bf16";
-    case DataType::kFp16:
-      return "f16";
-    case DataType::kFp32:
-      return "f32";
-    case DataType::kFp8E4m3:
-      return "e4m3";
-    case DataType::kFp8E5m2:
-      return "e5m2";
-  }
-  return "?";
-}
-
 size_t DataTypeSize(DataType t) { return ::gemm::SizeOf(t); }
-
-const char* ScaleModeName(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::kNone:
-      return "none";
-    case ScaleMode::kTensor:
-      return "tensor";
-    case ScaleMode::kChannel:
-      return "channel";
-    case ScaleMode::kBlock:
-      return "block";
-  }
-  return "?";
-}
 
 NormalizedProblem Normalize(const GemmArguments& args) {
   NormalizedProblem p;
