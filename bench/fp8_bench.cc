@@ -58,7 +58,7 @@ struct Quantized {
 Quantized Quantize(const std::vector<float>& x, int64_t rows, int64_t k, ScaleMode mode,
                    bool is_a) {
   Quantized q;
-  const int64_t kb = k / 128;
+  const int64_t kb = (k + 127) / 128;
   auto group = [&](int64_t r, int64_t kk) -> int64_t {
     if (mode == ScaleMode::kTensor) return 0;
     return is_a ? r * kb + kk / 128 : (kk / 128) * ((rows + 127) / 128) + r / 128;
@@ -248,7 +248,7 @@ bool PrecisionCase(int64_t m, int64_t n, int64_t k) {
   {
     std::vector<float> da(size_t(m * k)), db(size_t(n * k)), da_b(size_t(m * k)),
         db_b(size_t(n * k));
-    const int64_t kb = k / 128, nb = (n + 127) / 128;
+    const int64_t kb = (k + 127) / 128, nb = (n + 127) / 128;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t kk = 0; kk < k; ++kk) {
         da[i * k + kk] = gemm_kernels::testing::Fp8ToFloat(qa.codes[i * k + kk], true) * qa.scales[0];

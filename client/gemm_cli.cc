@@ -71,8 +71,9 @@ ABSL_FLAG(std::string, b_dtype, "",
           "Type of B when it differs from --dtype (FP8 formats may mix: --dtype=fp8_e4m3 "
           "--b_dtype=fp8_e5m2); empty = --dtype");
 ABSL_FLAG(std::string, scale, "tensor",
-          "FP8 inputs: scale mode of both operands, tensor, channel or block (block needs K a "
-          "multiple of 128); the CLI quantizes its random data with these scales");
+          "FP8 inputs: scale mode of both operands, tensor, channel or block (1 x 128 blocks of "
+          "A, 128 x 128 of B; any K, the last block along K partial); the CLI quantizes its "
+          "random data with these scales");
 ABSL_FLAG(std::string, out_dtype, "",
           "Output type (fp32, fp16, bf16); empty = the input type, fp32 for FP8 inputs");
 ABSL_FLAG(bool, transpose_a, false, "Use A^T (A stored K x M)");
@@ -288,9 +289,6 @@ absl::StatusOr<v1::GemmRequest> BuildRequest(uint64_t m, uint64_t n, uint64_t k)
   GEMM_ASSIGN_OR_RETURN(const FlagTypes types, ParseTypes());
   const DType in = types.a, out = types.out;
   GEMM_ASSIGN_OR_RETURN(const ScaleMode scale, ParseScale(absl::GetFlag(FLAGS_scale)));
-  if (IsFp8(in) && scale == ScaleMode::kBlock && k % kFp8BlockK != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--scale=block needs --k to be a multiple of ", kFp8BlockK, ", got ", k));
   GEMM_ASSIGN_OR_RETURN(const Layout layout, ParseLayout(absl::GetFlag(FLAGS_layout)));
   ProblemOptions options;
   GEMM_ASSIGN_OR_RETURN(options.output_layout, ParseLayout(absl::GetFlag(FLAGS_out_layout)));

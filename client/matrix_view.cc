@@ -137,9 +137,6 @@ absl::Status MatrixView::Validate(absl::string_view name) const {
         TypeName(ref_.dtype)));
   }
   if (ref_.scales.mode != ScaleMode::kNone) {
-    if (!ScaleModeAllowsK(ref_.scales.mode, ref_.fp8_operand().k()))
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": block scales need K to be a multiple of ", kFp8BlockK));
     const uint64_t want = ScaleCount(ref_.fp8_operand());
     if (ref_.scales.count != want || ref_.scales.data == nullptr)
       return absl::InvalidArgumentError(absl::StrCat(
@@ -242,8 +239,7 @@ absl::Status ViewScales(absl::string_view name, const v1::Matrix& m, OperandRole
   GEMM_ASSIGN_OR_RETURN(const ScaleMode mode, FromProto(m.scales().mode()));
   ref->scales = Fp8Scales{mode, role, transposed, m.scales().data().data(), 0};
   ref->scales.count = ScaleCount(ref->fp8_operand());
-  if (!ScaleModeAllowsK(mode, ref->fp8_operand().k()) ||
-      m.scales().data().size() != ref->scales.count * sizeof(float))
+  if (m.scales().data().size() != ref->scales.count * sizeof(float))
     return absl::InvalidArgumentError(absl::StrCat(
         name, ".scales.data has ", m.scales().data().size(), " bytes, expected ",
         ref->scales.count * sizeof(float), " for ", ScaleModeName(mode), " scales"));
@@ -273,10 +269,6 @@ absl::StatusOr<QuantizedMatrix> QuantizeToFp8(const MatrixView& source,
   q.layout = source.layout();
   q.how = how;
   const Fp8Operand g{q.rows, q.cols, q.layout, how.operand, how.transposed, how.mode};
-  if (!ScaleModeAllowsK(how.mode, g.k()))
-    return absl::InvalidArgumentError(absl::StrCat(
-        "mode: block scales need K to be a multiple of ", kFp8BlockK, "; as operand ",
-        OperandName(how.operand), how.transposed ? " transposed" : "", " K is ", g.k()));
   const uint64_t n = q.rows * q.cols;
   std::vector<float> values;
   const float* in = static_cast<const float*>(source.data());

@@ -73,8 +73,8 @@ struct QuantizedMatrix {
 // an all-zero group), codes rounded to nearest even and saturated. The scale
 // groups follow how.operand and how.transposed: quantize A for the A slot of
 // problems that transpose it as `how` says, and so on. INVALID_ARGUMENT
-// naming the element for a NaN or infinity, or for K not a multiple of 128
-// with block scales.
+// naming the element for a NaN or infinity. Block scales take any K: the
+// last of the ceil(K/128) blocks along K holds the K % 128 remaining elements.
 absl::StatusOr<QuantizedMatrix> QuantizeToFp8(const MatrixView& source,
                                               const Fp8Quantization& how);
 

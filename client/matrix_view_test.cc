@@ -248,7 +248,7 @@ TEST(MatrixViewFp8Test, QuantizeToFp8FollowsTheServersRule) {
   EXPECT_EQ(q16->codes, q->codes);
 }
 
-TEST(MatrixViewFp8Test, QuantizeToFp8RefusesNonFiniteAndBadK) {
+TEST(MatrixViewFp8Test, QuantizeToFp8RefusesNonFiniteAndNonFp8Formats) {
   std::vector<float> x(4 * 128, 1.0f);
   x[9] = std::numeric_limits<float>::infinity();
   auto q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
@@ -256,13 +256,42 @@ TEST(MatrixViewFp8Test, QuantizeToFp8RefusesNonFiniteAndBadK) {
   EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(q.status().message()), HasSubstr("element 9"));
   x[9] = 1.0f;
-  // As B, K is the 4 rows: no block scales.
-  q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
-                    {DType::kFp8E5m2, ScaleMode::kBlock, OperandRole::kB, false});
-  EXPECT_THAT(std::string(q.status().message()), HasSubstr("multiple of 128"));
   q = QuantizeToFp8(MatrixView(x.data(), 4, 128),
                     {DType::kBf16, ScaleMode::kTensor, OperandRole::kA, false});
   EXPECT_THAT(std::string(q.status().message()), HasSubstr("format"));
+}
+
+TEST(MatrixViewFp8Test, BlockScalesTakeAnyKWithAPartialLastBlock) {
+  // A: 2 x 1000 (K = 1000): 2 x 8 scales, the eighth block 104 wide. B:
+  // 1000 x 3: 8 x 1. As B, a 4 x 128 matrix has K = 4: one block.
+  std::vector<float> a(2 * 1000, 1.0f), b(1000 * 3, 0.5f);
+  a[999] = 4.0f;  // the partial block's amax in row 0
+  const QuantizedMatrix qa = QuantizeOrDie(
+      MatrixView(a.data(), 2, 1000), {DType::kFp8E4m3, ScaleMode::kBlock, OperandRole::kA, false});
+  ASSERT_EQ(qa.scales.size(), 2u * 8);
+  EXPECT_EQ(qa.scales[7], 4.0f / 448.0f);
+  EXPECT_EQ(qa.scales[6], 1.0f / 448.0f);
+  EXPECT_EQ(qa.scales[15], 1.0f / 448.0f);
+  const QuantizedMatrix qb = QuantizeOrDie(
+      MatrixView(b.data(), 1000, 3), {DType::kFp8E5m2, ScaleMode::kBlock, OperandRole::kB, false});
+  EXPECT_EQ(qb.scales.size(), 8u);
+  const std::vector<float> x(4 * 128, 1.0f);
+  const QuantizedMatrix qx = QuantizeOrDie(
+      MatrixView(x.data(), 4, 128), {DType::kFp8E5m2, ScaleMode::kBlock, OperandRole::kB, false});
+  EXPECT_EQ(qx.scales.size(), 1u);
+
+  ProblemOptions o;
+  o.output_dtype = DType::kFp32;
+  auto p = MakeProblem(qa.view(), qb.view(), o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->k(), 1000u);
+  EXPECT_EQ(p->a().scales().data().size(), 2u * 8 * sizeof(float));
+  EXPECT_EQ(p->b().scales().data().size(), 8u * sizeof(float));
+  auto ref = ViewProblem(*p);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  const std::vector<double> d = ReferenceGemm(*ref);
+  EXPECT_NEAR(d[0], (999 + 4) * 0.5, 1e-3);  // row 0 of A: 999 ones and a 4
+  EXPECT_NEAR(d[3], 1000 * 0.5, 1e-3);
 }
 
 TEST(MatrixViewFp8Test, AddProblemCarriesScalesTypesAndTheOptIn) {

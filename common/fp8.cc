@@ -116,12 +116,8 @@ uint8_t FloatToFp8(double x, DType format) {
 
 const char* OperandName(OperandRole operand) { return operand == OperandRole::kA ? "a" : "b"; }
 
-bool ScaleModeAllowsK(ScaleMode mode, uint64_t k) {
-  return mode != ScaleMode::kBlock || k % kFp8BlockK == 0;
-}
-
 uint64_t ScaleCount(const Fp8Operand& g) {
-  const uint64_t outer = g.outer(), k_blocks = g.k() / kFp8BlockK;
+  const uint64_t outer = g.outer(), k_blocks = Fp8KBlocks(g.k());
   switch (g.mode) {
     case ScaleMode::kNone:
       return 0;
@@ -147,7 +143,7 @@ uint64_t ScaleIndex(const Fp8Operand& g, uint64_t row, uint64_t col) {
     case ScaleMode::kChannel:
       return o;
     case ScaleMode::kBlock:
-      if (g.operand == OperandRole::kA) return o * (g.k() / kFp8BlockK) + kk / kFp8BlockK;
+      if (g.operand == OperandRole::kA) return o * Fp8KBlocks(g.k()) + kk / kFp8BlockK;
       return (kk / kFp8BlockK) * ((g.outer() + kFp8BlockK - 1) / kFp8BlockK) + o / kFp8BlockK;
   }
   return 0;

@@ -14,9 +14,11 @@
 // where i < M indexes rows of op(A), j < N columns of op(B), k < K.
 //   kTensor:  one scale for the operand.
 //   kChannel: A: M scales, one per row i of op(A); B: N, one per column j.
-//   kBlock:   K a multiple of 128 (kFp8BlockK). A: M x (K/128), row-major,
-//             the scale of (i, k) at i * (K/128) + k/128 (1 x 128 blocks).
-//             B: (K/128) x ceil(N/128), row-major, the scale of (k, j) at
+//   kBlock:   any K, in KB = ceil(K/128) blocks of 128 (kFp8BlockK) along
+//             K, the last one partial where K % 128 != 0 (it holds only the
+//             real elements: its amax is over them). A: M x KB, row-major,
+//             the scale of (i, k) at i * KB + k/128 (1 x 128 blocks).
+//             B: KB x ceil(N/128), row-major, the scale of (k, j) at
 //             (k/128) * ceil(N/128) + j/128 (128 x 128 blocks).
 //
 // Quantization of a group (the tensor, a channel, a block):
@@ -63,6 +65,10 @@ enum class OperandRole { kA, kB };
 
 constexpr uint64_t kFp8BlockK = 128;
 
+// Blocks of block scales along K: ceil(k / 128), the last one partial
+// where k % 128 != 0.
+constexpr uint64_t Fp8KBlocks(uint64_t k) { return (k + kFp8BlockK - 1) / kFp8BlockK; }
+
 const char* OperandName(OperandRole operand);   // "a", "b"
 
 // An FP8 operand as stored (rows x cols in `layout`; op(X) = X^T when
@@ -91,9 +97,6 @@ struct Fp8Quantization {
   OperandRole operand = OperandRole::kA;
   bool transposed = false;
 };
-
-// Whether `mode` allows this K (kBlock: a multiple of kFp8BlockK).
-bool ScaleModeAllowsK(ScaleMode mode, uint64_t k);
 
 // Scales `g` needs: 1, outer, or the block grid above (0 for kNone).
 uint64_t ScaleCount(const Fp8Operand& g);

@@ -135,9 +135,59 @@ TEST(Fp8Test, ScaleCountsAndIndicesFollowTheContract) {
   EXPECT_EQ(ScaleIndex(a, 2, 200), 2u);
   a.mode = ScaleMode::kTensor;
   EXPECT_EQ(ScaleCount(a), 1u);
-  EXPECT_TRUE(ScaleModeAllowsK(ScaleMode::kBlock, 384));
-  EXPECT_FALSE(ScaleModeAllowsK(ScaleMode::kBlock, 100));
-  EXPECT_TRUE(ScaleModeAllowsK(ScaleMode::kChannel, 100));
+}
+
+TEST(Fp8Test, BlockScalesTakeAnyKWithAPartialLastBlock) {
+  EXPECT_EQ(Fp8KBlocks(1), 1u);
+  EXPECT_EQ(Fp8KBlocks(128), 1u);
+  EXPECT_EQ(Fp8KBlocks(129), 2u);
+  EXPECT_EQ(Fp8KBlocks(1000), 8u);
+  EXPECT_EQ(Fp8KBlocks(4000), 32u);
+  // A: M = 3, K = 1000: 3 x 8 scales, (i, k) at i * 8 + k / 128.
+  const Fp8Operand a{3, 1000, Layout::kRowMajor, OperandRole::kA, false, ScaleMode::kBlock};
+  EXPECT_EQ(ScaleCount(a), 3u * 8);
+  EXPECT_EQ(ScaleIndex(a, 0, 999), 7u);
+  EXPECT_EQ(ScaleIndex(a, 2, 896), 2u * 8 + 7);
+  EXPECT_EQ(ScaleIndex(a, 2, 895), 2u * 8 + 6);
+  const Fp8Operand at{1000, 3, Layout::kColMajor, OperandRole::kA, true, ScaleMode::kBlock};
+  EXPECT_EQ(ScaleCount(at), 3u * 8);
+  EXPECT_EQ(ScaleIndex(at, 999, 1), 1u * 8 + 7);
+  // B: K = 129, N = 300: 2 x 3 blocks, the second row of them one element deep.
+  const Fp8Operand b{129, 300, Layout::kRowMajor, OperandRole::kB, false, ScaleMode::kBlock};
+  EXPECT_EQ(ScaleCount(b), 2u * 3);
+  EXPECT_EQ(ScaleIndex(b, 128, 299), 1u * 3 + 2);
+  EXPECT_EQ(ScaleIndex(b, 127, 0), 0u);
+  const Fp8Operand bt{300, 129, Layout::kRowMajor, OperandRole::kB, true, ScaleMode::kBlock};
+  EXPECT_EQ(ScaleIndex(bt, 299, 128), 1u * 3 + 2);
+  // K = 1: one block along K.
+  const Fp8Operand a1{5, 1, Layout::kRowMajor, OperandRole::kA, false, ScaleMode::kBlock};
+  EXPECT_EQ(ScaleCount(a1), 5u);
+  EXPECT_EQ(ScaleIndex(a1, 4, 0), 4u);
+}
+
+TEST(Fp8Test, APartialBlockIsScaledByItsOwnElements) {
+  // A: 2 x 130: blocks k < 128 and k = 128..129 per row. The partial blocks
+  // hold small values beside large whole blocks: their scales come from
+  // their two elements alone.
+  const Fp8Operand g{2, 130, Layout::kRowMajor, OperandRole::kA, false, ScaleMode::kBlock};
+  std::vector<float> x(2 * 130, 1000.0f);
+  x[128] = 0.5f;
+  x[129] = -0.25f;
+  x[130 + 128] = 0.0f;
+  x[130 + 129] = 0.0f;
+  std::vector<uint8_t> q(x.size());
+  std::vector<float> s(ScaleCount(g));
+  ASSERT_EQ(s.size(), 4u);
+  ASSERT_EQ(QuantizeFp8(x.data(), g, DType::kFp8E4m3, q.data(), s.data()), kQuantizeOk);
+  EXPECT_EQ(s[0], 1000.0f / 448.0f);
+  EXPECT_EQ(s[1], 0.5f / 448.0f);
+  EXPECT_EQ(s[2], 1000.0f / 448.0f);
+  EXPECT_EQ(s[3], 1.0f);  // an all-zero partial block
+  std::vector<float> back(x.size());
+  DequantizeFp8(q.data(), DType::kFp8E4m3, g, s.data(), back.data());
+  EXPECT_EQ(back[128], 0.5f);
+  EXPECT_EQ(back[129], -0.25f);
+  EXPECT_EQ(back[130 + 129], 0.0f);
 }
 
 TEST(Fp8Test, ScaleRuleForAmax) {
@@ -162,31 +212,36 @@ TEST(Fp8Test, QuantizeRoundTripsWithinHalfAStepInEveryMode) {
       for (bool transposed : {false, true}) {
         for (Layout layout : {Layout::kRowMajor, Layout::kColMajor}) {
           for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
-            // K = 256 (two blocks), the outer dimension 130 (a partial block).
-            Fp8Operand g{0, 0, layout, op, transposed, mode};
-            g.rows = g.outer_is_row() ? 130 : 256;
-            g.cols = g.outer_is_row() ? 256 : 130;
-            std::vector<float> x(g.rows * g.cols);
-            // Magnitudes over many octaves, so that groups differ.
-            std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-            std::uniform_int_distribution<int> octave(-12, 12);
-            for (float& v : x) v = std::ldexp(unit(rng), octave(rng));
-            std::vector<uint8_t> q(x.size());
-            std::vector<float> s(ScaleCount(g)), back(x.size()), amax(s.size(), 0.0f);
-            ASSERT_EQ(QuantizeFp8(x.data(), g, format, q.data(), s.data()), kQuantizeOk);
-            DequantizeFp8(q.data(), format, g, s.data(), back.data());
-            for (uint64_t r = 0; r < g.rows; ++r) {
-              for (uint64_t c = 0; c < g.cols; ++c) {
-                const uint64_t e = layout == Layout::kRowMajor ? r * g.cols + c : c * g.rows + r;
-                const uint64_t i = ScaleIndex(g, r, c);
-                amax[i] = std::max(amax[i], std::fabs(x[e]));
-                const double err = std::fabs(static_cast<double>(back[e]) - x[e]);
-                const double step = std::max(std::fabs(x[e]) * eps,
-                                             std::ldexp(double{s[i]}, emin - m - 1));
-                EXPECT_LE(err, step * (1 + 1e-6)) << ScaleModeName(mode) << " " << x[e];
+            for (uint64_t k : {256, 1000, 129, 1}) {
+              // K = 256 (two blocks) or ragged (a partial last block along K),
+              // the outer dimension 130 (a partial block along N for B).
+              Fp8Operand g{0, 0, layout, op, transposed, mode};
+              g.rows = g.outer_is_row() ? 130 : k;
+              g.cols = g.outer_is_row() ? k : 130;
+              std::vector<float> x(g.rows * g.cols);
+              // Magnitudes over many octaves, so that groups differ.
+              std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+              std::uniform_int_distribution<int> octave(-12, 12);
+              for (float& v : x) v = std::ldexp(unit(rng), octave(rng));
+              std::vector<uint8_t> q(x.size());
+              std::vector<float> s(ScaleCount(g)), back(x.size()), amax(s.size(), 0.0f);
+              ASSERT_EQ(QuantizeFp8(x.data(), g, format, q.data(), s.data()), kQuantizeOk);
+              DequantizeFp8(q.data(), format, g, s.data(), back.data());
+              for (uint64_t r = 0; r < g.rows; ++r) {
+                for (uint64_t c = 0; c < g.cols; ++c) {
+                  const uint64_t e =
+                      layout == Layout::kRowMajor ? r * g.cols + c : c * g.rows + r;
+                  const uint64_t i = ScaleIndex(g, r, c);
+                  amax[i] = std::max(amax[i], std::fabs(x[e]));
+                  const double err = std::fabs(static_cast<double>(back[e]) - x[e]);
+                  const double step = std::max(std::fabs(x[e]) * eps,
+                                               std::ldexp(double{s[i]}, emin - m - 1));
+                  EXPECT_LE(err, step * (1 + 1e-6))
+                      << ScaleModeName(mode) << " K " << k << " " << x[e];
+                }
               }
+              for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(s[i], amax[i] / Fp8Max(format));
             }
-            for (size_t i = 0; i < s.size(); ++i) EXPECT_EQ(s[i], amax[i] / Fp8Max(format));
           }
         }
       }

@@ -78,13 +78,19 @@ TEST(Fp8Args, NeedsScales) {
   ExpectRefused(g, absl::StatusCode::kInvalidArgument, "a_scale.ptr");
 }
 
-TEST(Fp8Args, BlockScalesNeedWholeKBlocks) {
-  GemmArguments g = Fp8Args();
-  g.k = 384 + 16;
-  g.a.ld = g.b.ld = g.k;
-  EXPECT_TRUE(Gemm::CanImplement(g).ok());  // tensor and channel scales take any K
-  g.b_scale.mode = ScaleMode::kBlock;
-  ExpectRefused(g, absl::StatusCode::kInvalidArgument, "b_scale.mode block");
+TEST(Fp8Args, BlockScalesTakeAnyK) {
+  // The last block along K is partial where K % 128 != 0.
+  for (int64_t k : {1, 16, 127, 129, 400, 1000, 4000}) {
+    for (ScaleMode sa : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock})
+      for (ScaleMode sb : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+        GemmArguments g = Fp8Args();
+        g.k = k;
+        g.a.ld = g.b.ld = g.k;
+        g.a_scale.mode = sa;
+        g.b_scale.mode = sb;
+        EXPECT_TRUE(Gemm::CanImplement(g).ok()) << "k " << k << ": " << Gemm::CanImplement(g);
+      }
+  }
 }
 
 TEST(Fp8Args, ScalesOnWideTypesAreRefused) {
@@ -118,6 +124,14 @@ TEST(Fp8Args, ScaleCounts) {
   EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kChannel, nullptr}, false), 200);
   EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kBlock, nullptr}, true), 300 * 4);
   EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kBlock, nullptr}, false), 4 * 2);
+  // ceil(K / 128) blocks along K: K = 1000 has 7 whole and one of 104.
+  const int64_t ks[][2] = {{1, 1}, {127, 1}, {128, 1}, {129, 2}, {1000, 8}, {4000, 32}};
+  for (const auto& [k, blocks] : ks) {
+    g.k = k;
+    EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kBlock, nullptr}, true), 300 * blocks) << k;
+    EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kBlock, nullptr}, false), blocks * 2) << k;
+    EXPECT_EQ(Gemm::ScaleCount(g, {ScaleMode::kChannel, nullptr}, true), 300) << k;
+  }
 }
 
 TEST(Fp8Args, ColumnMajorDExchangesFormatsAndScales) {

@@ -15,6 +15,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -57,6 +58,10 @@ struct Case {
   ScaleMode sa = ScaleMode::kTensor, sb = ScaleMode::kTensor;
   DataType out = DataType::kBf16;
   Layout d_layout = Layout::kRowMajor;
+  // Row pitch of A and B along K in elements (bytes): 0 is k; a larger one
+  // puts K off TMA's 16-byte grid (K = 1000, 129, 1) on it, the padding
+  // filled with NaN codes that must not be read.
+  int64_t ld_k = 0;
   float alpha = 1.0f, beta = 0.0f;
   TileHint hint = TileHint::kAuto;
   int check_rows = 0;  // 0: every row
@@ -72,9 +77,10 @@ std::string Describe(const Case& c) {
 }
 
 // The group an element of an operand belongs to under `mode` (for one batch
-// member): its index in the scale layout of gemm.h.
+// member): its index in the scale layout of gemm.h (ceil(k / 128) blocks
+// along K, the last one partial).
 int64_t GroupOf(ScaleMode mode, bool is_a, int64_t i_or_j, int64_t kk, int64_t k, int64_t n) {
-  const int64_t kb = kk / 128, k_blocks = k / 128, n_blocks = (n + 127) / 128;
+  const int64_t kb = kk / 128, k_blocks = (k + 127) / 128, n_blocks = (n + 127) / 128;
   switch (mode) {
     case ScaleMode::kTensor:
       return 0;
@@ -188,8 +194,9 @@ class Fp8GemmGpuTest : public ::testing::Test {
     args.batch_count = c.batch;
     args.alpha = c.alpha;
     args.beta = c.beta;
-    args.a = {nullptr, c.a, Layout::kRowMajor, c.k, c.m * c.k};
-    args.b = {nullptr, c.b, Layout::kColMajor, c.k, c.n * c.k};
+    const int64_t ld = c.ld_k > 0 ? c.ld_k : c.k;
+    args.a = {nullptr, c.a, Layout::kRowMajor, ld, c.m * ld};
+    args.b = {nullptr, c.b, Layout::kColMajor, ld, c.n * ld};
     args.a_scale.mode = c.sa;
     args.b_scale.mode = c.sb;
     const int64_t a_groups = Gemm::ScaleCount(args, args.a_scale, true);
@@ -207,14 +214,25 @@ class Fp8GemmGpuTest : public ::testing::Test {
     std::uniform_real_distribution<float> cu(-2.0f, 2.0f);
     for (size_t i = 0; i < d_bytes / os; ++i) EncodeOut(c.out, cu(rng), &c_host[i * os]);
 
+    // Codes at row pitch ld, the padding NaN (0x7f in both formats).
+    auto pitched = [&c, ld](const std::vector<uint8_t>& codes, int64_t rows) {
+      if (ld == c.k) return codes;
+      std::vector<uint8_t> out(static_cast<size_t>(c.batch * rows * ld), 0x7f);
+      for (int64_t r = 0; r < c.batch * rows; ++r)
+        std::memcpy(&out[static_cast<size_t>(r * ld)], &codes[static_cast<size_t>(r * c.k)],
+                    static_cast<size_t>(c.k));
+      return out;
+    };
+    const std::vector<uint8_t> a_codes = pitched(a.codes, c.m);
+    const std::vector<uint8_t> b_codes = pitched(b.codes, c.n);
     void *da, *db, *dsa, *dsb, *dd, *dc = nullptr;
-    CUDA_OK(cudaMalloc(&da, a.codes.size()));
-    CUDA_OK(cudaMalloc(&db, b.codes.size()));
+    CUDA_OK(cudaMalloc(&da, a_codes.size()));
+    CUDA_OK(cudaMalloc(&db, b_codes.size()));
     CUDA_OK(cudaMalloc(&dsa, a.scales.size() * 4));
     CUDA_OK(cudaMalloc(&dsb, b.scales.size() * 4));
     CUDA_OK(cudaMalloc(&dd, d_bytes));
-    CUDA_OK(cudaMemcpy(da, a.codes.data(), a.codes.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(db, b.codes.data(), b.codes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(da, a_codes.data(), a_codes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db, b_codes.data(), b_codes.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dsa, a.scales.data(), a.scales.size() * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dsb, b.scales.data(), b.scales.size() * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(dd, 0xFF, d_bytes));
@@ -346,6 +364,48 @@ TEST_F(Fp8GemmGpuTest, OddShapesAndKTails) {
       c.out = DataType::kFp32;
       Run(c);
     }
+}
+
+TEST_F(Fp8GemmGpuTest, BlockScalesWithRaggedK) {
+  // K % 128 != 0 with block scales: ceil(K / 128) blocks along K, the last
+  // one partial (its scale from its real elements' amax, the K tail
+  // zero-padded by the kernel); block on both operands and beside tensor
+  // and channel scales. Rows padded to 16 bytes where K is off the grid.
+  const int64_t ks[] = {1000, 1, 129, 4000};
+  const std::pair<ScaleMode, ScaleMode> modes[] = {
+      {ScaleMode::kBlock, ScaleMode::kBlock},   {ScaleMode::kBlock, ScaleMode::kTensor},
+      {ScaleMode::kBlock, ScaleMode::kChannel}, {ScaleMode::kTensor, ScaleMode::kBlock},
+      {ScaleMode::kChannel, ScaleMode::kBlock}};
+  for (int64_t k : ks)
+    for (const auto& [sa, sb] : modes) {
+      Case c;
+      c.m = 200;
+      c.n = 300;
+      c.k = k;
+      c.ld_k = (k + 15) / 16 * 16;
+      c.sa = sa;
+      c.sb = sb;
+      c.out = DataType::kFp32;
+      Run(c);
+    }
+}
+
+TEST_F(Fp8GemmGpuTest, BlockScalesWithRaggedKBatchedWithBeta) {
+  for (int64_t k : {1000, 4000}) {
+    Case c;
+    c.m = 130;
+    c.n = 260;
+    c.k = k;
+    c.ld_k = (k + 15) / 16 * 16;
+    c.batch = 3;
+    c.a = DataType::kFp8E5m2;
+    c.sa = ScaleMode::kBlock;
+    c.sb = ScaleMode::kBlock;
+    c.out = DataType::kBf16;
+    c.alpha = 0.75f;
+    c.beta = -0.5f;
+    Run(c);
+  }
 }
 
 TEST_F(Fp8GemmGpuTest, ColumnMajorDSwapsTheScales) {

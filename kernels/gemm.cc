@@ -55,8 +55,7 @@ absl::Status CheckMatrix(const char* name, const MatrixDesc& md, int64_t rows, i
 }
 
 // The FP8 rules of CanImplement: both operands FP8, each with a scale mode
-// and scales, K whole 128-blocks for block scales, and the layouts the
-// Hopper FP8 kernel reads.
+// and scales, and the layouts the Hopper FP8 kernel reads.
 absl::Status CheckFp8(const GemmArguments& args) {
   if (!::gemm::IsFp8(args.a.dtype) || !::gemm::IsFp8(args.b.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -76,14 +75,7 @@ absl::Status CheckFp8(const GemmArguments& args) {
     if (reinterpret_cast<uintptr_t>(scale.ptr) % alignof(float) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, "_scale.ptr is not 4-byte aligned"));
     }
-    if (scale.mode == ScaleMode::kBlock) {
-      block = true;
-      if (args.k % kFp8ScaleBlock != 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("k = ", args.k, " is not a multiple of ", kFp8ScaleBlock,
-                         ", which ", name, "_scale.mode block needs"));
-      }
-    }
+    if (scale.mode == ScaleMode::kBlock) block = true;
   }
   // FP8 wgmma reads K-major operands only; a transposing byte copy in front
   // of it is not built yet.
@@ -181,7 +173,7 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
 }
 
 int64_t Gemm::ScaleCount(const GemmArguments& args, const ScaleDesc& scale, bool is_a) {
-  const int64_t k_blocks = args.k / kFp8ScaleBlock;
+  const int64_t k_blocks = (args.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   const int64_t n_blocks = (args.n + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   switch (scale.mode) {
     case ScaleMode::kNone:

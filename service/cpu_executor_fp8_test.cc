@@ -122,6 +122,57 @@ TEST(CpuFp8Test, EveryFormatPairAndScaleModeMatchesTheDequantizedProduct) {
   EXPECT_EQ(checked, 36);
 }
 
+TEST(CpuFp8Test, BlockScalesWithRaggedKMatchTheDequantizedProduct) {
+  // K % 128 != 0: ceil(K / 128) blocks along K, the last one partial; block
+  // on both operands and beside tensor and channel scales.
+  std::mt19937 rng(16);
+  int checked = 0;
+  for (uint64_t k : {1, 129, 1000}) {
+    for (ScaleMode ma : kModes) {
+      for (ScaleMode mb : kModes) {
+        if (ma != ScaleMode::kBlock && mb != ScaleMode::kBlock) continue;
+        const bool ta = (checked & 1) != 0, tb = (checked & 2) != 0;
+        const Layout la = checked % 3 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+        const Layout lb = checked % 5 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+        const GemmShape s = Shape(19, 150, k, DType::kFp8E4m3, DType::kFp8E5m2, DType::kFp32, ta,
+                                  tb, la, lb, Layout::kRowMajor);
+        OwnedOperand a =
+            MakeFp8(s.input_dtype, ma, OperandRole::kA, ta, s.a_rows(), s.a_cols(), la, &rng);
+        OwnedOperand b =
+            MakeFp8(s.b_dtype(), mb, OperandRole::kB, tb, s.b_rows(), s.b_cols(), lb, &rng);
+        GemmProblemRef p;
+        p.shape = s;
+        p.a = a.ref;
+        p.b = b.ref;
+        EXPECT_LT(RunAndCompare(p, p), 1e-5) << "K " << k << " " << ScaleModeName(ma) << " x "
+                                             << ScaleModeName(mb);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 15);
+}
+
+TEST(CpuFp8Test, ThePartialLastBlockTakesItsOwnScale) {
+  // A 1 x 130 of e4m3 ones with block scales {2, 3}; B 130 x 1 ones with a
+  // tensor scale of 1: D = 128 * 2 + 2 * 3.
+  const GemmShape s = Shape(1, 1, 130, DType::kFp8E4m3, DType::kFp8E4m3, DType::kFp32, false,
+                            false, Layout::kRowMajor, Layout::kRowMajor, Layout::kRowMajor);
+  const std::string ones(130, '\x38');
+  const std::vector<float> sa = {2.0f, 3.0f}, sb = {1.0f};
+  GemmProblemRef p;
+  p.shape = s;
+  p.a = MatrixRef{ones.data(), 1, 130, Layout::kRowMajor, DType::kFp8E4m3};
+  p.a.scales = Fp8Scales{ScaleMode::kBlock, OperandRole::kA, false, sa.data(), sa.size()};
+  p.b = MatrixRef{ones.data(), 130, 1, Layout::kRowMajor, DType::kFp8E4m3};
+  p.b.scales = Fp8Scales{ScaleMode::kTensor, OperandRole::kB, false, sb.data(), sb.size()};
+  ASSERT_EQ(ScaleCount(p.a.fp8_operand()), 2u);
+  float d = 0.0f;
+  p.d = &d;
+  ASSERT_TRUE(RunCpuGemm(p).ok());
+  EXPECT_EQ(d, 262.0f);
+}
+
 TEST(CpuFp8Test, Bf16AndFp16OutputsAndBetaC) {
   std::mt19937 rng(12);
   for (DType out : {DType::kBf16, DType::kFp16}) {
@@ -169,7 +220,9 @@ TEST(CpuFp8Test, QuantizePartnerQuantizesTheOtherOperandLikeItsFp8Partner) {
     for (DType partner : {DType::kBf16, DType::kFp32}) {
       for (bool partner_is_a : {false, true}) {
         const DType format = partner_is_a ? DType::kFp8E5m2 : DType::kFp8E4m3;
-        const GemmShape s = Shape(40, 130, 256, format, format, DType::kFp32, partner_is_a,
+        // K ragged (a partial last block along K) for fp32 partners.
+        const uint64_t k = partner == DType::kFp32 ? 300 : 256;
+        const GemmShape s = Shape(40, 130, k, format, format, DType::kFp32, partner_is_a,
                                   !partner_is_a, Layout::kRowMajor, Layout::kColMajor,
                                   Layout::kRowMajor);
         OwnedOperand fp8 =

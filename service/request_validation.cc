@@ -147,7 +147,7 @@ absl::Status NoFp8Here(const BackendFeatures& features, absl::string_view field,
 // ref->scales from the request, or check the ones a server-quantized
 // resident matrix keeps.
 absl::Status CheckScales(const v1::Matrix& m, int index, absl::string_view name, OperandRole operand,
-                         bool transposed, uint64_t k, MatrixRef* ref) {
+                         bool transposed, MatrixRef* ref) {
   const std::string field = absl::StrCat(name, ".scales");
   const bool given = m.has_scales();
   if (!IsFp8(ref->dtype)) {
@@ -176,10 +176,6 @@ absl::Status CheckScales(const v1::Matrix& m, int index, absl::string_view name,
     return BadField(index, field, "an FP8 operand needs its scales (mode and fp32 values)");
   auto mode = FromProto(m.scales().mode());
   if (!mode.ok()) return BadField(index, absl::StrCat(field, ".mode"), mode.status().message());
-  if (!ScaleModeAllowsK(*mode, k))
-    return BadField(index, absl::StrCat(field, ".mode"),
-                    absl::StrCat("SCALE_MODE_BLOCK needs K to be a multiple of ", kFp8BlockK,
-                                 "; K is ", k));
   ref->scales = Fp8Scales{*mode, operand, transposed, nullptr, 0};
   const uint64_t count = ScaleCount(ref->fp8_operand());
   const std::string& data = m.scales().data();
@@ -291,10 +287,10 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
       !st.ok())
     return st;
   s.layout_b = out.b.layout;
-  if (absl::Status st = CheckScales(p.a(), index, "a", OperandRole::kA, s.transpose_a, s.k, &out.a);
+  if (absl::Status st = CheckScales(p.a(), index, "a", OperandRole::kA, s.transpose_a, &out.a);
       !st.ok())
     return st;
-  if (absl::Status st = CheckScales(p.b(), index, "b", OperandRole::kB, s.transpose_b, s.k, &out.b);
+  if (absl::Status st = CheckScales(p.b(), index, "b", OperandRole::kB, s.transpose_b, &out.b);
       !st.ok())
     return st;
   if (fp8) {
@@ -540,12 +536,6 @@ absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
                  absl::StrCat("unknown operand ", static_cast<int>(quantize.operand())));
   }
   q.transposed = quantize.transposed();
-  const Fp8Operand g{shape.rows, shape.cols, shape.layout, q.operand, q.transposed, q.mode};
-  if (!ScaleModeAllowsK(q.mode, g.k()))
-    return bad("quantize.mode",
-               absl::StrCat("SCALE_MODE_BLOCK needs K to be a multiple of ", kFp8BlockK,
-                            "; as operand ", OperandName(q.operand),
-                            q.transposed ? " transposed" : "", " this matrix has K = ", g.k()));
   return q;
 }
 

@@ -60,7 +60,8 @@ struct BackendFeatures {
 // under quantize_partner), outputs not FP8 and set explicitly, each FP8
 // operand's scales present exactly once (Matrix.scales, or kept by a
 // resident matrix the server quantized) with the count its mode needs, all
-// finite and > 0, K a multiple of 128 for block scales; scales nowhere else.
+// finite and > 0 (block scales: ceil(K/128) blocks along K); scales nowhere
+// else.
 // Without features.fp8 any FP8 input is UNIMPLEMENTED naming its dtype field.
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,

@@ -107,13 +107,37 @@ TEST(Fp8ValidationTest, ScalesMustBeFiniteAndPositive) {
   }
 }
 
-TEST(Fp8ValidationTest, BlockScalesNeedKAMultipleOf128) {
-  v1::GemmProblem p = Fp8Problem(3, 5, 100);
-  SetScales(p.mutable_a(), v1::SCALE_MODE_BLOCK, 3);
-  ExpectInvalid(Validate(p).status(), "problems[0].a.scales.mode");
-  // Channel and tensor scales take any K.
-  SetScales(p.mutable_a(), v1::SCALE_MODE_CHANNEL, 3);
-  EXPECT_TRUE(Validate(p).ok());
+TEST(Fp8ValidationTest, BlockScalesTakeAnyKWithAPartialLastBlock) {
+  // ceil(K / 128) blocks along K: A M x KB, B KB x ceil(N / 128) (N = 300: 3).
+  const uint64_t m = 3, n = 300;
+  const uint64_t cases[][2] = {{1, 1}, {100, 1}, {129, 2}, {1000, 8}, {4000, 32}};
+  for (const auto& [k, kb] : cases) {
+    for (bool transposed : {false, true}) {
+      v1::GemmProblem p = Fp8Problem(m, n, k);
+      p.set_transpose_a(transposed);
+      p.set_transpose_b(transposed);
+      SetScales(p.mutable_a(), v1::SCALE_MODE_BLOCK, m * kb);
+      SetScales(p.mutable_b(), v1::SCALE_MODE_BLOCK, kb * 3);
+      auto ok = Validate(p);
+      ASSERT_TRUE(ok.ok()) << "K " << k << ": " << ok.status();
+      EXPECT_EQ(ok->a.scales.count, m * kb);
+      EXPECT_EQ(ok->b.scales.count, kb * 3);
+      // Block beside tensor and channel scales.
+      SetScales(p.mutable_b(), v1::SCALE_MODE_CHANNEL, n);
+      EXPECT_TRUE(Validate(p).ok()) << "K " << k << ": " << Validate(p).status();
+      SetScales(p.mutable_a(), v1::SCALE_MODE_TENSOR, 1);
+      SetScales(p.mutable_b(), v1::SCALE_MODE_BLOCK, kb * 3);
+      EXPECT_TRUE(Validate(p).ok()) << "K " << k << ": " << Validate(p).status();
+      // The count of whole blocks only (K / 128) is refused, naming the data.
+      if (k % 128 != 0 && k > 128) {
+        SetScales(p.mutable_b(), v1::SCALE_MODE_BLOCK, (k / 128) * 3);
+        ExpectInvalid(Validate(p).status(), "problems[0].b.scales.data");
+        SetScales(p.mutable_b(), v1::SCALE_MODE_TENSOR, 1);
+        SetScales(p.mutable_a(), v1::SCALE_MODE_BLOCK, m * (k / 128));
+        ExpectInvalid(Validate(p).status(), "problems[0].a.scales.data");
+      }
+    }
+  }
 }
 
 TEST(Fp8ValidationTest, MissingOrUnspecifiedScalesNameTheField) {
@@ -297,16 +321,16 @@ TEST(Fp8ValidationTest, QuantizationOfARegisteredMatrix) {
   ASSERT_TRUE(q->has_value());
   EXPECT_EQ((*q)->mode, ScaleMode::kBlock);
   EXPECT_EQ((*q)->operand, OperandRole::kB);
-  // As B, K is the rows: 70 columns do not matter, 100 rows do.
-  ExpectInvalid(ValidateQuantization(true, Quantization(v1::SCALE_MODE_BLOCK, v1::OPERAND_B),
-                                     Shape(100, 256), {})
-                    .status(),
-                "quantize.mode");
-  // As A, K is the columns (the rows when transposed).
+  // Block scales take any K (a partial last block along it): as B, K is
+  // the rows; as A the columns (the rows when transposed).
+  EXPECT_TRUE(ValidateQuantization(true, Quantization(v1::SCALE_MODE_BLOCK, v1::OPERAND_B),
+                                   Shape(100, 256), {})
+                  .ok());
   v1::Quantization at = Quantization(v1::SCALE_MODE_BLOCK, v1::OPERAND_A);
   at.set_transposed(true);
   EXPECT_TRUE(ValidateQuantization(true, at, Shape(256, 70), {}).ok());
-  EXPECT_FALSE(ValidateQuantization(true, at, Shape(70, 256), {}).ok());
+  EXPECT_TRUE(ValidateQuantization(true, at, Shape(1000, 70), {}).ok());
+  EXPECT_TRUE(ValidateQuantization(true, at, Shape(70, 256), {}).ok());
 }
 
 TEST(Fp8ValidationTest, QuantizationFieldsNameThemselves) {
@@ -408,7 +432,7 @@ TEST_F(QuantizedResidentTest, ItServesOnlyAsTheOperandAndTransposeItWasQuantized
   ExpectInvalid(Check(p).status(), "problems[0].b.handle");  // registered as e5m2
   p = Problem();
   p.set_n(256);
-  p.set_k(5);  // K = 5 cannot be block-scaled, and B would be transposed
+  p.set_k(5);  // B would be transposed; it was quantized as B not transposed
   p.set_transpose_b(true);
   p.mutable_a()->set_data(std::string(3 * 5, '\x38'));
   ExpectInvalid(Check(p).status(), "problems[0].b.handle");

@@ -19,7 +19,7 @@ struct Fp8Scales {
   // fp32 values per batch member (0 when batch == 1).
   int64_t a_member;
   int64_t b_member;
-  int k_blocks;  // K / 128: the row length of the block layouts
+  int k_blocks;  // ceil(K / 128): the row length of A's block layout, rows of B's
   int n_blocks;  // ceil(N / 128): the row length of B's block layout
   // Scaled kernels: k-blocks whose wgmma results one temporary accumulator
   // collects before it is scaled and added to the fp32 accumulator (1 with

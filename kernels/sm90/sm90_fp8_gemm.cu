@@ -22,6 +22,8 @@ using sm90::E5m2;
 using sm90::Fp8KernelParams;
 
 constexpr int kBk = 128;  // elements (bytes) of one k-block
+static_assert(kBk == kFp8ScaleBlock,
+              "the scaled kernel applies block scale kb to k-block kb of its k-loop");
 
 bool EncodeFp8Operand(const TmaOperandParams& tp, const void* base, CUtensorMap* out,
                       std::string* error) {
@@ -209,8 +211,8 @@ std::unique_ptr<KernelPlan> MakeSm90Fp8Plan(const NormalizedProblem& p, const Fp
     *error = "block scales need the 128x128 FP8 kernel (it applies them per k-block)";
     return nullptr;
   }
-  if (block && (p.k % kBk != 0 || promote_every != 1)) {
-    *error = "block scales: K a multiple of 128, promotion every k-block";
+  if (block && promote_every != 1) {
+    *error = "block scales: promotion every k-block";
     return nullptr;
   }
   if (promote_every < 1) {
@@ -270,7 +272,9 @@ std::unique_ptr<KernelPlan> MakeSm90Fp8Plan(const NormalizedProblem& p, const Fp
   s.b = f.b_scale.ptr;
   s.a_mode = static_cast<int>(f.a_scale.mode);
   s.b_mode = static_cast<int>(f.b_scale.mode);
-  const int64_t k_blocks = p.k / kBk;
+  // Block scales: one per k-block, the last one partial where K % 128 != 0
+  // (the same ceil as kp.k_blocks, so the k-loop's last block reads it).
+  const int64_t k_blocks = (p.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   const int64_t n_blocks = (p.n + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
   s.k_blocks = static_cast<int>(k_blocks);
   s.n_blocks = static_cast<int>(n_blocks);

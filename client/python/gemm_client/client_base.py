@@ -168,10 +168,6 @@ class ClientBase:
                                        f"matrices, this one is {op.dtype.name}")
             try:
                 q = quantize.checked()
-                k = op.rows if (q.operand == "a") == q.transposed else op.cols
-                if q.mode == "block" and k % fp8.BLOCK_K:
-                    raise ValueError(f"quantize.mode: block scales need K a multiple of "
-                                     f"{fp8.BLOCK_K}, K is {k}")
                 op.quantize = q.to_proto()
             except ValueError as e:
                 raise invalid_argument(str(e)) from None

@@ -10,9 +10,11 @@ the operand the matrix is in a problem (A is M x K, B is K x N):
 
   tensor:  one scale.
   channel: A: M scales, one per row i of op(A); B: N, one per column j.
-  block:   K a multiple of 128. A: M x (K/128) row-major, the scale of
-           (i, k) at i * (K/128) + k/128. B: (K/128) x ceil(N/128)
-           row-major, the scale of (k, j) at (k/128) * ceil(N/128) + j/128.
+  block:   any K, in KB = ceil(K/128) blocks along K, the last one partial
+           where K % 128 != 0 (its scale from its real elements only).
+           A: M x KB row-major, the scale of (i, k) at i * KB + k/128.
+           B: KB x ceil(N/128) row-major, the scale of (k, j) at
+           (k/128) * ceil(N/128) + j/128.
 
 Quantization of a group (the tensor, a channel, a block): amax = max |x|;
 scale = fp32(amax / FMT_MAX), 1 where amax is 0 and at least the smallest
@@ -175,7 +177,7 @@ def scale_count(shape, mode, operand, transposed=False):
         return 1
     if mode == "channel":
         return outer
-    kb, ob = k // BLOCK_K, -(-outer // BLOCK_K)
+    kb, ob = -(-k // BLOCK_K), -(-outer // BLOCK_K)
     return outer * kb if operand == "a" else kb * ob
 
 
@@ -188,11 +190,11 @@ def _per_element(scales, shape, mode, operand, transposed):
     elif mode == "channel":
         grid = np.broadcast_to(s[:, None], (outer, k))
     elif operand == "a":
-        grid = np.repeat(s.reshape(outer, k // BLOCK_K), BLOCK_K, axis=1)
+        grid = np.repeat(s.reshape(outer, -(-k // BLOCK_K)), BLOCK_K, axis=1)[:, :k]
     else:
         ob = -(-outer // BLOCK_K)
-        grid = np.repeat(np.repeat(s.reshape(k // BLOCK_K, ob).T, BLOCK_K, axis=0)[:outer],
-                         BLOCK_K, axis=1)
+        grid = np.repeat(np.repeat(s.reshape(-(-k // BLOCK_K), ob).T, BLOCK_K, axis=0)[:outer],
+                         BLOCK_K, axis=1)[:, :k]
     return grid if outer_is_row else grid.T
 
 
@@ -204,12 +206,16 @@ def _amax(x, mode, operand, transposed):
         return np.array([xo.max()], dtype=np.float32)
     if mode == "channel":
         return xo.max(axis=1)
-    kb = k // BLOCK_K
+    # Zeros pad K (and B's N) to whole blocks: |x| >= 0, so a partial
+    # block's amax is that of its real elements.
+    kb = -(-k // BLOCK_K)
     if operand == "a":
-        return xo.reshape(outer, kb, BLOCK_K).max(axis=2).reshape(-1)
+        padded = np.zeros((outer, kb * BLOCK_K), dtype=np.float32)
+        padded[:, :k] = xo
+        return padded.reshape(outer, kb, BLOCK_K).max(axis=2).reshape(-1)
     ob = -(-outer // BLOCK_K)
-    padded = np.zeros((ob * BLOCK_K, k), dtype=np.float32)
-    padded[:outer] = xo
+    padded = np.zeros((ob * BLOCK_K, kb * BLOCK_K), dtype=np.float32)
+    padded[:outer, :k] = xo
     return padded.reshape(ob, BLOCK_K, kb, BLOCK_K).max(axis=(1, 3)).T.reshape(-1)
 
 
@@ -304,9 +310,6 @@ def check_scales(scales, shape, mode, operand, transposed, field):
     if s.dtype.kind not in "fiu":
         raise ValueError(f"{field}: scales must be float32 numbers, got {s.dtype}")
     s = np.ascontiguousarray(s, dtype=np.float32).reshape(-1)
-    _, k, _ = _geometry(shape, operand, transposed)
-    if mode == "block" and k % BLOCK_K != 0:
-        raise ValueError(f"{field}: block scales need K a multiple of {BLOCK_K}, K is {k}")
     need = scale_count(shape, mode, operand, transposed)
     if s.size != need:
         raise ValueError(f"{field}: {mode} scales of operand {operand} with a "
@@ -326,16 +329,13 @@ def quantize(x, format="e4m3", mode="tensor", operand="a",  # pylint: disable=re
     (C- or Fortran-ordered as x is) and scales laid out for `operand` ("a" or
     "b") of problems that transpose it or not. `format`, `mode`, `operand`
     and `transposed` may also come as one Fp8Quantization in `format`.
-    ValueError for a NaN or infinity (naming its index), block mode with K
-    not a multiple of 128, or a bad argument."""
+    ValueError for a NaN or infinity (naming its index) or a bad argument.
+    Block scales take any K (a partial last block along K)."""
     if isinstance(format, Fp8Quantization):
         q = format.checked()
     else:
         q = Fp8Quantization(format, mode, operand, transposed).checked("")
     values = _float32_source(x, "x")
-    _, k, _ = _geometry(values.shape, q.operand, q.transposed)
-    if q.mode == "block" and k % BLOCK_K != 0:
-        raise ValueError(f"mode: block scales need K a multiple of {BLOCK_K}, K is {k}")
     finite = np.isfinite(values)
     if not finite.all():
         i, j = np.argwhere(~finite)[0]

@@ -149,17 +149,19 @@ class QuantizeTest(unittest.TestCase):
             gemm_client.quantize_fp8(x, "e4m3", "row")
         with self.assertRaisesRegex(ValueError, "operand"):
             gemm_client.quantize_fp8(x, "e4m3", "tensor", "c")
-        with self.assertRaisesRegex(ValueError, "multiple of 128"):
-            gemm_client.quantize_fp8(x, "e4m3", "block", "a")
+        # Block scales take any K: K = 100 is one partial block per row.
+        self.assertEqual(gemm_client.quantize_fp8(x, "e4m3", "block", "a").scales.size, 4)
         with self.assertRaisesRegex(ValueError, "x: quantizes"):
             gemm_client.quantize_fp8(x.astype(np.float64))
 
     def test_every_mode_layout_and_count(self):
-        # Stored 200 x 256 (or its transpose): every group's amax sits at a
-        # known element, so each scale's position is checked, not only its count.
-        for fmt, mode, role, transposed in itertools.product(FORMATS, MODES, "ab",
-                                                             (False, True)):
-            outer, k = (200, 256)
+        # Stored 200 x K (or its transpose), K whole blocks or ragged (a
+        # partial last block along K): every group's amax sits at a known
+        # element, so each scale's position is checked, not only its count.
+        for fmt, mode, role, transposed, k in itertools.product(FORMATS, MODES, "ab",
+                                                                (False, True), (256, 1000, 129)):
+            outer = 200
+            kb = -(-k // 128)
             x = self.rng.uniform(-1, 1, (outer, k)).astype(np.float32)  # op coordinates
             o, kk = np.meshgrid(np.arange(outer), np.arange(k), indexing="ij")
             if mode == "tensor":
@@ -167,10 +169,10 @@ class QuantizeTest(unittest.TestCase):
             elif mode == "channel":
                 group, count = o, outer
             elif role == "a":
-                group, count = o * (k // 128) + kk // 128, outer * (k // 128)
+                group, count = o * kb + kk // 128, outer * kb
             else:
                 ob = -(-outer // 128)
-                group, count = (kk // 128) * ob + o // 128, (k // 128) * ob
+                group, count = (kk // 128) * ob + o // 128, kb * ob
             amax = np.arange(1, count + 1, dtype=np.float32) * 2.0
             x = np.clip(x, -1, 1)
             for g in range(count):
@@ -181,7 +183,7 @@ class QuantizeTest(unittest.TestCase):
             for order in ("C", "F"):
                 arr = np.asarray(stored, order=order)
                 m = gemm_client.quantize_fp8(arr, fmt, mode, role, transposed)
-                what = f"{fmt} {mode} {role} transposed={transposed} {order}"
+                what = f"{fmt} {mode} {role} transposed={transposed} K={k} {order}"
                 self.assertEqual(m.scales.size, count, what)
                 self.assertEqual(m.scales.size, fp8.scale_count(arr.shape, mode, role,
                                                                 transposed), what)
@@ -275,8 +277,14 @@ class ProblemCheckTest(unittest.TestCase):
         self.assert_refused(r"b: a partner quantized by the server must be float32 or bf16",
                             b=np.ones((128, 3), np.float16), quantize_partner=True)
         self.assert_refused(r"quantize_partner: a and b are both FP8", quantize_partner=True)
-        self.assert_refused(r"block scales need K a multiple of 128, K is 100",
-                            a=Fp8Matrix(np.zeros((4, 100), np.uint8), np.ones(4), "e4m3",
+        # Block scales with K = 100: one partial block along K; the count of
+        # whole blocks (none) is refused.
+        self.assertEqual(self.prepare(a=Fp8Matrix(np.zeros((4, 100), np.uint8), np.ones(4),
+                                                  "e4m3", "block"),
+                                      b=Fp8Matrix(np.zeros((100, 3), np.uint8), [1.0],
+                                                  "e4m3")).proto.k, 100)
+        self.assert_refused(r"a\.scales: block scales .* need 4 values, got 0",
+                            a=Fp8Matrix(np.zeros((4, 100), np.uint8), np.ones(0), "e4m3",
                                         "block"),
                             b=Fp8Matrix(np.zeros((100, 3), np.uint8), [1.0], "e4m3"))
 
