@@ -60,10 +60,12 @@ struct MatrixDesc {
 // values per batch member, members back to back:
 //   kTensor:  one value.
 //   kChannel: A: m values (row i at i); B: n values (column j at j).
-//   kBlock:   k % 128 == 0. A: 1 x 128 blocks, m x (k / 128) row-major, the
-//             scale of (i, kk) at i * (k / 128) + kk / 128; B: 128 x 128
-//             blocks, (k / 128) x ceil(n / 128) row-major, the scale of
-//             (kk, j) at (kk / 128) * ceil(n / 128) + j / 128.
+//   kBlock:   any k, in kb = ceil(k / 128) blocks along K, the last one
+//             partial where k % 128 != 0 (its scale covers the remaining
+//             elements; the kernel zero-pads the K tail). A: 1 x 128
+//             blocks, m x kb row-major, the scale of (i, kk) at i * kb +
+//             kk / 128; B: 128 x 128 blocks, kb x ceil(n / 128) row-major,
+//             the scale of (kk, j) at (kk / 128) * ceil(n / 128) + j / 128.
 // 16-bit and fp32 operands take kNone (and FP8 operands need another mode).
 // The service's ScaleMode (common/types.h), as DataType is its DType.
 using ScaleMode = ::gemm::ScaleMode;
