@@ -62,7 +62,7 @@ declare -A TARGETS=(
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
   [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
-  [fp8]="//kernels:fp8_gemm_gpu_test //bench:fp8_bench"
+  [fp8]="//kernels:fp8_gemm_gpu_test //tests:gpu_fp8_server_test //bench:fp8_bench //bench:fp8_service_bench"
 )
 SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism fp8"
 declare -A ABOUT=(
@@ -79,7 +79,7 @@ declare -A ABOUT=(
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
   [determinism]="batch-invariant results: the determinism GPU test (writes its digests), then the contract's cost"
-  [fp8]="FP8 kernel: GPU test, sanitizer; precision at long K; beside cuBLASLt FP8 and our bf16 kernel"
+  [fp8]="FP8 kernel and FP8 served by the CUDA backend: GPU tests, sanitizer; precision at long K; beside cuBLASLt FP8 and our bf16 kernel"
 )
 
 die() {
@@ -396,9 +396,15 @@ tests_fp8() {
   sass_check "$1" fp8_gemm_gpu_test
   gtest "$1" "$2" 300 fp8_gemm_gpu_test || return 1
   sanitize "$1" "$2" memcheck 150 "$2_memcheck_fp8.log" fp8_gemm_gpu_test \
-    'Fp8GemmGpuTest.EveryScaleModePair:Fp8GemmGpuTest.OddShapesAndKTails:Fp8GemmGpuTest.Batched'
+    'Fp8GemmGpuTest.EveryScaleModePair:Fp8GemmGpuTest.OddShapesAndKTails:Fp8GemmGpuTest.Batched:Fp8GemmGpuTest.OperandsThatAreNotKMajorOrOffTheGridRunFromCopies'
+  gtest "$1" "$2" $((SOAK + 300)) gpu_fp8_server_test --fp8_soak_seconds="$SOAK" || return 1
+  sanitize "$1" "$2" memcheck 300 "$2_memcheck_fp8_server.log" gpu_fp8_server_test \
+    'GpuFp8ServerTest.EveryFormatPairAndScaleModePair:GpuFp8ServerTest.SameShapeRequestsShareStridedBatchedLaunches'
 }
-bench_fp8() { bench "$1" "$2" 400 "$3" fp8_bench; }
+bench_fp8() {
+  bench "$1" "$2" 400 "$3" fp8_bench
+  bench "$1" "$2" 300 "$3" fp8_service_bench
+}
 
 # overload: the whole test once, then the 10x burst once per pass, each
 # against the bound on the rejection p99.

@@ -18,7 +18,7 @@ struct DeterministicHints {
 };
 
 // For one member of `args` (its m, n, k and D's layout; the batch count is
-// not read).
+// not read). FP8 problems: the 128x128 FP8 tile, whatever the shape.
 DeterministicHints DeterministicHintsFor(const GemmArguments& args);
 
 // The hint that forces `tile`.

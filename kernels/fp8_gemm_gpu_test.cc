@@ -62,6 +62,9 @@ struct Case {
   // puts K off TMA's 16-byte grid (K = 1000, 129, 1) on it, the padding
   // filled with NaN codes that must not be read.
   int64_t ld_k = 0;
+  // Stored layouts of A and B: K-major (row-major A, column-major B) runs in
+  // place; the others, and K off the 16-byte grid, run from K-major copies.
+  Layout a_layout = Layout::kRowMajor, b_layout = Layout::kColMajor;
   float alpha = 1.0f, beta = 0.0f;
   TileHint hint = TileHint::kAuto;
   int check_rows = 0;  // 0: every row
@@ -72,7 +75,8 @@ std::string Describe(const Case& c) {
   os << c.m << "x" << c.n << "x" << c.k << " batch " << c.batch << " " << DataTypeName(c.a) << "x"
      << DataTypeName(c.b) << " scales " << ScaleModeName(c.sa) << "/" << ScaleModeName(c.sb)
      << " out " << DataTypeName(c.out) << (c.d_layout == Layout::kColMajor ? " colmajor-D" : "")
-     << " beta " << c.beta;
+     << " beta " << c.beta << (c.a_layout == Layout::kColMajor ? " colmajor-A" : "")
+     << (c.b_layout == Layout::kRowMajor ? " rowmajor-B" : "");
   return os.str();
 }
 
@@ -194,9 +198,11 @@ class Fp8GemmGpuTest : public ::testing::Test {
     args.batch_count = c.batch;
     args.alpha = c.alpha;
     args.beta = c.beta;
-    const int64_t ld = c.ld_k > 0 ? c.ld_k : c.k;
-    args.a = {nullptr, c.a, Layout::kRowMajor, ld, c.m * ld};
-    args.b = {nullptr, c.b, Layout::kColMajor, ld, c.n * ld};
+    const int64_t ld = c.ld_k > 0 ? c.ld_k : c.k;  // K-major operands' row pitch
+    const bool a_kmajor = c.a_layout == Layout::kRowMajor;
+    const bool b_kmajor = c.b_layout == Layout::kColMajor;
+    args.a = {nullptr, c.a, c.a_layout, a_kmajor ? ld : c.m, a_kmajor ? c.m * ld : c.m * c.k};
+    args.b = {nullptr, c.b, c.b_layout, b_kmajor ? ld : c.n, b_kmajor ? c.n * ld : c.n * c.k};
     args.a_scale.mode = c.sa;
     args.b_scale.mode = c.sb;
     const int64_t a_groups = Gemm::ScaleCount(args, args.a_scale, true);
@@ -214,25 +220,36 @@ class Fp8GemmGpuTest : public ::testing::Test {
     std::uniform_real_distribution<float> cu(-2.0f, 2.0f);
     for (size_t i = 0; i < d_bytes / os; ++i) EncodeOut(c.out, cu(rng), &c_host[i * os]);
 
-    // Codes at row pitch ld, the padding NaN (0x7f in both formats).
-    auto pitched = [&c, ld](const std::vector<uint8_t>& codes, int64_t rows) {
-      if (ld == c.k) return codes;
-      std::vector<uint8_t> out(static_cast<size_t>(c.batch * rows * ld), 0x7f);
-      for (int64_t r = 0; r < c.batch * rows; ++r)
-        std::memcpy(&out[static_cast<size_t>(r * ld)], &codes[static_cast<size_t>(r * c.k)],
-                    static_cast<size_t>(c.k));
+    // Codes in their stored layouts: K-major ones at row pitch ld, the
+    // padding NaN (0x7f in both formats); the others with (r, kk) of member
+    // bb at kk * rows + r.
+    auto stored = [&c, ld](const std::vector<uint8_t>& codes, int64_t rows, bool k_major) {
+      if (k_major) {
+        if (ld == c.k) return codes;
+        std::vector<uint8_t> out(static_cast<size_t>(c.batch * rows * ld), 0x7f);
+        for (int64_t r = 0; r < c.batch * rows; ++r)
+          std::memcpy(&out[static_cast<size_t>(r * ld)], &codes[static_cast<size_t>(r * c.k)],
+                      static_cast<size_t>(c.k));
+        return out;
+      }
+      std::vector<uint8_t> out(codes.size());
+      for (int64_t bb = 0; bb < c.batch; ++bb)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t kk = 0; kk < c.k; ++kk)
+            out[static_cast<size_t>(bb * rows * c.k + kk * rows + r)] =
+                codes[static_cast<size_t>((bb * rows + r) * c.k + kk)];
       return out;
     };
-    const std::vector<uint8_t> a_codes = pitched(a.codes, c.m);
-    const std::vector<uint8_t> b_codes = pitched(b.codes, c.n);
-    void *da, *db, *dsa, *dsb, *dd, *dc = nullptr;
-    CUDA_OK(cudaMalloc(&da, a_codes.size()));
-    CUDA_OK(cudaMalloc(&db, b_codes.size()));
+    const std::vector<uint8_t> a_stored = stored(a.codes, c.m, a_kmajor);
+    const std::vector<uint8_t> b_stored = stored(b.codes, c.n, b_kmajor);
+    void *da, *db, *dsa, *dsb, *dd, *dc = nullptr, *copies = nullptr;
+    CUDA_OK(cudaMalloc(&da, a_stored.size()));
+    CUDA_OK(cudaMalloc(&db, b_stored.size()));
     CUDA_OK(cudaMalloc(&dsa, a.scales.size() * 4));
     CUDA_OK(cudaMalloc(&dsb, b.scales.size() * 4));
     CUDA_OK(cudaMalloc(&dd, d_bytes));
-    CUDA_OK(cudaMemcpy(da, a_codes.data(), a_codes.size(), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(db, b_codes.data(), b_codes.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(da, a_stored.data(), a_stored.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(db, b_stored.data(), b_stored.size(), cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dsa, a.scales.data(), a.scales.size() * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dsb, b.scales.data(), b.scales.size() * 4, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemset(dd, 0xFF, d_bytes));
@@ -247,8 +264,12 @@ class Fp8GemmGpuTest : public ::testing::Test {
     args.d = {dd, c.out, c.d_layout, ldd, d_member};
     args.c = {dc, c.out, c.d_layout, ldd, d_member};
 
+    const size_t copy_bytes = Gemm::OperandCopyBytes(args);
+    const bool off_grid = ld % 16 != 0 || (c.batch > 1 && (c.m * ld % 16 != 0 || c.n * ld % 16 != 0));
+    EXPECT_EQ(copy_bytes > 0, !a_kmajor || !b_kmajor || off_grid);
+    if (copy_bytes > 0) CUDA_OK(cudaMalloc(&copies, copy_bytes));
     Gemm gemm;
-    const absl::Status st = gemm.Initialize(args, nullptr, c.hint);
+    const absl::Status st = gemm.Initialize(args, nullptr, c.hint, ScheduleHint::kAuto, copies);
     ASSERT_TRUE(st.ok()) << st;
     ASSERT_TRUE(gemm.Run(nullptr).ok());
     CUDA_OK(cudaDeviceSynchronize());
@@ -260,6 +281,7 @@ class Fp8GemmGpuTest : public ::testing::Test {
     cudaFree(dsb);
     cudaFree(dd);
     if (dc) cudaFree(dc);
+    if (copies) cudaFree(copies);
 
     // Padding untouched.
     for (int64_t bb = 0; bb < c.batch; ++bb)
@@ -406,6 +428,41 @@ TEST_F(Fp8GemmGpuTest, BlockScalesWithRaggedKBatchedWithBeta) {
     c.beta = -0.5f;
     Run(c);
   }
+}
+
+TEST_F(Fp8GemmGpuTest, OperandsThatAreNotKMajorOrOffTheGridRunFromCopies) {
+  // Every stored layout of A and B, K on and off the 16-byte grid, batched
+  // with a column-major D (which exchanges the operands), every scale mode.
+  const int64_t ks[] = {1000, 256, 33};
+  for (int64_t k : ks)
+    for (Layout la : {Layout::kRowMajor, Layout::kColMajor})
+      for (Layout lb : {Layout::kColMajor, Layout::kRowMajor}) {
+        Case c;
+        c.m = 197;
+        c.n = 301;
+        c.k = k;
+        c.a_layout = la;
+        c.b_layout = lb;
+        c.sa = ScaleMode::kChannel;
+        c.sb = ScaleMode::kTensor;
+        c.out = DataType::kFp32;
+        Run(c);
+        c.batch = 3;
+        c.d_layout = Layout::kColMajor;
+        c.a = DataType::kFp8E5m2;
+        c.sa = ScaleMode::kTensor;
+        c.sb = ScaleMode::kChannel;
+        c.out = DataType::kBf16;
+        Run(c);
+      }
+  Case c;  // block scales with a non-K-major B and a whole number of K-blocks
+  c.m = 130;
+  c.n = 260;
+  c.k = 512;
+  c.b_layout = Layout::kRowMajor;
+  c.sa = ScaleMode::kBlock;
+  c.sb = ScaleMode::kBlock;
+  Run(c);
 }
 
 TEST_F(Fp8GemmGpuTest, ColumnMajorDSwapsTheScales) {

@@ -77,16 +77,6 @@ absl::Status CheckFp8(const GemmArguments& args) {
     }
     if (scale.mode == ScaleMode::kBlock) block = true;
   }
-  // FP8 wgmma reads K-major operands only; a transposing byte copy in front
-  // of it is not built yet.
-  if (args.a.layout != Layout::kRowMajor) {
-    return absl::UnimplementedError(
-        "a.layout column-major: FP8 operands are read K-major only (row-major A)");
-  }
-  if (args.b.layout != Layout::kColMajor) {
-    return absl::UnimplementedError(
-        "b.layout row-major: FP8 operands are read K-major only (column-major B)");
-  }
   // A column-major D is computed as D^T = B^T A^T, which would turn A's
   // 1 x 128 blocks into B-side blocks of another shape.
   if (block && args.d.layout != Layout::kRowMajor) {
@@ -257,6 +247,15 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
   return plan;
 }
 
+// "+kmajor_copy_a" etc. for the copies a launch makes before the GEMM
+// ("+repitch_copy_a" where only the row pitch changes).
+void AppendCopyNames(const KMajorCopyPlan& copies, std::string* name) {
+  for (const auto& [copy, operand] : {std::pair{&copies.a, "a"}, {&copies.b, "b"}}) {
+    if (copy->needed) absl::StrAppend(name, copy->repitch ? "+repitch_copy_" : "+kmajor_copy_",
+                                      operand);
+  }
+}
+
 }  // namespace
 
 // Everything a launch needs decided before its buffers exist.
@@ -269,7 +268,8 @@ struct Gemm::Plan::Data {
   // The Hopper kernel runs the problem as it is.
   bool sm90 = false;
   // Otherwise, on Hopper: the K-major copies that would let it run there
-  // (empty: none would).
+  // (empty: none would). FP8: the copies its kernel reads instead of
+  // operands that are not K-major or not on the 16-byte grid.
   KMajorCopyPlan copies;
   // sm90: the heuristic's launch with a workspace allowed, and with the
   // hints applied (what WorkspaceSize sizes).
@@ -298,12 +298,23 @@ absl::Status PlanFp8(const GemmArguments& args, TileHint hint, ScheduleHint sche
   }
   std::string why;
   if (!Sm90Fp8Supports(d->problem, &why)) {
-    // The kernel names its normalized operands; the caller's are exchanged
-    // under a column-major D.
-    std::string field = why.substr(0, 1) == "A" ? "a" : why.substr(0, 1) == "B" ? "b" : "";
-    if (d->problem.swapped && !field.empty()) field = field == "a" ? "b" : "a";
-    return absl::UnimplementedError(absl::StrCat(field.empty() ? "" : field + ": ",
-                                                 "FP8 kernel: ", why));
+    // Operands that are not K-major, or off TMA's 16-byte grid, run from
+    // K-major copies (Initialize's operand_copies).
+    const KMajorCopyPlan copies = PlanKMajorCopies(d->problem);
+    std::string why_copied;
+    if (copies.total_bytes > 0 &&
+        Sm90Fp8Supports(
+            WithKMajorCopies(d->problem, copies, reinterpret_cast<void*>(uintptr_t{256})),
+            &why_copied)) {
+      d->copies = copies;
+    } else {
+      // The kernel names its normalized operands; the caller's are exchanged
+      // under a column-major D.
+      std::string field = why.substr(0, 1) == "A" ? "a" : why.substr(0, 1) == "B" ? "b" : "";
+      if (d->problem.swapped && !field.empty()) field = field == "a" ? "b" : "a";
+      return absl::UnimplementedError(absl::StrCat(field.empty() ? "" : field + ": ",
+                                                   "FP8 kernel: ", why));
+    }
   }
   if (schedule == ScheduleHint::kStreamK || schedule == ScheduleHint::kSplitK) {
     return absl::UnimplementedError(
@@ -369,7 +380,9 @@ size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHin
 
 size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
   // Asked for every launch on the executor's hot path: the common answer
-  // (not fp32 with TF32 allowed) before any argument check or device query.
+  // (neither FP8 nor fp32 with TF32 allowed) before any argument check or
+  // device query.
+  if (::gemm::IsFp8(args.a.dtype)) return MakePlan(args).operand_copy_bytes();
   if (args.a.dtype != DataType::kFp32 || !args.allow_tf32) return 0;
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
@@ -392,16 +405,32 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
   const Plan::Data& d = *plan.data_;
   const DeviceInfo& dev = d.dev;
 
+  NormalizedProblem p = d.problem;
   if (d.fp8) {
+    if (d.copies.total_bytes > 0) {
+      // FP8 has no kernel that reads the operands where they are.
+      const char* operand = d.copies.a.needed != p.swapped ? "a" : "b";
+      if (operand_copies == nullptr)
+        return absl::UnimplementedError(absl::StrCat(
+            operand, ": the FP8 kernel reads K-major operands with 16-byte rows only; this one "
+                     "needs a K-major copy, and no operand_copies memory was given (",
+            d.copies.total_bytes, " bytes, Gemm::OperandCopyBytes)"));
+      if (reinterpret_cast<uintptr_t>(operand_copies) % 256 != 0)
+        return absl::InvalidArgumentError("operand_copies must be 256-byte aligned");
+      impl_->original = p;
+      impl_->copies = d.copies;
+      impl_->copy_workspace = operand_copies;
+      p = WithKMajorCopies(p, d.copies, operand_copies);
+    }
     std::string error;
-    impl_->plan = MakeSm90Fp8Plan(d.problem, d.fp8_operands, d.fp8_launch.launch,
+    impl_->plan = MakeSm90Fp8Plan(p, d.fp8_operands, d.fp8_launch.launch,
                                   d.fp8_launch.promote_every, &error);
     if (!impl_->plan) return absl::InternalError(absl::StrCat("sm90 FP8 kernel setup: ", error));
     kind_ = KernelKind::kSm90TmaWgmma;
     kernel_name_ = impl_->plan->name();
+    AppendCopyNames(impl_->copies, &kernel_name_);
     return absl::OkStatus();
   }
-  NormalizedProblem p = d.problem;
   bool sm90 = d.sm90;
   // The heuristic's launch for the problem as it runs (none yet where the
   // operands are copied first).
@@ -449,8 +478,7 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
     kind_ = KernelKind::kPortableSimt;
   }
   kernel_name_ = impl_->plan->name();
-  if (impl_->copies.a.needed) kernel_name_ += "+kmajor_copy_a";
-  if (impl_->copies.b.needed) kernel_name_ += "+kmajor_copy_b";
+  AppendCopyNames(impl_->copies, &kernel_name_);
   return absl::OkStatus();
 }
 
@@ -462,12 +490,20 @@ absl::Status Gemm::Run(void* stream) const {
   const NormalizedProblem& o = impl_->original;
   for (const auto& [copy, from] : {std::pair{&impl_->copies.a, &o.a}, {&impl_->copies.b, &o.b}}) {
     if (!copy->needed) continue;
-    const std::string error = LaunchKMajorCopyF32(
-        static_cast<const float*>(from->ptr), from->ld, from->batch_stride, copy->rows, o.k,
-        copy->members,
-        reinterpret_cast<float*>(static_cast<unsigned char*>(impl_->copy_workspace) +
-                                 copy->offset),
-        copy->ld_copy, stream);
+    unsigned char* to = static_cast<unsigned char*>(impl_->copy_workspace) + copy->offset;
+    std::string error;
+    if (copy->element_bytes == 1) {
+      const auto* src = static_cast<const uint8_t*>(from->ptr);
+      auto* dst = reinterpret_cast<uint8_t*>(to);
+      error = copy->repitch ? LaunchRepitchCopyU8(src, from->ld, from->batch_stride, copy->rows,
+                                                  o.k, copy->members, dst, copy->ld_copy, stream)
+                            : LaunchKMajorCopyU8(src, from->ld, from->batch_stride, copy->rows,
+                                                 o.k, copy->members, dst, copy->ld_copy, stream);
+    } else {
+      error = LaunchKMajorCopyF32(static_cast<const float*>(from->ptr), from->ld,
+                                  from->batch_stride, copy->rows, o.k, copy->members,
+                                  reinterpret_cast<float*>(to), copy->ld_copy, stream);
+    }
     if (!error.empty()) return absl::InternalError(absl::StrCat("K-major copy: ", error));
   }
   const std::string error = impl_->plan->Launch(stream);

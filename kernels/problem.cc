@@ -1,5 +1,7 @@
 #include "kernels/problem.h"
 
+#include <cstdint>
+
 namespace gemm_kernels {
 
 size_t DataTypeSize(DataType t) { return ::gemm::SizeOf(t); }
@@ -36,15 +38,25 @@ NormalizedProblem Normalize(const GemmArguments& args) {
 
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   KMajorCopyPlan plan;
-  if (p.in_dtype != DataType::kFp32 || !p.allow_tf32) return plan;
+  const bool fp8 = ::gemm::IsFp8(p.in_dtype);
+  if (!fp8 && (p.in_dtype != DataType::kFp32 || !p.allow_tf32)) return plan;
+  const int64_t es = fp8 ? 1 : 4;
+  const int64_t per_16_bytes = 16 / es;
+  auto off_grid = [&](const NormalizedOperand& op) {
+    return op.ld % per_16_bytes != 0 || (p.batch > 1 && op.batch_stride % per_16_bytes != 0) ||
+           reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0;
+  };
   auto place = [&](const NormalizedOperand& op, int64_t rows, KMajorCopy* copy) {
-    if (op.k_major) return;
+    // TF32 operands off the grid take the portable kernel (not copied).
+    if (op.k_major && !(fp8 && off_grid(op))) return;
     copy->needed = true;
+    copy->repitch = op.k_major;
+    copy->element_bytes = es;
     copy->rows = rows;
-    copy->ld_copy = (p.k + 3) / 4 * 4;
+    copy->ld_copy = (p.k + per_16_bytes - 1) / per_16_bytes * per_16_bytes;
     copy->members = (p.batch > 1 && op.batch_stride == 0) ? 1 : p.batch;
     copy->offset = plan.total_bytes;
-    copy->bytes = static_cast<size_t>(copy->members) * rows * copy->ld_copy * sizeof(float);
+    copy->bytes = static_cast<size_t>(copy->members) * rows * copy->ld_copy * es;
     plan.total_bytes += (copy->bytes + 255) / 256 * 256;
   };
   place(p.a, p.m, &plan.a);

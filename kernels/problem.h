@@ -36,15 +36,20 @@ struct NormalizedProblem {
 // Requires Gemm::CanImplement(args) to have succeeded.
 NormalizedProblem Normalize(const GemmArguments& args);
 
-// TF32 wgmma reads only K-major operands. An fp32 operand that is M- or
-// N-major is copied into K-major order first (one transposing pass, a few
+// TF32 and FP8 wgmma read only K-major operands. An fp32 operand that is M-
+// or N-major is copied into K-major order first (one transposing pass, a few
 // percent of a large GEMM's time) instead of falling back to the strict-fp32
-// SIMT kernel, which is ~20x slower. One operand's copy: the source holds,
-// per batch member, `rows` x k elements with the rows contiguous (element
-// (r, kk) at kk * ld + r); the copy holds element (r, kk) at r * ld_copy + kk,
-// ld_copy being k rounded up to 4 elements (TMA needs 16-byte strides).
+// SIMT kernel, which is ~20x slower; an FP8 operand has no other kernel at
+// all, so it is copied both when it is not K-major and when its rows or
+// batch members start off TMA's 16-byte grid (K not a multiple of 16). One
+// operand's copy: the source holds, per batch member, `rows` x k elements,
+// with the rows contiguous (element (r, kk) at kk * ld + r), or K-major
+// already under `repitch` (at r * ld + kk); the copy holds element (r, kk)
+// at r * ld_copy + kk, ld_copy being k rounded up to 16 bytes.
 struct KMajorCopy {
   bool needed = false;
+  bool repitch = false;       // the source is K-major; only its pitch changes
+  int64_t element_bytes = 4;  // 4 (fp32) or 1 (FP8)
   int64_t rows = 0;     // m for A, n for B
   int64_t ld_copy = 0;  // elements
   int64_t members = 0;  // 1 for a broadcast operand (batch stride 0), else batch
@@ -58,7 +63,8 @@ struct KMajorCopyPlan {
 };
 
 // The copies `p` needs: fp32 inputs with allow_tf32 and an operand that is
-// not K-major. Pure arithmetic, tested on the CPU.
+// not K-major; FP8 inputs and an operand that is not K-major or not on the
+// 16-byte grid. Pure arithmetic, tested on the CPU.
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p);
 
 // `p` reading the planned copies in `workspace` instead of the originals.

@@ -191,5 +191,45 @@ TEST(KMajorCopies, ColumnMajorDSwapsWhichOperandIsCopied) {
   EXPECT_FALSE(plan.b.needed);
 }
 
+TEST(KMajorCopies, Fp8OperandsOffTheGridOrNotKMajorAreCopied) {
+  GemmArguments a = Valid();  // m 100, n 200, k 300
+  a.a.dtype = DataType::kFp8E4m3;
+  a.b.dtype = DataType::kFp8E5m2;
+  a.k = 1000;  // 1000 bytes: rows off the 16-byte grid
+  a.a.ld = 1000;
+  a.b.layout = Layout::kRowMajor;  // n-major
+  a.b.ld = 200;
+  const NormalizedProblem p = Normalize(a);
+  const KMajorCopyPlan plan = PlanKMajorCopies(p);
+  ASSERT_TRUE(plan.a.needed);
+  EXPECT_TRUE(plan.a.repitch) << "A is K-major; only its pitch moves to the grid";
+  EXPECT_EQ(plan.a.element_bytes, 1);
+  EXPECT_EQ(plan.a.ld_copy, 1008);
+  EXPECT_EQ(plan.a.bytes, 100u * 1008);
+  ASSERT_TRUE(plan.b.needed);
+  EXPECT_FALSE(plan.b.repitch) << "B is n-major: transposed";
+  EXPECT_EQ(plan.b.rows, 200);
+  EXPECT_EQ(plan.b.ld_copy, 1008);
+  EXPECT_EQ(plan.b.offset % 256, 0u);
+  const NormalizedProblem q = WithKMajorCopies(p, plan, reinterpret_cast<void*>(0x10000));
+  EXPECT_TRUE(q.a.k_major && q.b.k_major);
+  EXPECT_EQ(q.a.ld, 1008);
+
+  // K-major on the grid: no copy.
+  a.k = a.a.ld = 1024;
+  a.b.layout = Layout::kColMajor;
+  a.b.ld = 1024;
+  EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u);
+  // A batch stride off the grid is copied too.
+  a.batch_count = 3;
+  a.a.batch_stride = 100 * 1024 + 8;
+  a.b.batch_stride = 200 * 1024;
+  a.d.batch_stride = 100 * 200;
+  const KMajorCopyPlan strided = PlanKMajorCopies(Normalize(a));
+  EXPECT_TRUE(strided.a.needed && strided.a.repitch);
+  EXPECT_EQ(strided.a.members, 3);
+  EXPECT_FALSE(strided.b.needed);
+}
+
 }  // namespace
 }  // namespace gemm_kernels

@@ -41,9 +41,9 @@ absl::StatusOr<std::vector<PeakRate>> ParsePeakTflops(absl::string_view text,
           "--", flag_name, ": \"", item, "\" is not dtype=TFLOPS (e.g. bf16=700,fp32=60)"));
     }
     const std::string kind(absl::StripAsciiWhitespace(kv[0]));
-    if (kind != "fp32" && kind != "tf32" && kind != "fp16" && kind != "bf16") {
+    if (kind != "fp32" && kind != "tf32" && kind != "fp16" && kind != "bf16" && kind != "fp8") {
       return absl::InvalidArgumentError(absl::StrCat(
-          "--", flag_name, ": unknown dtype \"", kind, "\" (fp32, tf32, fp16 or bf16)"));
+          "--", flag_name, ": unknown dtype \"", kind, "\" (fp32, tf32, fp16, bf16 or fp8)"));
     }
     if (!seen.insert(kind).second) {
       return absl::InvalidArgumentError(

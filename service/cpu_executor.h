@@ -60,7 +60,7 @@ class CpuExecutor : public Executor {
   absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override { return options_.concurrent_requests; }
   // FP8 operands are decoded with their scales and run through sgemm.
-  bool runs_fp8() const override { return true; }
+  Fp8Support fp8_support() const override { return {true, true, true}; }
   void Execute(Batch batch) override;
   // Every dtype runs through sgemm: FLOPs over the calibrated sgemm rate,
   // plus the fp16/bf16 widening and narrowing at the calibrated memory rate.

@@ -63,6 +63,10 @@ absl::Status CudaExecutor::Init() {
                    "portable_simt (strict fp32; any sm_80+ GPU)"};
   grouped_ = options_.grouped_launches && gpu::RunsGroupedKernel(prop);
   if (grouped_) info_.kernels.push_back("sm90_tma_wgmma_grouped (bf16, fp16; mixed shapes)");
+  fp8_ = gpu::RunsFp8Kernel(prop);
+  if (fp8_)
+    info_.kernels.push_back(
+        "sm90_tma_wgmma_fp8 (e4m3, e5m2 in any pairing; tensor, channel and block scales)");
   GEMM_RETURN_IF_ERROR(gpu::KeepFreedPoolMemory(options_.device));
 
   GEMM_ASSIGN_OR_RETURN(reducer_, gpu::ReducingStream::Create());

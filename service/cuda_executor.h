@@ -112,6 +112,9 @@ class CudaExecutor : public Executor {
   absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override { return options_.streams; }
   bool supports_grouped() const override { return grouped_; }
+  // FP8 codes with their scales on Hopper; the server's quantization and
+  // block scales with a column-major output are not built on the GPU.
+  Fp8Support fp8_support() const override { return {fp8_, false, false}; }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
   // gpu::IsStickyError) or a batch ran past the watchdog: from then on the
@@ -159,6 +162,7 @@ class CudaExecutor : public Executor {
   const Options options_;
   BackendInfo info_;
   bool grouped_ = false;
+  bool fp8_ = false;
   PeakRateStore peaks_;
   // Calibrated bytes/s: pinned H2D and D2H, and the host copy into staging;
   // 0 when not measured.

@@ -5,6 +5,7 @@
 namespace gemm {
 
 std::string RateKind(const GemmShape& shape) {
+  if (shape.fp8()) return "fp8";  // one peak for every pair of FP8 formats
   if (shape.input_dtype == DType::kFp32) return shape.allow_tf32 ? "tf32" : "fp32";
   return DTypeName(shape.input_dtype);
 }

@@ -33,7 +33,7 @@ inline constexpr char kPeakMethodMeasured[] = "measured";
 inline constexpr char kPeakMethodFlag[] = "flag";
 
 struct PeakRate {
-  std::string kind;  // "fp32", "tf32", "fp16", "bf16", or "memory" (bytes/s)
+  std::string kind;  // "fp32", "tf32", "fp16", "bf16", "fp8", or "memory" (bytes/s)
   double per_second = 0;
   std::string method;  // kPeakMethodMeasured or kPeakMethodFlag
 };
@@ -44,6 +44,23 @@ struct BackendInfo {
   std::string backend;  // "cpu", "cuda"
   std::vector<DeviceDescription> devices;
   std::vector<std::string> kernels;
+};
+
+// An executor's FP8 capabilities (all false: no FP8 at all).
+struct Fp8Support {
+  // FP8 problems whose inputs arrive as FP8 codes with their scales.
+  bool runs = false;
+  // Quantizing bf16/fp32 to FP8 itself: quantize_partner, quantize on
+  // register.
+  bool quantizes = false;
+  // Block scales with a column-major output.
+  bool block_scales_column_major_output = false;
+
+  // What every one of several executors can do.
+  Fp8Support And(const Fp8Support& o) const {
+    return {runs && o.runs, quantizes && o.quantizes,
+            block_scales_column_major_output && o.block_scales_column_major_output};
+  }
 };
 
 class Executor {
@@ -75,9 +92,9 @@ class Executor {
   // native; otherwise the batcher plans single launches instead.
   virtual bool supports_grouped() const { return false; }
 
-  // Whether FP8 inputs (and quantize-on-register) run here; otherwise the
-  // service refuses them UNIMPLEMENTED naming the field.
-  virtual bool runs_fp8() const { return false; }
+  // What of FP8 runs here; the service refuses the rest UNIMPLEMENTED
+  // naming the field.
+  virtual Fp8Support fp8_support() const { return {}; }
 
   // Predicted time `item` takes when it runs alone on this executor, from
   // what the executor measured; admission control weighs it against the
@@ -131,7 +148,8 @@ class Executor {
   virtual void SetHealthListener(HealthListener listener) { (void)listener; }
 };
 
-// The peak_rates kind that serves `shape`: "bf16", "fp16", "tf32" or "fp32".
+// The peak_rates kind that serves `shape`: "bf16", "fp16", "tf32", "fp32" or
+// "fp8" (either FP8 format).
 std::string RateKind(const GemmShape& shape);
 
 // The rate of `kind` in `rates`; 0 when it was not measured.

@@ -46,14 +46,14 @@ grpc::Status SerializeResponse(const v1::GemmResponse& response, grpc::ByteBuffe
   return grpc::SerializationTraits<v1::GemmResponse>::Serialize(response, bytes, &own_buffer);
 }
 
-// What validation needs to know of the executor. FP8 runs on the CPU
-// backend only so far: the CUDA executors have no FP8 kernel wired in yet
-// (the kernels' launch API refuses FP8), so their servers refuse FP8
-// problems and quantize-on-register by field.
+// What validation needs to know of the executor.
 BackendFeatures FeaturesOf(const Executor& executor) {
   BackendFeatures f;
   f.backend = executor.info().backend;
-  f.fp8 = executor.runs_fp8();
+  const Fp8Support fp8 = executor.fp8_support();
+  f.fp8 = fp8.runs;
+  f.fp8_quantize = fp8.quantizes;
+  f.fp8_block_scales_column_major_output = fp8.block_scales_column_major_output;
   return f;
 }
 
@@ -610,7 +610,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
   } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
     st = source.status();
   } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
-                                                  *source, FeaturesOf(*executor_));
+                                                  *source, features_);
              !quantize.ok()) {
     st = quantize.status();
   } else {
@@ -653,7 +653,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
   } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
     st = shape.status();
   } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
-                                                  *shape, FeaturesOf(*executor_));
+                                                  *shape, features_);
              !quantize.ok()) {
     st = quantize.status();
   } else {

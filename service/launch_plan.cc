@@ -11,11 +11,16 @@ namespace {
 // Everything but the data: two problems with equal keys can be one
 // strided-batched launch (one alpha, one beta, one shape for all members).
 // Resident operands are part of the key: members share one resident matrix
-// (a broadcast operand, batch stride 0) or none, never a mix.
+// (a broadcast operand, batch stride 0) or none, never a mix. FP8 problems
+// key on both formats, both scale modes and what the server quantizes: one
+// launch reads one pair of formats and one scale layout per operand.
 auto BatchKey(const GemmProblemRef& p) {
   const GemmShape& s = p.shape;
   return std::make_tuple(s.m, s.n, s.k, s.transpose_a, s.transpose_b,
-                         static_cast<int>(s.input_dtype), static_cast<int>(s.output_dtype),
+                         static_cast<int>(s.input_dtype), static_cast<int>(s.b_dtype()),
+                         static_cast<int>(p.a.scales.mode), static_cast<int>(p.b.scales.mode),
+                         static_cast<int>(p.quantize), static_cast<int>(p.quantize_mode),
+                         static_cast<int>(s.output_dtype),
                          static_cast<int>(s.layout_a), static_cast<int>(s.layout_b),
                          static_cast<int>(s.layout_c), static_cast<int>(s.layout_d), s.allow_tf32,
                          p.alpha, p.beta, p.c.present(), p.a.resident, p.b.resident,
@@ -42,9 +47,11 @@ auto GroupKey(const GemmProblemRef& p, bool deterministic) {
                          deterministic, DeterministicTile(p, deterministic));
 }
 
-// Whether a problem may join a grouped launch at all.
+// Whether a problem may join a grouped launch at all: the grouped kernel
+// reads no FP8, so FP8 problems that do not form a strided batch run alone.
 bool Groupable(const GemmProblemRef& p, bool deterministic, const LaunchPlanOptions& options) {
-  return options.grouped_supported && !(deterministic && p.shape.input_dtype == DType::kFp32);
+  return options.grouped_supported && !p.shape.fp8() &&
+         !(deterministic && p.shape.input_dtype == DType::kFp32);
 }
 
 }  // namespace

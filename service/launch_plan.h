@@ -3,7 +3,7 @@
 //   - problems identical in everything but their data form one strided-batched
 //     launch;
 //   - other problems of one (input, output, tf32) type class form one grouped
-//     launch;
+//     launch (FP8 problems run alone: the grouped kernel reads no FP8);
 //   - problems at or above the "large" threshold get a launch of their own, so
 //     the kernel's own heuristic (data-parallel or stream-K) sees them alone;
 //   - problems of deterministic requests (WorkItem::deterministic) share

@@ -43,6 +43,80 @@ TEST(LaunchPlanTest, IdenticalShapesAcrossRequestsFormOneStridedBatch) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(launches[0].problems[i], &items[i]->problems[0]);
 }
 
+GemmProblemRef Fp8Problem(DType a, DType b, ScaleMode sa, ScaleMode sb) {
+  GemmProblemRef p = Problem(64, 64, 256, a);
+  p.shape.input_dtype_b = b;
+  p.shape.output_dtype = DType::kBf16;
+  p.a.dtype = a;
+  p.b.dtype = b;
+  p.a.scales.mode = sa;
+  p.b.scales.mode = sb;
+  p.b.scales.operand = OperandRole::kB;
+  return p;
+}
+
+TEST(LaunchPlanTest, Fp8ProblemsBatchByBothFormatsAndBothScaleModes) {
+  const GemmProblemRef base =
+      Fp8Problem(DType::kFp8E4m3, DType::kFp8E4m3, ScaleMode::kTensor, ScaleMode::kChannel);
+  EXPECT_TRUE(SameBatchShape(base, Fp8Problem(DType::kFp8E4m3, DType::kFp8E4m3,
+                                              ScaleMode::kTensor, ScaleMode::kChannel)));
+  std::vector<GemmProblemRef> variants = {
+      Fp8Problem(DType::kFp8E5m2, DType::kFp8E4m3, ScaleMode::kTensor, ScaleMode::kChannel),
+      Fp8Problem(DType::kFp8E4m3, DType::kFp8E5m2, ScaleMode::kTensor, ScaleMode::kChannel),
+      Fp8Problem(DType::kFp8E4m3, DType::kFp8E4m3, ScaleMode::kBlock, ScaleMode::kChannel),
+      Fp8Problem(DType::kFp8E4m3, DType::kFp8E4m3, ScaleMode::kTensor, ScaleMode::kTensor),
+  };
+  GemmProblemRef quantized = base;
+  quantized.quantize = GemmProblemRef::Quantize::kA;
+  quantized.quantize_mode = ScaleMode::kChannel;
+  variants.push_back(quantized);
+  for (size_t i = 0; i < variants.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_FALSE(SameBatchShape(base, variants[i]));
+  }
+
+  // Four of each of two format pairs: two strided batches, never mixed.
+  std::vector<std::shared_ptr<WorkItem>> items;
+  for (int i = 0; i < 8; ++i)
+    items.push_back(Item({i % 2 == 0 ? base : variants[1]}));
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  ASSERT_EQ(launches.size(), 2u);
+  for (const LaunchGroup& l : launches) {
+    EXPECT_EQ(l.kind, LaunchGroup::Kind::kStridedBatched);
+    ASSERT_EQ(l.problems.size(), 4u);
+    for (const GemmProblemRef* p : l.problems) {
+      EXPECT_EQ(p->shape.b_dtype(), l.problems[0]->shape.b_dtype());
+      EXPECT_EQ(p->shape.input_dtype, l.problems[0]->shape.input_dtype);
+    }
+  }
+}
+
+TEST(LaunchPlanTest, Fp8ProblemsOfDifferentShapesRunAloneNotGrouped) {
+  // The grouped kernel reads no FP8: mixed FP8 shapes become single launches
+  // beside a grouped launch of the bf16 ones.
+  std::vector<std::shared_ptr<WorkItem>> items;
+  for (uint64_t m : {64, 96, 128}) {
+    GemmProblemRef p =
+        Fp8Problem(DType::kFp8E4m3, DType::kFp8E5m2, ScaleMode::kTensor, ScaleMode::kTensor);
+    p.shape.m = m;
+    items.push_back(Item({p, Problem(m, 32, 32)}));
+  }
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  size_t fp8_singles = 0, grouped = 0;
+  for (const LaunchGroup& l : launches) {
+    if (l.problems[0]->shape.fp8()) {
+      EXPECT_EQ(l.kind, LaunchGroup::Kind::kSingle);
+      ++fp8_singles;
+    } else {
+      EXPECT_EQ(l.kind, LaunchGroup::Kind::kGrouped);
+      ++grouped;
+    }
+  }
+  EXPECT_EQ(fp8_singles, 3u);
+  EXPECT_EQ(grouped, 1u);
+  EXPECT_EQ(CountProblems(launches), 6u);
+}
+
 TEST(LaunchPlanTest, AnythingThatDiffersSplitsTheBatch) {
   GemmProblemRef base = Problem(64, 64, 64);
   std::vector<GemmProblemRef> variants(6, base);

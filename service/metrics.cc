@@ -277,12 +277,13 @@ void ServiceMetrics::RecordDeterministicRequest(const std::string& backend) {
 }
 
 void ServiceMetrics::RecordProblem(const GemmProblemRef& p, const std::string& backend) {
-  const std::string dtype = DTypeName(p.shape.input_dtype);
-  // fp32 inputs on tensor cores count as tf32: their peak is a different one.
-  const std::string kind = p.shape.input_dtype == DType::kFp32 && p.shape.allow_tf32 &&
+  // fp32 inputs on tensor cores count as tf32: their peak is a different
+  // one. FP8 problems count as fp8 whatever their formats (one peak).
+  const std::string kind = p.shape.fp8() ? "fp8"
+                           : p.shape.input_dtype == DType::kFp32 && p.shape.allow_tf32 &&
                                    backend != "cpu"
                                ? "tf32"
-                               : dtype;
+                               : DTypeName(p.shape.input_dtype);
   flops_.Add({{"dtype", kind}, {"shape_class", ShapeClass(p.shape)}, {"backend", backend}})
       .Increment(p.shape.flops());
   algorithmic_bytes_.Add({{"dtype", kind}, {"backend", backend}})

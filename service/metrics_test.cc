@@ -28,6 +28,25 @@ TEST(MetricsTest, ShapeClassesAreBounded) {
   EXPECT_STREQ(ShapeClass(s), "huge");
 }
 
+TEST(MetricsTest, Fp8ProblemsCountUnderOneFp8Dtype) {
+  ServiceMetrics m;
+  for (DType b : {DType::kFp8E4m3, DType::kFp8E5m2}) {
+    GemmProblemRef p;
+    p.shape.m = 2;
+    p.shape.n = 3;
+    p.shape.k = 4;
+    p.shape.input_dtype = DType::kFp8E4m3;
+    p.shape.input_dtype_b = b;
+    p.shape.output_dtype = DType::kBf16;
+    p.a = MatrixA(p.shape, nullptr);
+    p.b = MatrixB(p.shape, nullptr);
+    m.RecordProblem(p, "cuda");
+  }
+  EXPECT_THAT(m.Scrape(),
+              HasSubstr(R"(gemm_floating_point_operations_total{backend="cuda",dtype="fp8",)"
+                        R"(shape_class="tiny"} 96)"));
+}
+
 TEST(MetricsTest, RecordsRequestsWorkAndRoofline) {
   ServiceMetrics m;
   m.SetBuildInfo("1.2.3", "cpu");

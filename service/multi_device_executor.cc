@@ -214,10 +214,10 @@ absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
   return best;
 }
 
-bool MultiDeviceExecutor::runs_fp8() const {
-  for (const auto& c : children_)
-    if (!c->runs_fp8()) return false;
-  return true;
+Fp8Support MultiDeviceExecutor::fp8_support() const {
+  Fp8Support all{true, true, true};
+  for (const auto& c : children_) all = all.And(c->fp8_support());
+  return all;
 }
 
 bool MultiDeviceExecutor::supports_grouped() const {

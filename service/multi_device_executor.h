@@ -65,7 +65,7 @@ class MultiDeviceExecutor : public Executor {
   // A batch's launches may land on any device: grouped only if all have it.
   bool supports_grouped() const override;
   // FP8 only where every device runs it.
-  bool runs_fp8() const override;
+  Fp8Support fp8_support() const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(

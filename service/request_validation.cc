@@ -136,11 +136,20 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
 }
 
 
-absl::Status NoFp8Here(const BackendFeatures& features, absl::string_view field,
-                       absl::string_view what) {
+// What this server lacks for a valid FP8 request, by field.
+absl::Status NoFp8Here(const BackendFeatures& features, absl::string_view field) {
   return absl::UnimplementedError(absl::StrCat(
-      field, ": the ", features.backend, " backend ", what,
-      " yet (no FP8 kernel is wired into its executor); the CPU backend runs FP8"));
+      field, ": the ", features.backend,
+      " backend of this server runs no FP8 problems (on a GPU they need a Hopper, sm_90, "
+      "part); the CPU backend runs FP8"));
+}
+
+absl::Status NoQuantizingHere(const BackendFeatures& features, absl::string_view field) {
+  return absl::UnimplementedError(absl::StrCat(
+      field, ": the ", features.backend,
+      " backend does not quantize to FP8 yet; send FP8 codes with their scales (the client "
+      "libraries' QuantizeToFp8 / quantize_fp8 follow the server's rule), or use the CPU "
+      "backend"));
 }
 
 // The scales of operand `name` (its MatrixRef `ref` already checked): set
@@ -196,8 +205,7 @@ absl::Status CheckScales(const v1::Matrix& m, int index, absl::string_view name,
 }
 
 // The dtype rules of FP8 problems, given A's and B's types as sent.
-absl::Status CheckFp8Types(const v1::GemmProblem& p, int index, DType a, DType b,
-                           const BackendFeatures& features) {
+absl::Status CheckFp8Types(const v1::GemmProblem& p, int index, DType a, DType b) {
   const bool a_fp8 = IsFp8(a), b_fp8 = IsFp8(b);
   if (!a_fp8 && !b_fp8) {
     if (a != b) return BadField(index, "b_dtype", "may differ from input_dtype only for FP8 inputs");
@@ -205,9 +213,6 @@ absl::Status CheckFp8Types(const v1::GemmProblem& p, int index, DType a, DType b
       return BadField(index, "quantize_partner", "needs one FP8 input and one bf16 or fp32 input");
     return absl::OkStatus();
   }
-  if (!features.fp8)
-    return NoFp8Here(features, Field(index, a_fp8 ? "input_dtype" : "b_dtype"),
-                     "runs no FP8 problems");
   if (a_fp8 == b_fp8) {
     if (p.quantize_partner())
       return BadField(index, "quantize_partner",
@@ -250,7 +255,7 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
     if (!b.ok()) return b.status();
     b_in = *b;
   }
-  if (absl::Status st = CheckFp8Types(p, index, *in, b_in, features); !st.ok()) return st;
+  if (absl::Status st = CheckFp8Types(p, index, *in, b_in); !st.ok()) return st;
   const bool fp8 = IsFp8(*in) || IsFp8(b_in);
   if (p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED) {
     if (fp8)
@@ -339,6 +344,19 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
         !st.ok())
       return st;
   }
+  // Valid; what this backend cannot run is refused last, so that a
+  // malformed request gets the same INVALID_ARGUMENT on every backend.
+  if (fp8 && !features.fp8)
+    return NoFp8Here(features, Field(index, IsFp8(*in) ? "input_dtype" : "b_dtype"));
+  if (out.quantize != GemmProblemRef::Quantize::kNone && !features.fp8_quantize)
+    return NoQuantizingHere(features, Field(index, "quantize_partner"));
+  if (fp8 && s.layout_d == Layout::kColMajor && !features.fp8_block_scales_column_major_output &&
+      (out.a.scales.mode == ScaleMode::kBlock || out.b.scales.mode == ScaleMode::kBlock ||
+       out.quantize_mode == ScaleMode::kBlock))
+    return absl::UnimplementedError(absl::StrCat(
+        Field(index, "output_layout"), ": the ", features.backend,
+        " backend runs block scales with a row-major output only (LAYOUT_ROW_MAJOR); tensor and "
+        "channel scales take either"));
   return out;
 }
 
@@ -502,11 +520,9 @@ absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
   };
   if (!has_quantize) {
-    if (IsFp8(shape.dtype) && !features.fp8)
-      return NoFp8Here(features, "dtype", "keeps no FP8 matrices");
+    if (IsFp8(shape.dtype) && !features.fp8) return NoFp8Here(features, "dtype");
     return std::nullopt;
   }
-  if (!features.fp8) return NoFp8Here(features, "quantize", "does not quantize to FP8");
   if (shape.dtype != DType::kBf16 && shape.dtype != DType::kFp32)
     return bad("dtype", absl::StrCat("quantize takes a bf16 or fp32 matrix, not ",
                                      DTypeName(shape.dtype)));
@@ -536,6 +552,7 @@ absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
                  absl::StrCat("unknown operand ", static_cast<int>(quantize.operand())));
   }
   q.transposed = quantize.transposed();
+  if (!features.fp8_quantize) return NoQuantizingHere(features, "quantize");
   return q;
 }
 

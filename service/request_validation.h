@@ -40,10 +40,16 @@ struct ResidentOperands {
 // What the executor behind the service runs, where the API's rules depend
 // on it.
 struct BackendFeatures {
-  // FP8 inputs and quantize-on-register. The CPU backend has them; the CUDA
-  // executors do not yet (no FP8 kernel is wired into them), and their
-  // server refuses both with UNIMPLEMENTED naming the field.
+  // FP8 problems whose inputs arrive as FP8 codes with their scales (in the
+  // request, or a resident FP8 matrix): the CPU backend, and the CUDA
+  // backend on Hopper (sm_90) GPUs.
   bool fp8 = true;
+  // The server quantizing to FP8 (GemmProblem.quantize_partner, quantize on
+  // RegisterMatrix / BeginUpload): the CPU backend only so far.
+  bool fp8_quantize = true;
+  // FP8 block scales with a column-major output (the CUDA kernel computes a
+  // column-major D as D^T = B^T A^T, where A's 1 x 128 blocks do not fit).
+  bool fp8_block_scales_column_major_output = true;
   // The backend's name, for those refusals.
   std::string backend = "cpu";
 };
@@ -62,7 +68,10 @@ struct BackendFeatures {
 // resident matrix the server quantized) with the count its mode needs, all
 // finite and > 0 (block scales: ceil(K/128) blocks along K); scales nowhere
 // else.
-// Without features.fp8 any FP8 input is UNIMPLEMENTED naming its dtype field.
+// A problem that passes every rule but needs what the backend lacks is
+// UNIMPLEMENTED naming the field: an FP8 input without features.fp8 (its
+// dtype field), quantize_partner without features.fp8_quantize, block scales
+// with a column-major output without its feature (output_layout).
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,
                                                ResidentOperands* residents = nullptr,
@@ -106,9 +115,10 @@ absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& requ
 // The Quantization of a RegisterMatrix or BeginUpload request for a matrix
 // of `shape` (as ValidateRegisterMatrix / ValidateBeginUpload returned it):
 // nullopt when the request has none. INVALID_ARGUMENT names the field
-// ("quantize.mode", "dtype", ...); without features.fp8 UNIMPLEMENTED
-// naming "quantize". An FP8 dtype without quantization is accepted only
-// with features.fp8 (UNIMPLEMENTED naming "dtype" otherwise).
+// ("quantize.mode", "dtype", ...); a valid quantization without
+// features.fp8_quantize is UNIMPLEMENTED naming "quantize". An FP8 dtype
+// without quantization is accepted only with features.fp8 (UNIMPLEMENTED
+// naming "dtype" otherwise).
 absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
     bool has_quantize, const v1::Quantization& quantize, const MatrixRef& shape,
     const BackendFeatures& features);

@@ -252,13 +252,78 @@ TEST(Fp8ValidationTest, OperandBytesAreOneBytePerElement) {
 TEST(Fp8ValidationTest, ABackendWithoutFp8RefusesItByField) {
   BackendFeatures cuda;
   cuda.fp8 = false;
+  cuda.fp8_quantize = false;
   cuda.backend = "cuda";
   ExpectError(Validate(Fp8Problem(), cuda).status(), absl::StatusCode::kUnimplemented,
               "problems[0].input_dtype");
   v1::GemmProblem p = Fp8Problem();
   p.set_input_dtype(v1::DATA_TYPE_BF16);
+  p.mutable_a()->set_data(std::string(3 * 128 * 2, '\0'));
+  p.mutable_a()->clear_scales();
   p.set_quantize_partner(true);
   ExpectError(Validate(p, cuda).status(), absl::StatusCode::kUnimplemented, "problems[0].b_dtype");
+}
+
+TEST(Fp8ValidationTest, MalformedFp8IsInvalidOnEveryBackend) {
+  // Validation first, then what the backend lacks: the same INVALID_ARGUMENT
+  // naming the field whether the backend runs FP8 or not.
+  BackendFeatures none;
+  none.fp8 = false;
+  none.fp8_quantize = false;
+  none.fp8_block_scales_column_major_output = false;
+  none.backend = "cuda";
+  BackendFeatures gpu = none;
+  gpu.fp8 = true;
+  for (const BackendFeatures& f : {BackendFeatures(), none, gpu}) {
+    SCOPED_TRACE(f.backend + (f.fp8 ? " with fp8" : " without fp8"));
+    v1::GemmProblem p = Fp8Problem();
+    SetScales(p.mutable_a(), v1::SCALE_MODE_CHANNEL, 2);
+    ExpectInvalid(Validate(p, f).status(), "problems[0].a.scales.data");
+    p = Fp8Problem();
+    SetScales(p.mutable_b(), v1::SCALE_MODE_TENSOR, 1, 0.0f);
+    ExpectInvalid(Validate(p, f).status(), "problems[0].b.scales.data");
+    p = Fp8Problem();
+    SetScales(p.mutable_b(), v1::SCALE_MODE_TENSOR, 1, std::numeric_limits<float>::infinity());
+    ExpectInvalid(Validate(p, f).status(), "problems[0].b.scales.data");
+    p = Fp8Problem();
+    p.set_output_dtype(v1::DATA_TYPE_FP8_E4M3);
+    ExpectInvalid(Validate(p, f).status(), "problems[0].output_dtype");
+    p = Fp8Problem();
+    p.mutable_a()->clear_scales();
+    ExpectInvalid(Validate(p, f).status(), "problems[0].a.scales");
+  }
+}
+
+TEST(Fp8ValidationTest, ABackendThatRunsButDoesNotQuantizeRefusesQuantizePartner) {
+  BackendFeatures gpu;
+  gpu.fp8_quantize = false;
+  gpu.backend = "cuda";
+  EXPECT_TRUE(Validate(Fp8Problem(), gpu).ok());
+  v1::GemmProblem p = Fp8Problem();
+  p.set_input_dtype(v1::DATA_TYPE_BF16);
+  p.mutable_a()->set_data(std::string(3 * 128 * 2, '\0'));
+  p.mutable_a()->clear_scales();
+  p.set_quantize_partner(true);
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).status();
+  ExpectError(Validate(p, gpu).status(), absl::StatusCode::kUnimplemented,
+              "problems[0].quantize_partner");
+}
+
+TEST(Fp8ValidationTest, BlockScalesWithAColumnMajorOutputWhereTheBackendLacksThem) {
+  BackendFeatures gpu;
+  gpu.fp8_block_scales_column_major_output = false;
+  gpu.backend = "cuda";
+  v1::GemmProblem p = Fp8Problem(3, 5, 256);
+  SetScales(p.mutable_a(), v1::SCALE_MODE_BLOCK, 3 * 2);
+  p.set_output_layout(v1::LAYOUT_COL_MAJOR);
+  ASSERT_TRUE(Validate(p).ok()) << Validate(p).status();
+  ExpectError(Validate(p, gpu).status(), absl::StatusCode::kUnimplemented,
+              "problems[0].output_layout");
+  p.set_output_layout(v1::LAYOUT_ROW_MAJOR);
+  EXPECT_TRUE(Validate(p, gpu).ok());
+  SetScales(p.mutable_a(), v1::SCALE_MODE_CHANNEL, 3);
+  p.set_output_layout(v1::LAYOUT_COL_MAJOR);
+  EXPECT_TRUE(Validate(p, gpu).ok()) << "channel scales take either output layout";
 }
 
 TEST(Fp8ValidationTest, ResponseSaysWhatEachInputRanAs) {
@@ -353,6 +418,7 @@ TEST(Fp8ValidationTest, QuantizationFieldsNameThemselves) {
 TEST(Fp8ValidationTest, QuantizationAndFp8MatricesOnABackendWithoutFp8) {
   BackendFeatures cuda;
   cuda.fp8 = false;
+  cuda.fp8_quantize = false;
   cuda.backend = "cuda";
   ExpectError(ValidateQuantization(true, Quantization(v1::SCALE_MODE_TENSOR, v1::OPERAND_A),
                                    Shape(3, 3), cuda)
@@ -362,6 +428,22 @@ TEST(Fp8ValidationTest, QuantizationAndFp8MatricesOnABackendWithoutFp8) {
       ValidateQuantization(false, v1::Quantization(), Shape(3, 3, DType::kFp8E4m3), cuda).status(),
       absl::StatusCode::kUnimplemented, "dtype");
   EXPECT_TRUE(ValidateQuantization(false, v1::Quantization(), Shape(3, 3), cuda).ok());
+}
+
+TEST(Fp8ValidationTest, QuantizationIsValidatedBeforeTheBackendRefusesIt) {
+  BackendFeatures gpu;
+  gpu.fp8_quantize = false;
+  gpu.backend = "cuda";
+  v1::Quantization q = Quantization(v1::SCALE_MODE_CHANNEL, v1::OPERAND_A);
+  q.set_format(v1::DATA_TYPE_BF16);
+  ExpectInvalid(ValidateQuantization(true, q, Shape(3, 3), gpu).status(), "quantize.format");
+  ExpectError(ValidateQuantization(true, Quantization(v1::SCALE_MODE_TENSOR, v1::OPERAND_A),
+                                   Shape(3, 3), gpu)
+                  .status(),
+              absl::StatusCode::kUnimplemented, "quantize");
+  EXPECT_TRUE(
+      ValidateQuantization(false, v1::Quantization(), Shape(3, 3, DType::kFp8E4m3), gpu).ok())
+      << "a backend that runs FP8 keeps FP8 matrices the client quantized";
 }
 
 TEST(Fp8ValidationTest, RegisterMatrixTakesFp8Bytes) {

@@ -23,6 +23,7 @@
 #include "common/reference_gemm.h"
 #include "service/metrics.h"
 #include "service/server.h"
+#include "tests/fp8_test_util.h"
 #include "tests/test_util.h"
 
 namespace gemm {
@@ -33,38 +34,10 @@ using ::testing::HasSubstr;
 constexpr DType kFormats[] = {DType::kFp8E4m3, DType::kFp8E5m2};
 constexpr ScaleMode kModes[] = {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock};
 
-std::vector<float> RandomFloats(uint64_t n, std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(*rng);
-  return v;
-}
-
-std::vector<uint16_t> ToBf16(const std::vector<float>& v) {
-  std::vector<uint16_t> out(v.size());
-  FromFloat(DType::kBf16, v.data(), out.data(), v.size());
-  return out;
-}
-
-QuantizedMatrix Quantize(const MatrixView& source, DType format, ScaleMode mode,
-                         OperandRole role, bool transposed) {
-  auto q = QuantizeToFp8(source, Fp8Quantization{format, mode, role, transposed});
-  EXPECT_TRUE(q.ok()) << q.status();
-  return std::move(*q);
-}
-
-// The relative error of `result` against the float64 reference of `checked`
-// (a problem whose every operand travels as bytes, FP8 ones with scales).
-double ErrorAgainst(const v1::GemmProblem& checked, const v1::GemmResult& result) {
-  auto ref = ViewProblem(checked);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  if (!ref.ok()) return std::numeric_limits<double>::infinity();
-  auto d = ViewResult(result);
-  EXPECT_TRUE(d.ok()) << d.status();
-  if (!d.ok()) return std::numeric_limits<double>::infinity();
-  // Both row-major M x N, whatever the result's layout.
-  return RelativeError(ReadMatrix(*d), ReferenceGemm(*ref));
-}
+using test::ErrorAgainst;
+using test::Quantize;
+using test::RandomFloats;
+using test::ToBf16;
 
 class Fp8ServerTest : public ::testing::Test {
  protected:

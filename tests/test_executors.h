@@ -25,7 +25,7 @@ class ForwardingExecutor : public Executor {
   absl::Status RemeasurePeaks() override { return inner_->RemeasurePeaks(); }
   int max_concurrent_batches() const override { return inner_->max_concurrent_batches(); }
   bool supports_grouped() const override { return inner_->supports_grouped(); }
-  bool runs_fp8() const override { return inner_->runs_fp8(); }
+  Fp8Support fp8_support() const override { return inner_->fp8_support(); }
   absl::Duration PredictRunTime(const WorkItem& item) const override {
     return inner_->PredictRunTime(item);
   }

@@ -1,7 +1,10 @@
-// Copies an fp32 operand into K-major order on the GPU (see KMajorCopy in
+// Copies an operand into K-major order on the GPU (see KMajorCopy in
 // kernels/problem.h): per batch member, element (r, kk) of a `rows` x k
-// operand moves from src[kk * ld + r] to dst[r * ld_copy + kk]. Plain C++
-// header; the stream is an opaque cudaStream_t.
+// operand moves to dst[r * ld_copy + kk]. The transposing copies read an
+// operand whose rows index is contiguous (src[kk * ld + r]); the re-pitching
+// copy reads one that is K-major already but whose row pitch or batch stride
+// is off TMA's 16-byte grid (src[r * ld + kk]). Plain C++ header; the stream
+// is an opaque cudaStream_t.
 #pragma once
 
 #include <cstdint>
@@ -9,11 +12,18 @@
 
 namespace gemm_kernels {
 
-// Enqueues the copy of `members` batch members (source member b at
+// Each enqueues the copy of `members` batch members (source member b at
 // src + b * batch_stride, destination at dst + b * rows * ld_copy, in
-// elements). Returns the launch error, or an empty string.
+// elements) and returns the launch error, or an empty string.
 std::string LaunchKMajorCopyF32(const float* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                 int64_t k, int64_t members, float* dst, int64_t ld_copy,
+                                void* stream);
+// 1-byte elements (FP8 codes).
+std::string LaunchKMajorCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
+                               int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
+                               void* stream);
+std::string LaunchRepitchCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
+                                int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
                                 void* stream);
 
 }  // namespace gemm_kernels

@@ -22,6 +22,11 @@ size_t Take(size_t* end, uint64_t bytes) {
   return at;
 }
 
+// Bytes of an operand's FP8 scales (0 for other operands).
+uint64_t ScaleBytes(const MatrixRef& m) {
+  return m.scales.mode == ScaleMode::kNone ? 0 : m.scales.count * sizeof(float);
+}
+
 // Each problem of a single or grouped launch: its own staged operands, one
 // after the other.
 void PlaceEach(std::vector<ProblemLayout>& members, size_t* in, size_t* out) {
@@ -31,6 +36,8 @@ void PlaceEach(std::vector<ProblemLayout>& members, size_t* in, size_t* out) {
     if (!ResidentData(p.a)) pl.a = Take(in, p.a.bytes());
     if (!ResidentData(p.b)) pl.b = Take(in, p.b.bytes());
     if (pl.has_c && !ResidentData(p.c)) pl.c = Take(in, p.d_bytes());
+    if (const uint64_t s = ScaleBytes(p.a); s > 0) pl.a_scales = Take(in, s);
+    if (const uint64_t s = ScaleBytes(p.b); s > 0) pl.b_scales = Take(in, s);
     pl.d = Take(out, p.d_bytes());
   }
 }
@@ -46,13 +53,19 @@ void PlaceStrided(std::vector<ProblemLayout>& members, size_t* in, size_t* out) 
   const size_t b_step = ResidentData(first.b) ? 0 : Aligned(first.b.bytes());
   const bool has_c = members.front().placement.has_c;
   const size_t c_step = has_c && !ResidentData(first.c) ? d_stride : 0;
+  // Scales back to back, unpadded: the kernel reads member i's at
+  // i * ScaleCount from the first's.
+  const size_t as_step = ScaleBytes(first.a), bs_step = ScaleBytes(first.b);
   const size_t a0 = *in, b0 = a0 + count * a_step, c0 = b0 + count * b_step;
-  *in = c0 + count * c_step;
+  const size_t as0 = c0 + count * c_step, bs0 = as0 + Aligned(count * as_step);
+  *in = bs0 + Aligned(count * bs_step);
   for (size_t i = 0; i < count; ++i) {
     Placement& pl = members[i].placement;
     pl.a = a0 + i * a_step;
     pl.b = b0 + i * b_step;
     pl.c = c0 + i * c_step;
+    pl.a_scales = as0 + i * as_step;
+    pl.b_scales = bs0 + i * bs_step;
     pl.d = *out + i * d_stride;
   }
   *out += count * d_stride;
@@ -138,6 +151,8 @@ void StageInputs(const BatchLayout& layout, unsigned char* staging) {
     const Placement& pl = m.placement;
     if (!ResidentData(p.a)) ParallelCopy(staging + pl.a, p.a.data, p.a.bytes());
     if (!ResidentData(p.b)) ParallelCopy(staging + pl.b, p.b.data, p.b.bytes());
+    if (const uint64_t s = ScaleBytes(p.a); s > 0) std::memcpy(staging + pl.a_scales, p.a.scales.data, s);
+    if (const uint64_t s = ScaleBytes(p.b); s > 0) std::memcpy(staging + pl.b_scales, p.b.scales.data, s);
     // A resident C is in D's layout already (request validation checks it).
     if (!pl.has_c || ResidentData(p.c)) continue;
     if (p.c.layout == p.shape.layout_d) {
@@ -162,6 +177,7 @@ TransferBytes StagedBytes(const WorkItem& item) {
   for (const GemmProblemRef& p : item.problems) {
     if (!ResidentData(p.a)) bytes.in += p.a.bytes();
     if (!ResidentData(p.b)) bytes.in += p.b.bytes();
+    bytes.in += ScaleBytes(p.a) + ScaleBytes(p.b);
     if (p.beta != 0.0 && p.c.present() && !ResidentData(p.c)) bytes.in += p.c.bytes();
     bytes.out += p.d_bytes();
   }

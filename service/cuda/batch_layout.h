@@ -7,9 +7,10 @@
 // descriptors) and, after it, the output region (results). One H2D copy moves
 // the input region, one D2H copy the output region. Operand starts are
 // aligned to kOperandAlign. Members of a strided-batched launch sit at a
-// fixed stride per operand (all A, then all B, then all C), so one launch
-// covers them; a resident operand is not staged, the kernel reads its device
-// copy.
+// fixed stride per operand (all A, then all B, then all C, then the FP8
+// scales of all A and of all B, back to back), so one launch covers them; a
+// resident operand is not staged, the kernel reads its device copy (the
+// scales of an FP8 operand come with each request and are staged always).
 #ifndef GEMM_SERVICE_CUDA_BATCH_LAYOUT_H_
 #define GEMM_SERVICE_CUDA_BATCH_LAYOUT_H_
 
@@ -39,6 +40,10 @@ struct Placement {
   size_t a = 0, b = 0, c = 0;  // offsets in the input region
   size_t d = 0;                // offset in the output region
   bool has_c = false;          // C is read: beta != 0 and C is present
+  // The fp32 scales of FP8 operands (ScaleMode other than kNone), in the
+  // input region. The members of a strided-batched launch have theirs back
+  // to back, as the kernel reads them.
+  size_t a_scales = 0, b_scales = 0;
 };
 
 struct ProblemLayout {

@@ -324,6 +324,60 @@ TEST_F(BatchLayoutTest, StagedBytesLeaveResidentOperandsOut) {
   EXPECT_EQ(StagedBytes(item).out, 128);
 }
 
+// FP8 operands with scales: each problem's scales staged after its operands;
+// a strided batch's scales back to back (the kernel reads member i's at
+// i * ScaleCount), each operand's block aligned; their bytes staged and
+// counted.
+TEST_F(BatchLayoutTest, Fp8ScalesAreStagedBackToBackPerOperand) {
+  auto fp8 = [this](float scale_a) {
+    GemmProblemRef p = Problem(3, 5, 128, DType::kFp8E4m3);
+    p.shape.input_dtype_b = DType::kFp8E5m2;
+    p.shape.output_dtype = DType::kBf16;
+    p.b = MatrixB(p.shape, p.b.data);
+    p.d = Buffer(p.d_bytes());
+    auto* sa = reinterpret_cast<float*>(Buffer(3 * sizeof(float)));
+    for (int i = 0; i < 3; ++i) sa[i] = scale_a + i;
+    auto* sb = reinterpret_cast<float*>(Buffer(sizeof(float)));
+    sb[0] = 2 * scale_a;
+    p.a.scales = Fp8Scales{ScaleMode::kChannel, OperandRole::kA, false, sa, 3};
+    p.b.scales = Fp8Scales{ScaleMode::kTensor, OperandRole::kB, false, sb, 1};
+    return p;
+  };
+  Batch batch;
+  batch.items = {Item({fp8(1.0f)}), Item({fp8(10.0f)}), Item({fp8(100.0f)})};
+  std::vector<const GemmProblemRef*> all;
+  for (const auto& item : batch.items) all.push_back(&item->problems[0]);
+  batch.launches = {Launch(LaunchGroup::Kind::kStridedBatched, all),
+                    Launch(LaunchGroup::Kind::kSingle, {all[0]})};
+  const BatchLayout layout = LayOut(batch);
+  const Placement& first = layout.problem(0, 0).placement;
+  for (size_t i = 1; i < 3; ++i) {
+    const Placement& pl = layout.problem(0, i).placement;
+    EXPECT_EQ(pl.a_scales, first.a_scales + i * 3 * sizeof(float));
+    EXPECT_EQ(pl.b_scales, first.b_scales + i * sizeof(float));
+  }
+  EXPECT_EQ(first.a_scales % kOperandAlign, 0u);
+  EXPECT_EQ(first.b_scales % kOperandAlign, 0u);
+  EXPECT_GE(first.b_scales, first.a_scales + 3 * 3 * sizeof(float));
+  const Placement& single = layout.problem(1, 0).placement;
+  EXPECT_EQ(single.a_scales % kOperandAlign, 0u);
+  EXPECT_GE(single.a_scales, first.b_scales + 3 * sizeof(float));
+  EXPECT_LE(single.b_scales + sizeof(float), layout.input_bytes);
+
+  std::vector<unsigned char> staging(layout.staging_bytes());
+  StageInputs(layout, staging.data());
+  for (size_t i = 0; i < 3; ++i) {
+    const Placement& pl = layout.problem(0, i).placement;
+    float a[3], b;
+    std::memcpy(a, staging.data() + pl.a_scales, sizeof a);
+    std::memcpy(&b, staging.data() + pl.b_scales, sizeof b);
+    const float base = i == 0 ? 1.0f : i == 1 ? 10.0f : 100.0f;
+    EXPECT_EQ(a[2], base + 2);
+    EXPECT_EQ(b, 2 * base);
+  }
+  EXPECT_EQ(StagedBytes(*batch.items[0]).in, 3 * 128 + 128 * 5 + 4 * sizeof(float));
+}
+
 }  // namespace
 }  // namespace gpu
 }  // namespace gemm

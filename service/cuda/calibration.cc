@@ -82,6 +82,19 @@ std::optional<PeakRate> MeasureGemm(const GemmCase& c, int device, std::mt19937&
   args.d = {d->get(), gk::DataType::kFp32, gk::Layout::kRowMajor, c.n, 0};
   args.c = args.d;
   args.allow_tf32 = c.tf32;
+  // FP8: codes of values in [-1, 1] (within both formats' range) with
+  // tensor scales of 1.
+  std::optional<DeviceMemory> scale;
+  if (IsFp8(c.in)) {
+    const float one = 1.0f;
+    std::vector<unsigned char> bytes(sizeof one);
+    std::memcpy(bytes.data(), &one, sizeof one);
+    scale = Upload(bytes, device);
+    if (!scale) return std::nullopt;
+    const auto* s = static_cast<const float*>(scale->get());
+    args.a_scale = {ScaleMode::kTensor, s};
+    args.b_scale = {ScaleMode::kTensor, s};
+  }
   gk::Gemm gemm;
   if (!gemm.Initialize(args).ok()) return std::nullopt;
   auto ms = TimeOnDefaultStream(7, [&gemm] { return gemm.Run(nullptr).ok(); });
@@ -177,6 +190,7 @@ Calibration Calibrate(int device, cudaStream_t copy_stream) {
   const GemmCase cases[] = {{"bf16", DType::kBf16, false, 4096},
                             {"fp16", DType::kFp16, false, 4096},
                             {"tf32", DType::kFp32, true, 4096},
+                            {"fp8", DType::kFp8E4m3, false, 4096},
                             {"fp32", DType::kFp32, false, 2048}};
   Calibration out;
   std::mt19937 rng(7);

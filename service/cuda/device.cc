@@ -40,6 +40,8 @@ bool RunsGroupedKernel(const DeviceProperties& props) {
   return props.major == 9 && props.minor == 0;
 }
 
+bool RunsFp8Kernel(const DeviceProperties& props) { return props.major == 9 && props.minor == 0; }
+
 absl::StatusOr<uint64_t> DeviceBytesInUse(int device) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   size_t free_bytes = 0, total = 0;

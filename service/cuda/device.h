@@ -31,6 +31,10 @@ absl::StatusOr<DeviceProperties> QueryDevice(int device);
 // compute capability 9.0 only.
 bool RunsGroupedKernel(const DeviceProperties& props);
 
+// Whether the sm_90a FP8 kernel runs on `props` (machine code for compute
+// capability 9.0 only, like the grouped kernel).
+bool RunsFp8Kernel(const DeviceProperties& props);
+
 // Device memory in use on `device` (total minus free, all processes). Makes
 // `device` current.
 absl::StatusOr<uint64_t> DeviceBytesInUse(int device);

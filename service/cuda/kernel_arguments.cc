@@ -1,5 +1,6 @@
 #include "service/cuda/kernel_arguments.h"
 
+#include "absl/strings/str_cat.h"
 #include "kernels/config/deterministic_plan.h"
 
 namespace gemm {
@@ -31,7 +32,14 @@ ProblemReproducibility DeterministicRecord(const GemmProblemRef& p, gk::KernelKi
   r.kernel = kernel;
   r.splits = 1;
   const GemmShape& s = p.shape;
-  if (kind == gk::KernelKind::kSm90TmaWgmma) {
+  if (kind == gk::KernelKind::kSm90TmaWgmma && s.fp8()) {
+    r.tile = gk::Sm90TileName(gk::Sm90Tile::k128x128);
+    r.reduction_order = absl::StrCat(
+        "one CTA per output tile: k-blocks of 128 ascending, FP8 wgmma k-steps of 32 in order "
+        "into a temporary promoted into fp32 accumulators every ",
+        gk::kFp8PromoteEvery, " k-block(s) (block scales: every k-block), scales applied at "
+        "promotion (block) or in the epilogue; K never split");
+  } else if (kind == gk::KernelKind::kSm90TmaWgmma) {
     const gk::DeterministicSm90Plan plan = gk::PlanDeterministicSm90ForLayout(
         static_cast<int64_t>(s.m), static_cast<int64_t>(s.n), static_cast<int64_t>(s.k),
         s.layout_d == Layout::kColMajor);
@@ -66,8 +74,16 @@ gk::GemmArguments KernelArguments(const GemmProblemRef& p, const Placement& pl,
   args.batch_count = count;
   args.a = {operand(p.a, pl.a), s.input_dtype, OperandLayout(s.layout_a, s.transpose_a),
             static_cast<int64_t>(p.a.ld()), stride(pl.a, pl2.a, s.input_dtype)};
-  args.b = {operand(p.b, pl.b), s.input_dtype, OperandLayout(s.layout_b, s.transpose_b),
-            static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.input_dtype)};
+  args.b = {operand(p.b, pl.b), s.b_dtype(), OperandLayout(s.layout_b, s.transpose_b),
+            static_cast<int64_t>(p.b.ld()), stride(pl.b, pl2.b, s.b_dtype())};
+  // FP8 scales are staged with the operands (members back to back); the
+  // kernels index them in op(A) / op(B) terms, as the API does.
+  auto scales = [dev](const MatrixRef& m, size_t offset) -> gk::ScaleDesc {
+    if (m.scales.mode == ScaleMode::kNone) return {};
+    return {m.scales.mode, reinterpret_cast<const float*>(dev + offset)};
+  };
+  args.a_scale = scales(p.a, pl.a_scales);
+  args.b_scale = scales(p.b, pl.b_scales);
   const int64_t ld_d = static_cast<int64_t>(s.layout_d == Layout::kRowMajor ? s.n : s.m);
   args.d = {out_dev + pl.d, s.output_dtype, s.layout_d, ld_d,
             stride(pl.d, pl2.d, s.output_dtype)};

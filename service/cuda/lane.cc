@@ -216,7 +216,9 @@ void Lane::EnqueueLaunch(size_t li) {
   }
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
   const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
-  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind));
+  // FP8 launches count under their own kernel label.
+  const bool fp8 = !ls.group && IsFp8(ls.args.a.dtype);
+  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "");
   if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel);
   for (size_t i = 0; i < layout_.launches[li].count; ++i) {
     const size_t item = layout_.problem(li, i).item;

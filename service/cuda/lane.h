@@ -64,7 +64,7 @@ struct LaunchState {
   // runs).
   PoolMemory operand_copies;
   absl::Status status;  // set-up or launch failure: its requests fail
-  std::string label;    // metrics: "<plan kind>/<kernel family>"
+  std::string label;    // metrics: "<plan kind>/<kernel family>[_fp8]"
 };
 
 using Outcomes = std::vector<std::pair<std::shared_ptr<WorkItem>, absl::Status>>;

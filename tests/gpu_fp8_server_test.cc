@@ -1,0 +1,510 @@
+// FP8 on the CUDA backend, end to end through the real server and the C++
+// client: every format pair, scale mode, transpose, stored layout and output
+// type, alpha/beta with C, odd shapes and K tails (operands off the 16-byte
+// grid run from K-major copies), same-shape requests in strided-batched
+// launches, FP8 members beside a grouped launch, deterministic FP8, the
+// refusals by field, and a short soak of FP8 mixed with bf16. Each result is
+// checked against the float64 product of the dequantized operands. Skips
+// where no CUDA device is visible (CI); on a GPU without sm_90a it checks
+// that FP8 is refused by field.
+#include <algorithm>
+#include <atomic>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/gemm_client.h"
+#include "client/matrix_view.h"
+#include "common/fp8.h"
+#include "service/cuda_executor.h"
+#include "service/metrics.h"
+#include "service/server.h"
+#include "tests/fp8_test_util.h"
+#include "tests/test_util.h"
+
+ABSL_FLAG(double, fp8_soak_seconds, 5.0, "how long the FP8 soak runs");
+
+namespace gemm {
+namespace {
+
+using ::testing::HasSubstr;
+using test::ErrorAgainst;
+using test::Quantize;
+using test::RandomFloats;
+
+double Tolerance(DType out) {
+  return out == DType::kBf16 ? 1e-2 : out == DType::kFp16 ? 2e-3 : 5e-4;
+}
+
+// One FP8 problem built from random data: the quantized operands it holds,
+// and its request.
+struct Fp8Case {
+  uint64_t m = 64, n = 64, k = 128;
+  DType fa = DType::kFp8E4m3, fb = DType::kFp8E4m3;
+  ScaleMode sa = ScaleMode::kTensor, sb = ScaleMode::kTensor;
+  bool transpose_a = false, transpose_b = false;
+  Layout layout_a = Layout::kRowMajor, layout_b = Layout::kRowMajor;
+  Layout layout_d = Layout::kRowMajor;
+  DType out = DType::kFp32;
+  double alpha = 1.0, beta = 0.0;
+
+  std::string Describe() const {
+    return absl::StrCat(m, "x", n, "x", k, " ", DTypeName(fa), "x", DTypeName(fb), " ",
+                        ScaleModeName(sa), "/", ScaleModeName(sb), transpose_a ? " tA" : "",
+                        transpose_b ? " tB" : "", layout_a == Layout::kColMajor ? " colA" : "",
+                        layout_b == Layout::kColMajor ? " colB" : "",
+                        layout_d == Layout::kColMajor ? " colD" : "", " out ", DTypeName(out),
+                        beta != 0.0 ? " beta" : "");
+  }
+};
+
+struct BuiltProblem {
+  QuantizedMatrix a, b;
+  std::vector<float> c32;
+  std::vector<uint16_t> c16;
+  v1::GemmProblem problem;
+};
+
+std::unique_ptr<BuiltProblem> Build(const Fp8Case& c, std::mt19937* rng) {
+  auto built = std::make_unique<BuiltProblem>();
+  const uint64_t ar = c.transpose_a ? c.k : c.m, ac = c.transpose_a ? c.m : c.k;
+  const uint64_t br = c.transpose_b ? c.n : c.k, bc = c.transpose_b ? c.k : c.n;
+  const std::vector<float> a = RandomFloats(ar * ac, rng), b = RandomFloats(br * bc, rng);
+  built->a = Quantize(MatrixView(a.data(), ar, ac, c.layout_a), c.fa, c.sa, OperandRole::kA,
+                      c.transpose_a);
+  built->b = Quantize(MatrixView(b.data(), br, bc, c.layout_b), c.fb, c.sb, OperandRole::kB,
+                      c.transpose_b);
+  ProblemOptions o;
+  o.transpose_a = c.transpose_a;
+  o.transpose_b = c.transpose_b;
+  o.output_dtype = c.out;
+  o.output_layout = c.layout_d;
+  o.alpha = c.alpha;
+  o.beta = c.beta;
+  if (c.beta != 0.0) {
+    built->c32 = RandomFloats(c.m * c.n, rng);
+    if (c.out == DType::kFp32) {
+      o.c = MatrixView(built->c32.data(), c.m, c.n, c.layout_d);
+    } else {
+      built->c16.resize(built->c32.size());
+      FromFloat(c.out, built->c32.data(), built->c16.data(), built->c32.size());
+      o.c = MatrixView(built->c16.data(), c.m, c.n, c.out, c.layout_d);
+    }
+  }
+  auto p = MakeProblem(built->a.view(), built->b.view(), o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (p.ok()) built->problem = *std::move(p);
+  return built;
+}
+
+class GpuFp8ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaExecutor::DeviceCount() == 0)
+      GTEST_SKIP() << "no CUDA device visible: the CUDA executor is tested on the GPU box";
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.backend = "cuda";
+    o.cuda.calibrate = false;
+    o.limits.max_resident_bytes = 64 << 20;
+    auto server = GemmServer::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    ClientOptions co;
+    co.target = absl::StrCat("127.0.0.1:", server_->port());
+    co.default_timeout = absl::Seconds(120);
+    auto client = Client::Create(co);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = std::move(*client);
+    hopper_ = server_->backend().devices.front().compute_capability == "9.0";
+  }
+
+  void TearDown() override {
+    client_.reset();
+    if (server_) server_->Shutdown(absl::Seconds(10));
+  }
+
+  void SkipUnlessHopper() {
+    if (!hopper_) GTEST_SKIP() << "FP8 runs on sm_90 only; ServerInfo checks the refusal";
+  }
+
+  // Sends `c` alone and checks its result; returns the response.
+  v1::GemmResponse RunAndCheck(const Fp8Case& c, std::mt19937* rng) {
+    SCOPED_TRACE(c.Describe());
+    std::unique_ptr<BuiltProblem> built = Build(c, rng);
+    v1::GemmRequest request;
+    *request.add_problems() = built->problem;
+    GemmResult r = client_->Gemm(request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    EXPECT_EQ(r->backend(), "cuda");
+    // E.g. sm90_tma_wgmma_coop_e4m3xe5m2_128x128x128_s4_kk_promote1_tensorxblock.
+    EXPECT_THAT(r->kernel(), HasSubstr("sm90_tma_wgmma"));
+    EXPECT_THAT(r->kernel(), ::testing::AnyOf(HasSubstr("e4m3x"), HasSubstr("e5m2x")));
+    EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(c.out)) << r->kernel();
+    const v1::GemmResult& res = r->results(0);
+    EXPECT_EQ(res.a_precision().dtype(), ToProto(c.fa));
+    EXPECT_EQ(res.b_precision().dtype(), ToProto(c.fb));
+    EXPECT_EQ(res.a_precision().scale_mode(), ToProto(c.sa));
+    EXPECT_EQ(res.b_precision().scale_mode(), ToProto(c.sb));
+    return *r;
+  }
+
+  std::unique_ptr<GemmServer> server_;
+  std::unique_ptr<Client> client_;
+  bool hopper_ = false;
+};
+
+TEST_F(GpuFp8ServerTest, ServerInfoListsFp8OnHopperAndTheRefusalElsewhere) {
+  auto info = client_->GetServerInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const bool listed =
+      std::find(info->input_dtypes().begin(), info->input_dtypes().end(),
+                v1::DATA_TYPE_FP8_E4M3) != info->input_dtypes().end();
+  EXPECT_EQ(listed, hopper_);
+  if (hopper_) return;
+  std::mt19937 rng(1);
+  std::unique_ptr<BuiltProblem> built = Build(Fp8Case(), &rng);
+  v1::GemmRequest request;
+  *request.add_problems() = built->problem;
+  GemmResult r = client_->Gemm(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].input_dtype"));
+}
+
+TEST_F(GpuFp8ServerTest, EveryFormatPairAndScaleModePair) {
+  SkipUnlessHopper();
+  std::mt19937 rng(2);
+  const DType formats[] = {DType::kFp8E4m3, DType::kFp8E5m2};
+  const ScaleMode modes[] = {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock};
+  int i = 0;
+  for (DType fa : formats)
+    for (DType fb : formats)
+      for (ScaleMode sa : modes)
+        for (ScaleMode sb : modes) {
+          Fp8Case c;
+          c.m = 130;
+          c.n = 200;
+          c.k = 384;
+          c.fa = fa;
+          c.fb = fb;
+          c.sa = sa;
+          c.sb = sb;
+          c.out = i % 3 == 0 ? DType::kBf16 : i % 3 == 1 ? DType::kFp16 : DType::kFp32;
+          RunAndCheck(c, &rng);
+          ++i;
+        }
+}
+
+TEST_F(GpuFp8ServerTest, BlockScalesWithRaggedK) {
+  // ceil(K/128) blocks along K, the last one partial; K off the 16-byte
+  // grid runs from re-pitched copies.
+  SkipUnlessHopper();
+  std::mt19937 rng(10);
+  for (uint64_t k : {1000u, 129u, 1u, 4000u})
+    for (int modes = 0; modes < 3; ++modes) {
+      Fp8Case c;
+      c.m = 70;
+      c.n = 150;
+      c.k = k;
+      c.sa = modes == 2 ? ScaleMode::kChannel : ScaleMode::kBlock;
+      c.sb = modes == 1 ? ScaleMode::kTensor : ScaleMode::kBlock;
+      c.transpose_b = modes == 0;
+      c.out = DType::kFp32;
+      RunAndCheck(c, &rng);
+    }
+}
+
+TEST_F(GpuFp8ServerTest, TransposesLayoutsOddShapesKTailsAndBeta) {
+  SkipUnlessHopper();
+  std::mt19937 rng(3);
+  const uint64_t shapes[][3] = {{1, 1, 16}, {33, 140, 1000}, {257, 3, 200}, {64, 64, 33}};
+  int i = 0;
+  for (const auto& s : shapes)
+    for (int trans = 0; trans < 4; ++trans)
+      for (int layouts = 0; layouts < 4; ++layouts) {
+        Fp8Case c;
+        c.m = s[0];
+        c.n = s[1];
+        c.k = s[2];
+        c.transpose_a = trans & 1;
+        c.transpose_b = trans & 2;
+        c.layout_a = layouts & 1 ? Layout::kColMajor : Layout::kRowMajor;
+        c.layout_b = layouts & 2 ? Layout::kColMajor : Layout::kRowMajor;
+        c.layout_d = i % 3 == 0 ? Layout::kColMajor : Layout::kRowMajor;
+        c.sa = i % 2 == 0 ? ScaleMode::kChannel : ScaleMode::kTensor;
+        c.sb = i % 4 < 2 ? ScaleMode::kChannel : ScaleMode::kTensor;
+        c.fb = i % 5 == 0 ? DType::kFp8E5m2 : DType::kFp8E4m3;
+        c.out = i % 2 == 0 ? DType::kBf16 : DType::kFp32;
+        if (i % 4 == 3) {
+          c.alpha = 0.5;
+          c.beta = -1.25;
+        }
+        RunAndCheck(c, &rng);
+        ++i;
+      }
+}
+
+TEST_F(GpuFp8ServerTest, BlockScalesWithAColumnMajorOutputAreRefusedByField) {
+  SkipUnlessHopper();
+  std::mt19937 rng(4);
+  Fp8Case c;
+  c.k = 256;
+  c.sa = ScaleMode::kBlock;
+  c.layout_d = Layout::kColMajor;
+  std::unique_ptr<BuiltProblem> built = Build(c, &rng);
+  v1::GemmRequest request;
+  *request.add_problems() = built->problem;
+  GemmResult r = client_->Gemm(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].output_layout"));
+}
+
+TEST_F(GpuFp8ServerTest, SameShapeRequestsShareStridedBatchedLaunches) {
+  SkipUnlessHopper();
+  std::mt19937 rng(5);
+  Fp8Case c;
+  c.m = 96;
+  c.n = 160;
+  c.k = 512;
+  c.fb = DType::kFp8E5m2;
+  c.sa = ScaleMode::kChannel;
+  c.sb = ScaleMode::kBlock;
+  c.out = DType::kBf16;
+  std::vector<std::unique_ptr<BuiltProblem>> built;
+  std::vector<std::future<GemmResult>> calls;
+  for (int i = 0; i < 64; ++i) {
+    built.push_back(Build(c, &rng));
+    v1::GemmRequest request;
+    *request.add_problems() = built.back()->problem;
+    calls.push_back(client_->GemmFuture(std::move(request)));
+  }
+  for (size_t i = 0; i < calls.size(); ++i) {
+    GemmResult r = calls[i].get();
+    ASSERT_TRUE(r.ok()) << i << ": " << r.status();
+    EXPECT_LE(ErrorAgainst(built[i]->problem, r->results(0)), Tolerance(c.out)) << i;
+  }
+  // Whether concurrent requests meet in one batch depends on timing; the
+  // problems of one request always do.
+  v1::GemmRequest together;
+  for (int i = 0; i < 8; ++i) *together.add_problems() = built[i]->problem;
+  GemmResult r = client_->Gemm(together);
+  ASSERT_TRUE(r.ok()) << r.status();
+  for (int i = 0; i < 8; ++i)
+    EXPECT_LE(ErrorAgainst(together.problems(i), r->results(i)), Tolerance(c.out)) << i;
+  const std::string metrics = server_->metrics()->Scrape();
+  EXPECT_THAT(metrics, HasSubstr("kernel_kind=\"strided_batched/sm90_wgmma_fp8\""));
+  EXPECT_THAT(metrics, HasSubstr("dtype=\"fp8\""));
+}
+
+TEST_F(GpuFp8ServerTest, Fp8MembersOfAMixedListRunBesideTheGroupedLaunch) {
+  SkipUnlessHopper();
+  std::mt19937 rng(6);
+  v1::GemmRequest request;
+  std::vector<std::unique_ptr<BuiltProblem>> built;
+  std::vector<v1::GemmProblem> bf16;
+  for (uint64_t m : {17u, 64u, 200u}) {
+    Fp8Case c;
+    c.m = m;
+    c.n = 2 * m + 1;
+    c.k = 256;
+    c.sa = ScaleMode::kBlock;
+    c.sb = ScaleMode::kChannel;
+    built.push_back(Build(c, &rng));
+    *request.add_problems() = built.back()->problem;
+    test::ProblemSpec s;
+    s.m = m;
+    s.n = m + 3;
+    s.k = 96;
+    s.input = DType::kBf16;
+    s.output = DType::kFp32;
+    *request.add_problems() = test::MakeProblem(s, &rng);
+  }
+  GemmResult r = client_->Gemm(request);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->results_size(), request.problems_size());
+  for (int i = 0; i < request.problems_size(); ++i) {
+    if (i % 2 == 0) {
+      EXPECT_LE(ErrorAgainst(request.problems(i), r->results(i)), Tolerance(DType::kFp32)) << i;
+    } else {
+      EXPECT_TRUE(test::ResultMatches(request.problems(i), r->results(i))) << i;
+    }
+  }
+  EXPECT_THAT(server_->metrics()->Scrape(), HasSubstr("kernel_kind=\"single/sm90_wgmma_fp8\""));
+}
+
+TEST_F(GpuFp8ServerTest, DeterministicFp8IsBatchInvariant) {
+  SkipUnlessHopper();
+  std::mt19937 rng(7);
+  Fp8Case c;
+  c.m = 300;
+  c.n = 280;
+  c.k = 1024;
+  c.sa = ScaleMode::kChannel;
+  c.out = DType::kFp32;
+  std::unique_ptr<BuiltProblem> alone = Build(c, &rng);
+  v1::GemmRequest request;
+  request.set_deterministic(true);
+  *request.add_problems() = alone->problem;
+  GemmResult first = client_->Gemm(request);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->has_reproducibility());
+  EXPECT_EQ(first->reproducibility().problems(0).tile(), "128x128");
+  // The same problem among 15 others of its shape (one strided batch).
+  std::vector<std::unique_ptr<BuiltProblem>> others;
+  std::vector<std::future<GemmResult>> calls;
+  for (int i = 0; i < 16; ++i) {
+    v1::GemmRequest r;
+    r.set_deterministic(true);
+    if (i == 7) {
+      *r.add_problems() = alone->problem;
+    } else {
+      others.push_back(Build(c, &rng));
+      *r.add_problems() = others.back()->problem;
+    }
+    calls.push_back(client_->GemmFuture(std::move(r)));
+  }
+  for (int i = 0; i < 16; ++i) {
+    GemmResult r = calls[i].get();
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (i == 7) EXPECT_EQ(r->results(0).data(), first->results(0).data()) << "bits differ";
+  }
+}
+
+TEST_F(GpuFp8ServerTest, QuantizingOnTheServerIsRefusedByField) {
+  SkipUnlessHopper();
+  std::mt19937 rng(8);
+  const std::vector<float> w = RandomFloats(256 * 64, &rng);
+  auto handle = client_->RegisterQuantized(
+      MatrixView(w.data(), 256, 64),
+      Fp8Quantization{DType::kFp8E4m3, ScaleMode::kTensor, OperandRole::kB, false});
+  EXPECT_EQ(handle.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(handle.status().message()), HasSubstr("quantize"));
+
+  // quantize_partner: an FP8 B with a bf16 A the server would quantize.
+  Fp8Case c;
+  std::unique_ptr<BuiltProblem> built = Build(c, &rng);
+  const std::vector<uint16_t> a16 = test::ToBf16(RandomFloats(c.m * c.k, &rng));
+  ProblemOptions o;
+  o.output_dtype = DType::kFp32;
+  o.quantize_partner = true;
+  v1::GemmRequest request;
+  ASSERT_TRUE(
+      AddProblem(&request, MatrixView(a16.data(), c.m, c.k, DType::kBf16), built->b.view(), o)
+          .ok());
+  GemmResult r = client_->Gemm(request);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].quantize_partner"));
+}
+
+TEST_F(GpuFp8ServerTest, MalformedFp8IsInvalidNamingTheField) {
+  SkipUnlessHopper();
+  std::mt19937 rng(9);
+  Fp8Case c;
+  c.sa = ScaleMode::kChannel;
+  std::unique_ptr<BuiltProblem> built = Build(c, &rng);
+  v1::GemmRequest request;
+  *request.add_problems() = built->problem;
+  v1::GemmRequest bad = request;
+  bad.mutable_problems(0)->mutable_a()->mutable_scales()->mutable_data()->resize(12);
+  GemmResult r = client_->Gemm(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].a.scales.data"));
+  bad = request;
+  const float zero = 0.0f;
+  bad.mutable_problems(0)->mutable_b()->mutable_scales()->set_data(
+      reinterpret_cast<const char*>(&zero), sizeof zero);
+  r = client_->Gemm(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].b.scales.data"));
+  bad = request;
+  bad.mutable_problems(0)->set_output_dtype(v1::DATA_TYPE_FP8_E4M3);
+  r = client_->Gemm(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].output_dtype"));
+  EXPECT_TRUE(client_->Gemm(request).ok()) << "the server serves on";
+}
+
+TEST_F(GpuFp8ServerTest, SoakOfFp8MixedWithBf16) {
+  SkipUnlessHopper();
+  const absl::Time end = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_fp8_soak_seconds));
+  std::atomic<int> served{0}, wrong{0};
+  absl::Mutex mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(100 + t);
+      // At least 16 x 16 outputs: the relative error of a handful of
+      // elements is at the mercy of cancellation in their sums.
+      std::uniform_int_distribution<int> size(16, 300);
+      int i = 0;
+      while (absl::Now() < end) {
+        v1::GemmRequest request;
+        std::unique_ptr<BuiltProblem> built;
+        if (i++ % 2 == 0) {
+          Fp8Case c;
+          c.m = size(rng);
+          c.n = size(rng);
+          c.k = 128 * (1 + size(rng) % 4);
+          c.sa = static_cast<ScaleMode>(1 + size(rng) % 3);
+          c.sb = static_cast<ScaleMode>(1 + size(rng) % 3);
+          c.transpose_b = size(rng) % 2 == 0;
+          built = Build(c, &rng);
+          *request.add_problems() = built->problem;
+        } else {
+          test::ProblemSpec s;
+          s.m = size(rng);
+          s.n = size(rng);
+          s.k = size(rng);
+          s.input = DType::kBf16;
+          *request.add_problems() = test::MakeProblem(s, &rng);
+        }
+        GemmResult r = client_->Gemm(request);
+        std::string why;
+        if (!r.ok()) {
+          why = std::string(r.status().message());
+        } else if (built) {
+          const double err = ErrorAgainst(request.problems(0), r->results(0));
+          if (!(err <= Tolerance(DType::kFp32))) why = absl::StrCat("error ", err, " ", r->kernel());
+        } else if (auto m = test::ResponseMatches(request, *r); !m) {
+          why = m.message();
+        }
+        if (why.empty()) {
+          served++;
+        } else {
+          wrong++;
+          const GemmShape s = test::ProblemRefOf(request.problems(0)).shape;
+          absl::MutexLock lock(&mu);
+          failures.push_back(absl::StrCat(s.m, "x", s.n, "x", s.k, " ", DTypeName(s.input_dtype),
+                                          ": ", why));
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  for (size_t i = 0; i < failures.size() && i < 5; ++i) ADD_FAILURE() << failures[i];
+  EXPECT_GT(served.load(), 0);
+  RecordProperty("served", served.load());
+}
+
+}  // namespace
+}  // namespace gemm
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  return RUN_ALL_TESTS();
+}
