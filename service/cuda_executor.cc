@@ -61,9 +61,9 @@ absl::Status CudaExecutor::Init() {
                                             prop.multiprocessors, prop.total_memory, 0});
   info_.kernels = {"sm90_tma_wgmma (bf16, fp16, tf32; Hopper)",
                    "portable_simt (strict fp32; any sm_80+ GPU)"};
-  grouped_ = options_.grouped_launches && gpu::RunsGroupedKernel(prop);
+  grouped_ = options_.grouped_launches && gpu::RunsSm90aKernels(prop);
   if (grouped_) info_.kernels.push_back("sm90_tma_wgmma_grouped (bf16, fp16; mixed shapes)");
-  fp8_ = gpu::RunsFp8Kernel(prop);
+  fp8_ = gpu::RunsSm90aKernels(prop);
   if (fp8_)
     info_.kernels.push_back(
         "sm90_tma_wgmma_fp8 (e4m3, e5m2 in any pairing; tensor, channel and block scales)");

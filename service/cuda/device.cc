@@ -36,11 +36,9 @@ absl::StatusOr<DeviceProperties> QueryDevice(int device) {
   return out;
 }
 
-bool RunsGroupedKernel(const DeviceProperties& props) {
+bool RunsSm90aKernels(const DeviceProperties& props) {
   return props.major == 9 && props.minor == 0;
 }
-
-bool RunsFp8Kernel(const DeviceProperties& props) { return props.major == 9 && props.minor == 0; }
 
 absl::StatusOr<uint64_t> DeviceBytesInUse(int device) {
   CUDA_RETURN_IF_ERROR(cudaSetDevice(device));

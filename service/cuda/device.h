@@ -27,13 +27,9 @@ struct DeviceProperties {
 
 absl::StatusOr<DeviceProperties> QueryDevice(int device);
 
-// Whether the sm_90a grouped kernel runs on `props`: it is machine code for
-// compute capability 9.0 only.
-bool RunsGroupedKernel(const DeviceProperties& props);
-
-// Whether the sm_90a FP8 kernel runs on `props` (machine code for compute
-// capability 9.0 only, like the grouped kernel).
-bool RunsFp8Kernel(const DeviceProperties& props);
+// Whether the sm_90a kernels (grouped, FP8) run on `props`: they are
+// machine code for compute capability 9.0 only.
+bool RunsSm90aKernels(const DeviceProperties& props);
 
 // Device memory in use on `device` (total minus free, all processes). Makes
 // `device` current.
