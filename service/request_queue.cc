@@ -34,6 +34,12 @@ constexpr absl::Duration kDoNotRetry = absl::Milliseconds(-1);
 absl::Duration ToMicros(double seconds) { return absl::Microseconds(std::llround(seconds * 1e6)); }
 std::string Readable(double seconds) { return absl::FormatDuration(ToMicros(seconds)); }
 
+// Fair queueing's charge for an item without a prediction (no measured
+// rates): its FLOPs and bytes at nominal rates, so that shares still follow
+// the work the tenants send.
+constexpr double kNominalFlopsPerS = 1e12;
+constexpr double kNominalBytesPerS = 1e11;
+
 }  // namespace
 
 absl::Status AdmissionOptions::Validate() const {
@@ -44,7 +50,7 @@ absl::Status AdmissionOptions::Validate() const {
 }
 
 RequestQueue::RequestQueue(Options options, const Clock* clock)
-    : options_(options), clock_(clock), last_pop_(clock->Now()) {
+    : options_(options), clock_(clock), tenants_config_(options.tenants), last_pop_(clock->Now()) {
   // Timed waits run on the injected clock: when it jumps, waiters re-check.
   wakeup_id_ = clock_->AddWakeup([this] {
     absl::MutexLock lock(&mu_);
@@ -57,14 +63,102 @@ RequestQueue::~RequestQueue() {
   Abandon(absl::UnavailableError("the server is shutting down"));
 }
 
-absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry, absl::Time now,
+std::pair<std::string, const TenantSpec*> RequestQueue::ResolveLocked(
+    absl::string_view client) const {
+  if (tenants_config_ == nullptr) return {"", nullptr};
+  const TenantSpec& spec = tenants_config_->Resolve(client);
+  return {spec.name, &spec};
+}
+
+std::string RequestQueue::TenantOf(absl::string_view client) const {
+  absl::MutexLock lock(&mu_);
+  return ResolveLocked(client).first;
+}
+
+double RequestQueue::WeightLocked(const std::string& name) const {
+  if (tenants_config_ == nullptr) return 1;
+  const TenantSpec* spec = tenants_config_->Find(name);
+  return spec == nullptr ? 1 : spec->weight;
+}
+
+double RequestQueue::TokensLocked(const Tenant& tenant, const TenantSpec& spec,
+                                  absl::Time now) const {
+  const TenantLimits& limits = spec.limits;
+  if (tenant.refilled == absl::InfinitePast()) return limits.flops_burst;  // starts full
+  const double refill = limits.max_flops_per_s * absl::ToDoubleSeconds(now - tenant.refilled);
+  return std::min(limits.flops_burst, tenant.tokens + std::max(0.0, refill));
+}
+
+absl::Status RequestQueue::AdmitTenantLocked(const WorkItem& item, const std::string& name,
+                                             const TenantSpec& spec, absl::Time now,
+                                             absl::Duration* retry_after) const {
+  auto reject = [retry_after](absl::Status status, absl::Duration hint) {
+    if (retry_after != nullptr) *retry_after = hint;
+    return status;
+  };
+  const TenantLimits& limits = spec.limits;
+  static const Tenant kFresh;
+  auto found = tenants_.find(name);
+  const Tenant& tenant = found == tenants_.end() ? kFresh : found->second;
+  if (limits.max_requests_in_flight > 0 &&
+      tenant.inflight_requests >= limits.max_requests_in_flight)
+    return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                "tenant ", name, " has ", tenant.inflight_requests,
+                                " requests in flight, its max_requests_in_flight; retry later")),
+                            "tenant.max_requests_in_flight"),
+                  RetryHintLocked());
+  if (limits.max_inflight_bytes > 0) {
+    if (item.bytes > limits.max_inflight_bytes)
+      return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                                  "the request holds ", item.bytes, " bytes, more than tenant ",
+                                  name, "'s max_inflight_bytes of ", limits.max_inflight_bytes)),
+                              "tenant.max_inflight_bytes"),
+                    kDoNotRetry);
+    if (tenant.inflight_bytes + item.bytes > limits.max_inflight_bytes)
+      return reject(
+          WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                        "tenant ", name, " holds ", tenant.inflight_bytes, " of its ",
+                        limits.max_inflight_bytes, " max_inflight_bytes and the request needs ",
+                        item.bytes, "; retry later")),
+                    "tenant.max_inflight_bytes"),
+          RetryHintLocked());
+  }
+  if (limits.max_flops_per_s > 0) {
+    // A request larger than the bucket passes when the bucket is full and
+    // leaves it in debt, so the sustained rate holds for every size.
+    const double tokens = TokensLocked(tenant, spec, now);
+    const double needed = std::min(item.flops(), limits.flops_burst);
+    if (tokens < needed) {
+      const double wait_s = (needed - tokens) / limits.max_flops_per_s;
+      // Exact (rounded up to the microsecond): the bucket holds enough then.
+      const absl::Duration wait =
+          std::max(absl::Microseconds(1), absl::Microseconds(std::ceil(wait_s * 1e6)));
+      return reject(
+          WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                        "tenant ", name, " is at its max_flops_per_s of ",
+                        limits.max_flops_per_s, " FLOP/s (burst ", limits.flops_burst,
+                        " FLOPs): the request needs ", needed, " FLOPs of the bucket, which holds ",
+                        std::max(0.0, tokens), "; retry in ", absl::FormatDuration(wait))),
+                    "tenant.max_flops_per_s"),
+          wait);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const std::string& tenant,
+                                       const TenantSpec* spec, const Entry& entry, absl::Time now,
                                        absl::Duration* retry_after) const {
   auto reject = [retry_after](absl::Status status, absl::Duration hint) {
     if (retry_after != nullptr) *retry_after = hint;
     return status;
   };
   if (closed_) return absl::UnavailableError("the server is shutting down");
-  if (entries_.size() >= options_.max_queued_requests)
+  if (spec != nullptr) {
+    if (absl::Status st = AdmitTenantLocked(item, tenant, *spec, now, retry_after); !st.ok())
+      return st;
+  }
+  if (queued_ >= options_.max_queued_requests)
     return reject(WithLimit(absl::ResourceExhaustedError(absl::StrCat(
                                 "the queue is full (", options_.max_queued_requests,
                                 " requests); retry later")),
@@ -96,7 +190,7 @@ absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry,
                                   " left before its deadline; it needs a longer deadline")),
                               "deadline"),
                     kDoNotRetry);
-    const double ahead_s = factor * BacklogAheadLocked(entry);
+    const double ahead_s = factor * BacklogAheadLocked(tenant, entry);
     if (ahead_s + factor * predicted_s > left_s)
       return reject(
           WithLimit(absl::ResourceExhaustedError(absl::StrCat(
@@ -110,26 +204,36 @@ absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const Entry& entry,
   return absl::OkStatus();
 }
 
-RequestQueue::Entry RequestQueue::ProbeLocked(const WorkItem& item, double predicted_s) const {
+RequestQueue::Entry RequestQueue::ProbeLocked(const WorkItem& item, const Probe& probe) const {
   auto queued = queued_per_client_.find(item.client);
-  return Entry{item.priority, item.deadline,
-               queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
-               predicted_s};
+  Entry entry{item.priority, item.deadline,
+              queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
+              probe.predicted_s};
+  entry.cost_s = probe.cost_s;
+  return entry;
 }
 
-double RequestQueue::Predict(const WorkItem& item) const {
-  const bool predicting =
-      options_.admission.reject_predicted_late && options_.predict_run_time != nullptr;
-  return predicting ? std::max(0.0, absl::ToDoubleSeconds(options_.predict_run_time(item))) : 0.0;
+RequestQueue::Probe RequestQueue::Predict(const WorkItem& item) const {
+  const double run_s =
+      options_.predict_run_time == nullptr
+          ? 0.0
+          : std::max(0.0, absl::ToDoubleSeconds(options_.predict_run_time(item)));
+  Probe probe;
+  probe.predicted_s = options_.admission.reject_predicted_late ? run_s : 0.0;
+  probe.cost_s = run_s > 0 ? run_s
+                           : item.flops() / kNominalFlopsPerS +
+                                 static_cast<double>(item.bytes) / kNominalBytesPerS;
+  return probe;
 }
 
 absl::Status RequestQueue::Precheck(const WorkItem& item, absl::Duration* retry_after) const {
   const absl::Time now = clock_->Now();
   if (item.deadline <= now)
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
-  const double predicted_s = Predict(item);
+  const Probe probe = Predict(item);
   absl::MutexLock lock(&mu_);
-  return AdmitLocked(item, ProbeLocked(item, predicted_s), now, retry_after);
+  auto [tenant, spec] = ResolveLocked(item.client);
+  return AdmitLocked(item, tenant, spec, ProbeLocked(item, probe), now, retry_after);
 }
 
 absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after) {
@@ -137,28 +241,45 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
   if (item->deadline <= now)
     return absl::DeadlineExceededError("the deadline passed before the request was queued");
   // Predicted before taking the lock: it walks the request's problems.
-  const double predicted_s = Predict(*item);
+  const Probe probe = Predict(*item);
   absl::MutexLock lock(&mu_);
-  Entry entry = ProbeLocked(*item, predicted_s);
-  if (absl::Status st = AdmitLocked(*item, entry, now, retry_after); !st.ok()) return st;
+  auto [name, spec] = ResolveLocked(item->client);
+  Entry entry = ProbeLocked(*item, probe);
+  if (absl::Status st = AdmitLocked(*item, name, spec, entry, now, retry_after); !st.ok())
+    return st;
 
+  Tenant& tenant = tenants_[name];
+  tenant.name = name;
+  if (tenant.entries.empty()) tenant.vtime = std::max(tenant.vtime, virtual_time_);
+  tenant.inflight_bytes += item->bytes;
+  ++tenant.inflight_requests;
+  if (spec != nullptr && spec->limits.max_flops_per_s > 0) {
+    tenant.tokens = TokensLocked(tenant, *spec, now) - item->flops();
+    tenant.refilled = now;
+  }
   inflight_bytes_ += item->bytes;
   inflight_high_water_ = std::max(inflight_high_water_, inflight_bytes_);
   const uint64_t bytes = item->bytes;
   const WorkItem* raw = item.get();
   auto inner = std::move(item->done);
-  item->done = [this, bytes, raw, inner = std::move(inner)](const absl::Status& s,
-                                                            const ExecutionReport& r) {
-    Release(bytes, raw);
+  item->done = [this, name = name, bytes, raw, inner = std::move(inner)](
+                   const absl::Status& s, const ExecutionReport& r) {
+    Release(name, bytes, raw);
     inner(s, r);
   };
   item->enqueued = now;
   ++queued_per_client_[item->client];
   ++next_seq_;
+  ++queued_;
   entry.item = std::move(item);
-  entries_.insert(std::move(entry));
+  tenant.entries.insert(std::move(entry));
   ready_.Signal();
   return absl::OkStatus();
+}
+
+void RequestQueue::SetTenants(std::shared_ptr<const TenantsConfig> tenants) {
+  absl::MutexLock lock(&mu_);
+  tenants_config_ = std::move(tenants);
 }
 
 double RequestQueue::RunningBacklogLocked() const {
@@ -168,28 +289,66 @@ double RequestQueue::RunningBacklogLocked() const {
   return std::clamp(until_s, 0.0, running_s_ / parallel);
 }
 
-double RequestQueue::BacklogAheadLocked(const Entry& entry) const {
+double RequestQueue::BacklogAheadLocked(const std::string& tenant, const Entry& entry) const {
   double queued_s = 0;
-  for (auto it = entries_.begin(); it != entries_.end() && *it < entry; ++it)
-    queued_s += it->predicted_s;
+  double own_cost_s = 0;  // the tenant's queued work ahead, as fair queueing charges it
+  auto own = tenants_.find(tenant);
+  if (own != tenants_.end()) {
+    for (auto it = own->second.entries.begin(); it != own->second.entries.end() && *it < entry;
+         ++it) {
+      queued_s += it->predicted_s;
+      own_cost_s += it->cost_s;
+    }
+  }
+  // Another tenant's queued items run first while their virtual start is
+  // not past this item's.
+  const bool idle = own == tenants_.end() || own->second.entries.empty();
+  const double own_vtime = own == tenants_.end() ? 0 : own->second.vtime;
+  const double start =
+      (idle ? std::max(own_vtime, virtual_time_) : own_vtime) + own_cost_s / WeightLocked(tenant);
+  for (const auto& [name, other] : tenants_) {
+    if (name == tenant) continue;
+    const double weight = WeightLocked(name);
+    double tag = other.vtime;
+    for (const Entry& e : other.entries) {
+      if (tag > start) break;
+      queued_s += e.predicted_s;
+      tag += e.cost_s / weight;
+    }
+  }
   return RunningBacklogLocked() + queued_s / std::max(1, options_.parallel_units);
 }
 
-std::set<RequestQueue::Entry>::iterator RequestQueue::EraseLocked(std::set<Entry>::iterator it) {
+std::set<RequestQueue::Entry>::iterator RequestQueue::EraseLocked(Tenant& tenant,
+                                                                  std::set<Entry>::iterator it) {
   auto count = queued_per_client_.find(it->item->client);
   if (count != queued_per_client_.end() && --count->second == 0) queued_per_client_.erase(count);
-  return entries_.erase(it);
+  --queued_;
+  return tenant.entries.erase(it);
+}
+
+RequestQueue::Tenant* RequestQueue::NextLocked() {
+  Tenant* next = nullptr;
+  for (auto& [name, tenant] : tenants_) {
+    if (tenant.entries.empty()) continue;
+    if (next == nullptr || tenant.vtime < next->vtime ||
+        (tenant.vtime == next->vtime && tenant.entries.begin()->seq < next->entries.begin()->seq))
+      next = &tenant;
+  }
+  return next;
 }
 
 void RequestQueue::DropDeadLocked(Dropped* dropped) {
   const absl::Time now = clock_->Now();
-  for (auto it = entries_.begin(); it != entries_.end();) {
-    WorkItem& item = *it->item;
-    if (item.cancelled.load() || item.deadline <= now) {
-      dropped->emplace_back(it->item, DeadStatus(item, now));
-      it = EraseLocked(it);
-    } else {
-      ++it;
+  for (auto& [name, tenant] : tenants_) {
+    for (auto it = tenant.entries.begin(); it != tenant.entries.end();) {
+      WorkItem& item = *it->item;
+      if (item.cancelled.load() || item.deadline <= now) {
+        dropped->emplace_back(it->item, DeadStatus(item, now));
+        it = EraseLocked(tenant, it);
+      } else {
+        ++it;
+      }
     }
   }
 }
@@ -206,11 +365,13 @@ bool RequestQueue::BudgetFullLocked(const BatchBudget& budget) const {
   size_t n = 0;
   double flops = 0;
   uint64_t bytes = 0;
-  for (const Entry& e : entries_) {
-    flops += e.item->flops();
-    bytes += e.item->bytes;
-    if (++n >= budget.max_requests || flops >= budget.max_flops || bytes >= budget.max_bytes)
-      return true;
+  for (const auto& [name, tenant] : tenants_) {
+    for (const Entry& e : tenant.entries) {
+      flops += e.item->flops();
+      bytes += e.item->bytes;
+      if (++n >= budget.max_requests || flops >= budget.max_flops || bytes >= budget.max_bytes)
+        return true;
+    }
   }
   return false;
 }
@@ -231,19 +392,19 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
     const absl::Time give_up = clock_->Now() + wait;
     while (true) {
       DropDeadLocked(&dropped);
-      if (!entries_.empty() || closed_) break;
+      if (queued_ > 0 || closed_) break;
       if (clock_->WaitWithDeadline(&ready_, &mu_, give_up)) break;
     }
     // Linger for more work while the batch is not full, bounded by the age of
     // the oldest queued item (both measured and waited out on the injected
     // clock).
-    const absl::Duration linger =
-        entries_.empty() || closed_ ? absl::ZeroDuration() : linger_for();
-    if (!entries_.empty() && !closed_ && linger > absl::ZeroDuration()) {
+    const absl::Duration linger = queued_ == 0 || closed_ ? absl::ZeroDuration() : linger_for();
+    if (queued_ > 0 && !closed_ && linger > absl::ZeroDuration()) {
       absl::Time oldest = absl::InfiniteFuture();
-      for (const Entry& e : entries_) oldest = std::min(oldest, e.item->enqueued);
+      for (const auto& [name, tenant] : tenants_)
+        for (const Entry& e : tenant.entries) oldest = std::min(oldest, e.item->enqueued);
       const absl::Time linger_until = oldest + linger;
-      while (!entries_.empty() && !closed_ && !BudgetFullLocked(budget)) {
+      while (queued_ > 0 && !closed_ && !BudgetFullLocked(budget)) {
         if (clock_->WaitWithDeadline(&ready_, &mu_, linger_until)) break;
         DropDeadLocked(&dropped);
       }
@@ -253,12 +414,15 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
     double flops = 0;
     uint64_t bytes = 0;
     double predicted_s = 0;
-    while (!entries_.empty() && out.size() < budget.max_requests) {
-      auto it = entries_.begin();
+    while (queued_ > 0 && out.size() < budget.max_requests) {
+      Tenant* tenant = NextLocked();
+      auto it = tenant->entries.begin();
       const WorkItem& item = *it->item;
       if (!out.empty() &&
           (flops + item.flops() > budget.max_flops || bytes + item.bytes > budget.max_bytes))
         break;
+      virtual_time_ = tenant->vtime;
+      tenant->vtime += it->cost_s / WeightLocked(tenant->name);
       flops += item.flops();
       bytes += item.bytes;
       it->item->report.queue_wait = now - it->item->enqueued;
@@ -268,7 +432,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
         predicted_s += it->predicted_s;
       }
       out.push_back(it->item);
-      EraseLocked(it);
+      EraseLocked(*tenant, it);
     }
     if (predicted_s > 0)
       busy_until_ = std::max(busy_until_, now) +
@@ -287,20 +451,24 @@ void RequestQueue::Cancel(WorkItem* item) {
   Dropped dropped;
   {
     absl::MutexLock lock(&mu_);
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-      if (it->item.get() == item) {
-        dropped.emplace_back(it->item, DeadStatus(*item, clock_->Now()));
-        EraseLocked(it);
-        break;
-      }
+    for (auto& [name, tenant] : tenants_) {
+      auto it = std::find_if(tenant.entries.begin(), tenant.entries.end(),
+                             [item](const Entry& e) { return e.item.get() == item; });
+      if (it == tenant.entries.end()) continue;
+      dropped.emplace_back(it->item, DeadStatus(*item, clock_->Now()));
+      EraseLocked(tenant, it);
+      break;
     }
   }
   CompleteAll(dropped);
 }
 
-void RequestQueue::Release(uint64_t bytes, const WorkItem* item) {
+void RequestQueue::Release(const std::string& tenant_name, uint64_t bytes, const WorkItem* item) {
   absl::MutexLock lock(&mu_);
   inflight_bytes_ -= std::min(bytes, inflight_bytes_);
+  Tenant& tenant = tenants_[tenant_name];
+  tenant.inflight_bytes -= std::min(bytes, tenant.inflight_bytes);
+  if (tenant.inflight_requests > 0) --tenant.inflight_requests;
   auto it = running_.find(item);
   if (it == running_.end()) return;
   running_s_ -= it->second;
@@ -318,8 +486,11 @@ void RequestQueue::Abandon(const absl::Status& status) {
   Dropped dropped;
   {
     absl::MutexLock lock(&mu_);
-    for (const Entry& e : entries_) dropped.emplace_back(e.item, status);
-    entries_.clear();
+    for (auto& [name, tenant] : tenants_) {
+      for (const Entry& e : tenant.entries) dropped.emplace_back(e.item, status);
+      tenant.entries.clear();
+    }
+    queued_ = 0;
     queued_per_client_.clear();
     ready_.SignalAll();
   }
@@ -328,7 +499,7 @@ void RequestQueue::Abandon(const absl::Status& status) {
 
 size_t RequestQueue::queued() const {
   absl::MutexLock lock(&mu_);
-  return entries_.size();
+  return queued_;
 }
 
 uint64_t RequestQueue::inflight_bytes() const {
@@ -352,7 +523,7 @@ absl::Duration RequestQueue::RetryHintLocked() const {
   // since the last pop is the better measure of the rate.
   const double since_pop = absl::ToDoubleSeconds(clock_->Now() - last_pop_);
   const double interval = std::max(pop_interval_s_, since_pop);
-  const double s = interval * std::max<size_t>(1, entries_.size() / 10);
+  const double s = interval * std::max<size_t>(1, queued_ / 10);
   return std::clamp(absl::Seconds(s), kMinRetryHint, kMaxRetryHint);
 }
 

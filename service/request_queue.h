@@ -8,6 +8,16 @@
 // across clients (each client's k-th queued request ranks with every other
 // client's k-th), then first come first served. Cancelled and expired items
 // are completed (CANCELLED / DEADLINE_EXCEEDED) and never handed out.
+//
+// With tenants (Options::tenants, tenants.h) that order holds within each
+// tenant, and the queue chooses between tenants by weighted fair queueing on
+// predicted device time (start-time fair queueing): each tenant has a
+// virtual time that advances by an item's predicted run time over the
+// tenant's weight when the item leaves, and the backlogged tenant with the
+// least virtual time goes next. A tenant that becomes backlogged starts at
+// the virtual time of the latest item handed out, so time spent idle earns
+// no credit: its share went to the others. A tenant's limits are checked at
+// Push, before the server's.
 #ifndef GEMM_SERVICE_REQUEST_QUEUE_H_
 #define GEMM_SERVICE_REQUEST_QUEUE_H_
 
@@ -23,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "service/clock.h"
+#include "service/tenants.h"
 #include "service/work_item.h"
 
 namespace gemm {
@@ -65,6 +76,9 @@ class RequestQueue {
     // Items the executor runs side by side (Executor::parallel_units): the
     // predicted backlog drains this many times faster than it adds up.
     int parallel_units = 1;
+    // Null: no tenants (every item shares one queue, nothing is limited per
+    // tenant). Otherwise an item's tenant is tenants->Resolve(item.client).
+    std::shared_ptr<const TenantsConfig> tenants;
   };
 
   RequestQueue(Options options, const Clock* clock);
@@ -110,6 +124,12 @@ class RequestQueue {
   // DEADLINE_EXCEEDED if its deadline has passed). Safe to call at any time.
   void Cancel(WorkItem* item);
 
+  // Replaces the tenants configuration (null turns tenants off) without
+  // dropping anything: queued and running items keep the tenant they were
+  // admitted under and count against its new limits; new items resolve
+  // through the new configuration.
+  void SetTenants(std::shared_ptr<const TenantsConfig> tenants);
+
   // Refuses new items from now on; queued ones can still be popped.
   void Close();
   // Completes every queued item with `status` and empties the queue.
@@ -124,6 +144,9 @@ class RequestQueue {
   // queue has room, from the recent service rate.
   absl::Duration RetryHint() const;
 
+  // The tenant `client` belongs to now: "" without tenants.
+  std::string TenantOf(absl::string_view client) const;
+
  private:
   struct Entry {
     int priority;
@@ -132,6 +155,9 @@ class RequestQueue {
     uint64_t seq;
     std::shared_ptr<WorkItem> item;
     double predicted_s = 0;  // run time alone, from Options::predict_run_time
+    // What fair queueing charges the tenant: the predicted run time, or a
+    // nominal one from FLOPs and bytes where there is no prediction.
+    double cost_s = 0;
     bool operator<(const Entry& o) const {
       if (priority != o.priority) return priority > o.priority;
       if (deadline != o.deadline) return deadline < o.deadline;
@@ -139,8 +165,40 @@ class RequestQueue {
       return seq < o.seq;
     }
   };
-  // Removes `it` and its client's count.
-  std::set<Entry>::iterator EraseLocked(std::set<Entry>::iterator it)
+  // One tenant's queue and accounting ("" when there are no tenants).
+  struct Tenant {
+    std::string name;
+    std::set<Entry> entries;
+    double vtime = 0;  // virtual time: predicted seconds handed out / weight
+    uint64_t inflight_bytes = 0;
+    uint32_t inflight_requests = 0;
+    // FLOPs token bucket (max_flops_per_s): its level at `refilled`.
+    double tokens = 0;
+    absl::Time refilled = absl::InfinitePast();
+  };
+  // What Push needs to know about an item before taking the lock.
+  struct Probe {
+    double predicted_s = 0;
+    double cost_s = 0;
+  };
+
+  // Removes `it` (an entry of `tenant`) and its client's count.
+  std::set<Entry>::iterator EraseLocked(Tenant& tenant, std::set<Entry>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant whose head entry leaves next, or null when nothing is queued.
+  Tenant* NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The weight of tenant `name` under the current configuration.
+  double WeightLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant `client` belongs to and its spec (null without tenants).
+  std::pair<std::string, const TenantSpec*> ResolveLocked(absl::string_view client) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant's token bucket level at `now`.
+  double TokensLocked(const Tenant& tenant, const TenantSpec& spec, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The tenant's limits for `item`; OK when within them or unlimited.
+  absl::Status AdmitTenantLocked(const WorkItem& item, const std::string& name,
+                                 const TenantSpec& spec, absl::Time now,
+                                 absl::Duration* retry_after) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // True when the items at the head of the queue fill `budget`.
@@ -148,19 +206,24 @@ class RequestQueue {
   // Admitted bytes return to the budget when the item completes, by any path
   // (Push wraps the item's `done` to call this); a popped item's predicted
   // time leaves the running backlog.
-  void Release(uint64_t bytes, const WorkItem* item);
+  void Release(const std::string& tenant, uint64_t bytes, const WorkItem* item);
   // The predicted seconds of work, per parallel unit, that runs before an
-  // item ranked `entry` would start: what is running and what is queued
-  // ahead of it.
-  double BacklogAheadLocked(const Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Push's admission decision for `item` whose queue entry would be `entry`.
-  absl::Status AdmitLocked(const WorkItem& item, const Entry& entry, absl::Time now,
+  // item ranked `entry` in tenant `tenant` would start: what is running and
+  // what is queued ahead of it (in its tenant by rank, in the others by
+  // virtual time).
+  double BacklogAheadLocked(const std::string& tenant, const Entry& entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Push's admission decision for `item` whose queue entry would be `entry`
+  // in tenant `tenant` (`spec` null without tenants).
+  absl::Status AdmitLocked(const WorkItem& item, const std::string& tenant,
+                           const TenantSpec* spec, const Entry& entry, absl::Time now,
                            absl::Duration* retry_after) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The entry `item` would have if queued now (no item attached).
-  Entry ProbeLocked(const WorkItem& item, double predicted_s) const
+  Entry ProbeLocked(const WorkItem& item, const Probe& probe) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Predicted run time in seconds; 0 when admission does not predict.
-  double Predict(const WorkItem& item) const;
+  // Predicted run time (0 when admission does not predict) and fair-queueing
+  // cost, in seconds.
+  Probe Predict(const WorkItem& item) const;
   // Predicted seconds, per parallel unit, that the popped and unfinished
   // items still need.
   double RunningBacklogLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -174,7 +237,13 @@ class RequestQueue {
   int64_t wakeup_id_ = 0;  // Clock::AddWakeup's, for the destructor
   mutable absl::Mutex mu_;
   absl::CondVar ready_;
-  std::set<Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const TenantsConfig> tenants_config_ ABSL_GUARDED_BY(mu_);
+  // By tenant name: at most the configured tenants of every configuration
+  // the queue has had (a single "" without tenants).
+  absl::flat_hash_map<std::string, Tenant> tenants_ ABSL_GUARDED_BY(mu_);
+  size_t queued_ ABSL_GUARDED_BY(mu_) = 0;
+  // The start virtual time of the latest item handed out.
+  double virtual_time_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<std::string, uint64_t> queued_per_client_ ABSL_GUARDED_BY(mu_);
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;

@@ -215,6 +215,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
     return ex->PredictRunTime(item);
   };
   queue_options.parallel_units = s->executor_->parallel_units();
+  queue_options.tenants = options.tenants;
   s->queue_ = std::make_unique<RequestQueue>(queue_options, Clock::Real());
   RequestQueue* queue = s->queue_.get();
   s->metrics_->SetBuildInfo(kVersion, s->executor_->info().backend);

@@ -20,6 +20,7 @@
 #include "service/executor.h"
 #include "service/limits.h"
 #include "service/log_rate_limiter.h"
+#include "service/tenants.h"
 #include "service/transport_security.h"
 
 namespace grpc {
@@ -51,6 +52,9 @@ struct ServerOptions {
   BatcherOptions batcher;
   // Refusing at once requests predicted to finish past their deadline.
   AdmissionOptions admission;
+  // Tenants' weights and limits (tenants.h); null (the default) shares the
+  // queue across callers with no per-tenant weights or limits.
+  std::shared_ptr<const TenantsConfig> tenants;
   // Requests that leave GemmRequest.deterministic unset run deterministic
   // (batch-invariant results, at the cost docs/api.md gives).
   bool deterministic_by_default = false;

@@ -88,6 +88,9 @@ ABSL_FLAG(std::string, tls_cert, "",
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
+ABSL_FLAG(std::string, tenants_file, "",
+          "tenants' weights and limits (service/tenants.h, docs/operations.md); empty: none, "
+          "the queue is shared fairly per caller");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "lines \"<caller-name> <token>\"; every call then needs \"authorization: Bearer "
           "<token>\" (UNAUTHENTICATED otherwise). Without TLS only loopback peers may connect");
@@ -260,6 +263,19 @@ int main(int argc, char** argv) {
         "turn TLS on, listen on loopback, or pass --allow_insecure_tokens",
         options.listen_address);
     return 2;
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_tenants_file); !path.empty()) {
+    auto tenants = gemm::TenantsConfig::Load(path);
+    if (!tenants.ok()) {
+      spdlog::critical("--tenants_file: {}", std::string(tenants.status().message()));
+      return 2;
+    }
+    std::vector<std::string> names;
+    for (const gemm::TenantSpec& t : tenants->tenants())
+      names.push_back(absl::StrCat(t.name, "(weight ", t.weight, ")"));
+    spdlog::info("tenants from {}: {}; unlisted callers: {}", path, absl::StrJoin(names, " "),
+                 tenants->default_tenant());
+    options.tenants = std::make_shared<const gemm::TenantsConfig>(*std::move(tenants));
   }
   options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);

@@ -4,8 +4,9 @@
 # a bad value of an enumerated flag (--log_level, --log_format, --backend) is
 # refused naming the flag and the allowed values (exit 2), tokens without TLS
 # on a non-loopback address are refused unless --allow_insecure_tokens says
-# the operator knows, and --log_format=json writes one JSON object a line
-# (the start-up line and the drain summary among them). SIGHUP re-measures
+# the operator knows, a bad --tenants_file is refused naming its line, and
+# --log_format=json writes one JSON object a line (the start-up line, the
+# tenants read and the drain summary among them). SIGHUP re-measures
 # the peak rates while serving, keeping those set by flag.
 # Usage: server_flags_test.sh GEMM_SERVER
 set -u
@@ -64,11 +65,23 @@ done
 [ -s "$work/port" ] || fail "server with --allow_insecure_tokens did not listen"
 kill -TERM "$pid"
 wait "$pid" || fail "server exited non-zero after SIGTERM: $(cat "$work/allowed")"
+# A bad tenants file is refused at start naming the file, the line and the
+# field (exit 2).
+printf 'tenant a weight=3\ntenant b weight=heavy\n' >"$work/bad_tenants"
+"$server_bin" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu \
+  --tenants_file="$work/bad_tenants" >"$work/tenants_refused" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "a bad --tenants_file exited $rc, want 2: $(cat "$work/tenants_refused")"
+grep -q -- "--tenants_file: $work/bad_tenants:2: tenant b: weight" "$work/tenants_refused" \
+  || fail "the refusal does not name the line and field: $(cat "$work/tenants_refused")"
+printf 'tenant a weight=3 caller=alice\ntenant b\n' >"$work/tenants"
 # JSON logs: every line an object with time, level, logger and message; the
-# start-up line carries the settings, the drain its summary.
+# start-up line carries the settings, the drain its summary. The tenants file
+# is read and its tenants logged.
 rm -f "$work/port"
 "$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \
-  --log_format=json --calibration_budget=100ms --max_queued_requests=77 >"$work/json" 2>&1 &
+  --log_format=json --calibration_budget=100ms --max_queued_requests=77 \
+  --tenants_file="$work/tenants" >"$work/json" 2>&1 &
 pid=$!
 for _ in $(seq 1 300); do
   [ -s "$work/port" ] && break
@@ -92,6 +105,8 @@ s = start[0]
 assert s["backend"] == "cpu" and s["tls"] == "off" and s["tokens"] == "off", s
 assert s["max_queued_requests"] == "77", s
 assert [e for e in events if e["message"].startswith("drain summary")], "no drain summary"
+tenants = [e for e in events if e["message"].startswith("tenants from")]
+assert len(tenants) == 1 and "a(weight 3) b(weight 1) other(weight 1)" in tenants[0]["message"], tenants
 PY
 # SIGHUP: the peaks are measured again; the one set by flag stays.
 rm -f "$work/port"
