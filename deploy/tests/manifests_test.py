@@ -179,6 +179,10 @@ def check_k8s(k8s_dir):
             fail(f"k8s: Service {s['metadata']['name']} exposes the health port")
     if not pod["securityContext"].get("runAsNonRoot"):
         fail("k8s: the pod may run as root")
+    table = flag_value(flag_list, "tuning_table")
+    if table is not None and not re.fullmatch(r"/opt/gemm/tables/[a-z0-9_]+\.table", table):
+        fail("k8s: --tuning_table must name one of the image's tables, "
+             "/opt/gemm/tables/<model>.table")
     drain = int(re.search(r"--drain_timeout=(\d+)s", flags).group(1))
     if pod["terminationGracePeriodSeconds"] <= drain:
         fail("k8s: terminationGracePeriodSeconds must exceed --drain_timeout")
@@ -200,6 +204,8 @@ def check_dockerfile(path):
     check = re.search(r"^HEALTHCHECK .*\\\n.*health_probe --addr=127\.0\.0\.1:(\d+)", text, re.M)
     if not check:
         fail("Dockerfile: no HEALTHCHECK through health_probe on loopback")
+    if not re.search(r"cp kernels/tuning/tables/\*\.table /out/tables/", text):
+        fail("Dockerfile: the image does not carry the committed tuning tables in /opt/gemm/tables")
     cmd = re.search(r"^CMD (\[.*?\])$", text, re.M | re.S)
     if not cmd or f'"--health_listen=127.0.0.1:{check.group(1)}"' not in cmd.group(1):
         fail(f"Dockerfile: the HEALTHCHECK probes port {check.group(1)}, which CMD does not open "
