@@ -43,7 +43,9 @@ run options:
   --b-env VAR=VAL set VAR=VAL for the B runs only (repeatable), for an A/B of
                   one build's run-time setting: pass the same bundle twice
 Environment: CUDA_HOME (default /usr/local/cuda) for compute-sanitizer and
-the CUDA libraries; REJECT_P99_MS (default 10) for the overload suite.
+the CUDA libraries; REJECT_P99_MS (default 10) for the overload suite;
+TUNING_TABLE (default the bundle's tables/nvidia_h200.table) for the
+portfolio suite.
 EOF
 }
 
@@ -62,9 +64,10 @@ declare -A TARGETS=(
   [overload]="//tests:overload_test //client:gemm_cli"
   [ab]="//kernels:gemm_gpu_test //kernels:schedules_gpu_test //tests:gpu_server_test //bench:kernel_bench //bench:schedule_bench"
   [determinism]="//tests:determinism_gpu_test //bench:determinism_bench"
+  [portfolio]="//tests:gpu_server_test //bench:service_portfolio_bench"
   [fp8]="//kernels:fp8_gemm_gpu_test //tests:gpu_fp8_server_test //bench:fp8_bench //bench:fp8_service_bench"
 )
-SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism fp8"
+SUITE_ORDER="kernels schedules serving transport multi-gpu soak faults peaks power tune overload ab determinism portfolio fp8"
 declare -A ABOUT=(
   [kernels]="dense kernels beside cuBLAS; GPU correctness test, sanitizers"
   [schedules]="stream-K, split-K, skinny, grouped beside cuBLAS; schedule GPU test, sanitizer"
@@ -79,6 +82,7 @@ declare -A ABOUT=(
   [overload]="10x burst, reject p99 under REJECT_P99_MS on a host with cores to spare"
   [ab]="a kernel change against its base: tests once per bundle, kernel_bench and schedule_bench alternated"
   [determinism]="batch-invariant results: the determinism GPU test (writes its digests), then the contract's cost"
+  [portfolio]="the server with a tuning table (every member right, its soak), then table vs heuristic vs cublas under load"
   [fp8]="FP8 kernel and FP8 served by the CUDA backend: GPU tests, sanitizer; precision at long K; beside cuBLASLt FP8 and our bf16 kernel"
 )
 
@@ -171,6 +175,9 @@ cmd_bundle() {
     echo "bazel flags: ${flags[*]}"
   } >"$out/COMMIT"
   cp "$0" "$out/gpu.sh" && chmod +x "$out/gpu.sh"
+  # The committed tuning tables, for the suites that load one.
+  mkdir -p "$out/tables" && cp "$root"/kernels/tuning/tables/*.table "$out/tables/" ||
+    die "bundle: copying the tuning tables failed"
   echo "bundle: $suite in $out ($(du -sh "$out" | cut -f1)); commit $(head -1 "$out/COMMIT")"
   grep '^dirty:' "$out/COMMIT" | head -20 || true  # a clean tree has none
 }
@@ -387,6 +394,17 @@ bench_tune() {
 }
 
 # determinism: the lone results' digests land in the output folder.
+# portfolio: TUNING_TABLE (default the bundle's H200 table) is the table
+# the tests and the benchmark load; the tests say whether its key matches.
+portfolio_table() { printf '%s' "${TUNING_TABLE:-$1/tables/nvidia_h200.table}"; }
+tests_portfolio() {
+  gtest "$1" "$2" $((SOAK + 300)) gpu_server_test --gtest_filter='GpuPortfolioTest.*' \
+    --soak_seconds="$SOAK" --tuning_table="$(portfolio_table "$1")"
+}
+bench_portfolio() {
+  bench "$1" "$2" 300 "$3" service_portfolio_bench --tuning_table="$(portfolio_table "$1")"
+}
+
 tests_determinism() {
   DETERMINISM_DIGEST_OUT="$OUT/$2_determinism_digests.txt" gtest "$1" "$2" 300 determinism_gpu_test
 }

@@ -76,6 +76,9 @@ double Decode(DataType t, const uint8_t* p) {
     case DataType::kFp32:
       std::memcpy(&f, p, 4);
       return f;
+    case DataType::kFp8E4m3:
+    case DataType::kFp8E5m2:
+      break;  // the tuner's shapes are bf16, fp16 and fp32
   }
   return NAN;
 }

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 #include "common/status_macros.h"
+#include "kernels/cublas/cublas_gemm.h"
+#include "kernels/tuning/tuning_table.h"
 #include "service/calibration.h"
 #include "service/cuda/batch_layout.h"
 #include "service/cuda/calibration.h"
@@ -18,6 +20,7 @@
 #include "service/cuda/device_matrix.h"
 #include "service/cuda/lane.h"
 #include "service/cuda/reducing_stream.h"
+#include "service/version.h"
 
 namespace gemm {
 
@@ -88,6 +91,60 @@ absl::Status CudaExecutor::Init() {
     free_lanes_.push_back(lane.get());
     lanes_.push_back(std::move(lane));
   }
+  return InitPortfolio(prop.name);
+}
+
+absl::Status CudaExecutor::InitPortfolio(const std::string& gpu_name) {
+  namespace gb = gemm_kernels::cublas;
+  const gpu::PortfolioSettings& settings = options_.portfolio;
+  gemm_kernels::tuning::TableKey key;
+  key.gpu = gpu_name;
+  int driver = 0, runtime = 0;
+  CUDA_RETURN_IF_ERROR(cudaDriverGetVersion(&driver));
+  CUDA_RETURN_IF_ERROR(cudaRuntimeGetVersion(&runtime));
+  key.driver = std::to_string(driver);
+  key.cuda_runtime = std::to_string(runtime);
+  key.build = kVersion;
+  // cuBLAS is loaded, and starts (a handle and a 32 MiB workspace per
+  // lane), only where a launch may run it; its version is part of the
+  // table's key. A table that names no cuBLAS member does not depend on it.
+  std::vector<std::unique_ptr<gb::CublasContext>> contexts;
+  std::string table_unusable;
+  if (gpu::LaunchPolicy::NeedsCublas(settings, key)) {
+    gb::CublasContextOptions cublas_options;
+    cublas_options.library = settings.cublas_library;
+    for (const auto& lane : lanes_) {
+      absl::StatusOr<std::unique_ptr<gb::CublasContext>> ctx =
+          gb::CublasContext::Create(lane->stream(), cublas_options);
+      if (!ctx.ok()) {
+        if (settings.policy == gpu::KernelPolicy::kCublas) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("--kernel_policy=cublas: cuBLAS does not start on GPU ",
+                           options_.device, ": ", ctx.status().message()));
+        }
+        cudaGetLastError();
+        table_unusable = absl::StrCat("cuBLAS, which it chooses, does not start (",
+                                      ctx.status().message(), ")");
+        spdlog::warn("GPU {}: tuning table {} not used: {}; launches take the heuristic",
+                     options_.device, settings.table_path, table_unusable);
+        contexts.clear();
+        break;
+      }
+      contexts.push_back(*std::move(ctx));
+    }
+    if (!contexts.empty()) key.cublas = std::to_string(contexts.front()->version());
+  } else if (settings.table != nullptr) {
+    key.cublas = settings.table->key().cublas;
+  }
+  policy_ = std::make_unique<gpu::LaunchPolicy>(settings, key, table_unusable);
+  if (!policy_->may_use_cublas()) contexts.clear();
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    lanes_[i]->UsePortfolio(policy_.get(), i < contexts.size() ? std::move(contexts[i]) : nullptr);
+  const std::string line = policy_->Describe();
+  spdlog::info("GPU {}: {}", options_.device, line);
+  info_.kernels.push_back(line);
+  if (policy_->may_use_cublas())
+    info_.kernels.push_back("cuBLAS / cuBLASLt members of the portfolio (bf16, fp16, fp32, tf32)");
   return absl::OkStatus();
 }
 

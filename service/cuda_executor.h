@@ -1,5 +1,7 @@
-// The GPU backend: batches run on CUDA streams through our own kernels
-// (kernels/gemm.h).
+// The GPU backend: batches run on CUDA streams through the kernel
+// portfolio: our own kernels (kernels/gemm.h) by default, or per shape class
+// the member a tuning table chose, cuBLAS and cuBLASLt included
+// (Options::portfolio; service/cuda/portfolio_policy.h).
 //
 // Each of `streams` lanes owns a CUDA stream, a pinned host staging buffer
 // (grown geometrically, then reused: no cudaMallocHost on the hot path) and
@@ -23,6 +25,7 @@
 //
 // The parts are in service/cuda/: batch_layout (where a batch's operands and
 // results sit in a lane's buffers; plain C++), lane, reducing_stream,
+// portfolio_policy (which portfolio member a launch runs; plain C++),
 // calibration, device_matrix (resident matrices), device (what is asked of
 // the runtime about the device) and resources (owners of streams, events,
 // pinned and device memory).
@@ -41,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "service/cuda/portfolio_policy.h"
 #include "service/executor.h"
 #include "service/peak_rate_store.h"
 
@@ -83,6 +87,12 @@ class CudaExecutor : public Executor {
     // with one is no longer trusted. Its requests and every later one are
     // answered UNAVAILABLE at once. Zero turns the watchdog off.
     absl::Duration watchdog = absl::Seconds(60);
+    // Which kernel portfolio member each launch runs (service/cuda/
+    // portfolio_policy.h): the policy and a parsed tuning table. A table
+    // whose key (GPU name, driver, CUDA runtime, cuBLAS, build) differs from
+    // this process's is ignored with one WARN line naming the field. Under
+    // the cublas policy cuBLAS must start, or Create fails.
+    gpu::PortfolioSettings portfolio;
     // Test seam: called on a lane's stream (a cudaStream_t) after a batch's
     // operands are enqueued and before its kernels, so that a test can put
     // a kernel that faults or hangs where the batch's kernels would run
@@ -101,6 +111,8 @@ class CudaExecutor : public Executor {
   // Returns the pool's cached device memory to the driver (the pool keeps
   // freed memory for reuse otherwise). Call when idle.
   absl::Status ReleaseCachedMemory();
+  // The policy the launches follow, with the table in use (if any).
+  const gpu::LaunchPolicy& launch_policy() const { return *policy_; }
   // Waits for the batches in flight, then frees streams and buffers.
   ~CudaExecutor() override;
 
@@ -139,6 +151,9 @@ class CudaExecutor : public Executor {
   // Measures the device (service/cuda/calibration.h) on `stream` into
   // peaks_ (with the overrides) and copy_rates_.
   void Calibrate(void* stream);
+  // The portfolio policy, checked against this process's table key, and a
+  // cuBLAS context per lane where the policy may choose cuBLAS.
+  absl::Status InitPortfolio(const std::string& gpu_name);
   // Called by a lane's host callback when its work is done (on a CUDA
   // thread: it only hands the lane to the completion thread).
   void OnLaneDone(gpu::Lane* lane);
@@ -172,6 +187,8 @@ class CudaExecutor : public Executor {
   mutable absl::Mutex copy_rates_mu_;
   CopyRates copy_rates_ ABSL_GUARDED_BY(copy_rates_mu_);
   absl::Mutex remeasure_mu_;  // one RemeasurePeaks at a time
+  // Shared by the lanes (they hold a pointer): declared before them.
+  std::unique_ptr<gpu::LaunchPolicy> policy_;
   // Where every reducing launch runs, in turn; the lanes hold a pointer.
   std::unique_ptr<gpu::ReducingStream> reducer_;
   std::vector<std::unique_ptr<gpu::Lane>> lanes_;

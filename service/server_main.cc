@@ -25,8 +25,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "kernels/tuning/tuning_table.h"
 #include "service/build_stamp.h"
 #include "service/calibration.h"
+#include "service/cuda/portfolio_policy.h"
 #include "service/log_format.h"
 #include "service/server.h"
 #include "service/version.h"
@@ -130,6 +132,22 @@ ABSL_FLAG(bool, cuda_grouped_launches, kDefaults.cuda.grouped_launches,
 ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
           "CUDA backend: stream-K / split-K for problems of at least --large_problem_flops "
           "where the kernel's heuristic prefers them (run one at a time)");
+ABSL_FLAG(std::string, tuning_table, "",
+          "CUDA backend: a kernel portfolio tuning table (bench/gpu.sh run tune makes one; "
+          "kernels/tuning/tables/ holds the committed ones); a malformed file refuses start "
+          "naming its line; one made for another GPU, driver, CUDA, cuBLAS or build is ignored "
+          "with a warning naming the field, and the heuristic runs");
+ABSL_FLAG(std::string, kernel_policy, "table",
+          "CUDA backend: which kernel each launch runs: 'table' (the --tuning_table's choice "
+          "for its shape class, our heuristic where it has none), 'heuristic' (our kernels "
+          "alone) or 'cublas' (every launch through cuBLAS); deterministic requests keep their "
+          "deterministic plan under every policy");
+ABSL_FLAG(std::string, cublas_library, "",
+          "CUDA backend: the cuBLAS library to open (a name the dynamic loader resolves, or a "
+          "path); empty: the libcublas.so of the CUDA major version the server was built "
+          "with. Opened only when --kernel_policy=cublas or a tuning table that applies "
+          "chooses a cuBLAS member; if it cannot be, the table is not used (one WARN) and "
+          "the heuristic runs, and --kernel_policy=cublas refuses start");
 ABSL_FLAG(absl::Duration, gpu_watchdog, kDefaults.cuda.watchdog,
           "CUDA backend: a batch still running this long after its predicted end takes its "
           "GPU out of service (its requests answered UNAVAILABLE); 0 turns it off");
@@ -266,10 +284,12 @@ int main(int argc, char** argv) {
                                               "error", "critical", "off"};
     static constexpr const char* kFormats[] = {"text", "json"};
     static constexpr const char* kBackends[] = {"auto", "cuda", "cpu"};
+    static constexpr const char* kPolicies[] = {"table", "heuristic", "cublas"};
     const std::string level = absl::GetFlag(FLAGS_log_level);
     const std::string format = absl::GetFlag(FLAGS_log_format);
     if (!OneOf("log_level", level, kLevels) || !OneOf("log_format", format, kFormats) ||
-        !OneOf("backend", absl::GetFlag(FLAGS_backend), kBackends))
+        !OneOf("backend", absl::GetFlag(FLAGS_backend), kBackends) ||
+        !OneOf("kernel_policy", absl::GetFlag(FLAGS_kernel_policy), kPolicies))
       return 2;
     gemm::ConfigureLogging(*gemm::ParseLogFormat(format, "log_format"), "gemm_server");
     spdlog::set_level(spdlog::level::from_str(level));
@@ -328,6 +348,21 @@ int main(int argc, char** argv) {
   options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
   options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options.cuda.portfolio.policy =
+      *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");
+  options.cuda.portfolio.cublas_library = absl::GetFlag(FLAGS_cublas_library);
+  if (const std::string path = absl::GetFlag(FLAGS_tuning_table); !path.empty()) {
+    // Parsed here so that a bad file stops the start; its key is compared
+    // with the process's by each CUDA executor, which knows the device.
+    auto table = gemm_kernels::tuning::ReadTuningTable(path);
+    if (!table.ok()) {
+      spdlog::critical("--tuning_table: {}", std::string(table.status().message()));
+      return 2;
+    }
+    options.cuda.portfolio.table =
+        std::make_shared<const gemm_kernels::tuning::TuningTable>(*std::move(table));
+    options.cuda.portfolio.table_path = path;
+  }
   options.cuda.watchdog = absl::GetFlag(FLAGS_gpu_watchdog);
   if (options.cuda.watchdog < absl::ZeroDuration()) {
     spdlog::critical("--gpu_watchdog: must be 0 (off) or positive");

@@ -1,12 +1,17 @@
 // The server on the CUDA executor, end to end over gRPC: every dtype, layout
 // and transpose through our kernels, batching under concurrency (strided and,
 // on sm_90, grouped launches), large problems on stream-K / split-K side by
-// side, admission by predicted completion, and a soak of mixed, bad and
-// cancelled requests that must leave device memory where it started. Skips with a reason where no CUDA device is visible (CI); run on
-// the GPU box with the bundled binary (bench/gpu/run.sh).
+// side, admission by predicted completion, the kernel portfolio (every
+// member a tuning table can name, chosen per shape class, and the cublas
+// policy), and soaks of mixed, bad and cancelled requests that must leave
+// device memory where it started. Skips with a reason where no CUDA device
+// is visible (CI); run on the GPU box with the bundled binary (bench/gpu.sh).
+#include <cuda_runtime.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <memory>
 #include <random>
 #include <thread>
@@ -22,11 +27,18 @@
 #include "client/gemm_client.h"
 #include "common/reference_gemm.h"
 #include "gemm/v1/gemm.grpc.pb.h"
+#include "kernels/cublas/cublas_gemm.h"
+#include "kernels/tuning/shape_class.h"
+#include "kernels/tuning/tuning_table.h"
 #include "service/cuda_executor.h"
 #include "service/server.h"
+#include "service/version.h"
 #include "tests/test_util.h"
 
-ABSL_FLAG(double, soak_seconds, 5.0, "how long the soak test runs (issue 5 asks for >= 60)");
+ABSL_FLAG(double, soak_seconds, 5.0, "how long each soak test runs (issue 5 asks for >= 60)");
+ABSL_FLAG(std::string, tuning_table, "kernels/tuning/tables/nvidia_h200.table",
+          "the committed tuning table the table tests load (used where its key matches this "
+          "process's; the tests say so either way)");
 
 namespace gemm {
 namespace {
@@ -40,11 +52,7 @@ class GpuServerTest : public ::testing::Test {
   void SetUp() override {
     if (CudaExecutor::DeviceCount() == 0)
       GTEST_SKIP() << "no CUDA device visible: the CUDA executor is tested on the GPU box";
-    ServerOptions o;
-    o.listen_address = "127.0.0.1:0";
-    o.backend = "cuda";
-    o.cuda.calibrate = false;
-    StartServer(o);
+    StartServer(DefaultOptions());
   }
 
   // Replaces the server (and the stub) with one started with `o`.
@@ -63,6 +71,16 @@ class GpuServerTest : public ::testing::Test {
   void TearDown() override {
     if (server_) server_->Shutdown(absl::Seconds(10));
   }
+
+  static ServerOptions DefaultOptions() {
+    ServerOptions o;
+    o.listen_address = "127.0.0.1:0";
+    o.backend = "cuda";
+    o.cuda.calibrate = false;
+    return o;
+  }
+
+  void SoakLeavesNothingBehind(uint64_t before);
 
   // One Gemm call in flight; `done` is notified once it has its status.
   struct Call {
@@ -520,10 +538,8 @@ TEST_F(GpuServerTest, ChunkedOperandsAndResultsOnTheCudaBackend) {
 
 // Mixed good, bad and cancelled requests for --soak_seconds; every good
 // result right, and device memory back to where it started once the pool's
-// cache is released.
-TEST_F(GpuServerTest, SoakLeavesNothingBehind) {
-  auto before = CudaExecutor::DeviceBytesInUse(0);
-  ASSERT_TRUE(before.ok()) << before.status();
+// cache is released (`before`: bytes in use before the server started).
+void GpuServerTest::SoakLeavesNothingBehind(uint64_t before) {
   const absl::Time end = absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_soak_seconds));
   std::atomic<int> good{0}, bad{0}, cancelled{0}, wrong{0};
   std::vector<std::thread> threads;
@@ -567,9 +583,342 @@ TEST_F(GpuServerTest, SoakLeavesNothingBehind) {
   ASSERT_TRUE(after.ok());
   // The executor's own state (streams, pinned host memory) is gone with it;
   // allow 64 MiB for the driver's context bookkeeping.
-  EXPECT_LE(*after, *before + (64u << 20)) << "before " << *before << " after " << *after;
+  EXPECT_LE(*after, before + (64u << 20)) << "before " << before << " after " << *after;
 }
 
+TEST_F(GpuServerTest, SoakLeavesNothingBehind) {
+  auto before = CudaExecutor::DeviceBytesInUse(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  SoakLeavesNothingBehind(*before);
+}
+
+// ---- The kernel portfolio through the server ----
+
+namespace gk = gemm_kernels;
+namespace gt = gemm_kernels::tuning;
+
+// This process's tuning-table key, as the executor computes it.
+gt::TableKey ProcessKey(const std::string& gpu_name, gk::cublas::CublasContext& ctx) {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  return {gpu_name, std::to_string(driver), std::to_string(runtime), std::to_string(ctx.version()),
+          kVersion};
+}
+
+// The kernel's view of `s` with placeholder device pointers (aligned like
+// the executor's buffers), for computing a class or asking cuBLASLt for
+// algorithms: neither reads the memory.
+gk::GemmArguments ArgsOf(const ProblemSpec& s) {
+  auto* base = reinterpret_cast<const unsigned char*>(uintptr_t{1} << 20);
+  auto kernel_layout = [](Layout stored, bool transposed) {
+    return (stored == Layout::kRowMajor) != transposed ? gk::Layout::kRowMajor
+                                                       : gk::Layout::kColMajor;
+  };
+  gk::GemmArguments a;
+  a.m = static_cast<int64_t>(s.m);
+  a.n = static_cast<int64_t>(s.n);
+  a.k = static_cast<int64_t>(s.k);
+  const DType out = s.output.value_or(s.input);
+  const bool a_row = kernel_layout(s.layout_a, s.transpose_a) == gk::Layout::kRowMajor;
+  const bool b_row = kernel_layout(s.layout_b, s.transpose_b) == gk::Layout::kRowMajor;
+  a.a = {base, s.input, kernel_layout(s.layout_a, s.transpose_a), a_row ? a.k : a.m, 0};
+  a.b = {base + (uintptr_t{1} << 28), s.input, kernel_layout(s.layout_b, s.transpose_b),
+         b_row ? a.n : a.k, 0};
+  a.d = {base + (uintptr_t{2} << 28), out, s.layout_d,
+         s.layout_d == Layout::kRowMajor ? a.n : a.m, 0};
+  a.c = a.d;
+  a.allow_tf32 = s.allow_tf32;
+  return a;
+}
+
+ProblemSpec Bf16Nt(uint64_t m, uint64_t n, uint64_t k) {
+  ProblemSpec s;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.input = DType::kBf16;
+  s.output = DType::kBf16;
+  s.transpose_b = true;
+  return s;
+}
+
+gt::CandidateId Member(const std::string& text) {
+  absl::StatusOr<gt::CandidateId> c = gt::ParseCandidate(text);
+  EXPECT_TRUE(c.ok()) << text << ": " << c.status();
+  return c.ok() ? *c : gt::CandidateId::Heuristic();
+}
+
+// Puts `choice` for the class of `args` both with its rows on the L2's
+// sectors and off them (where the executor's buffers put the operands is
+// its own business).
+void PutBothAlignments(gt::TuningTable* table, gt::ShapeClass c, const gt::CandidateId& choice) {
+  for (bool aligned : {true, false}) {
+    c.sector_aligned = aligned;
+    ASSERT_TRUE(table->Put({c, choice, 1, 1, 1}).ok());
+  }
+}
+
+std::string TempFile(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
+}
+
+class GpuPortfolioTest : public GpuServerTest {
+ protected:
+  struct Case {
+    std::string name;
+    ProblemSpec spec;
+    gt::CandidateId member;
+    // What the response's kernel must contain.
+    std::string kernel;
+    // Check only these rows against the reference (0: all).
+    uint64_t check_rows = 0;
+  };
+
+  void SetUp() override {
+    GpuServerTest::SetUp();
+    if (IsSkipped()) return;
+    if (!OnHopper()) GTEST_SKIP() << "the portfolio's own members are sm_90a kernels";
+    auto ctx = gk::cublas::CublasContext::Create(nullptr, {});
+    ASSERT_TRUE(ctx.ok()) << ctx.status();
+    ctx_ = *std::move(ctx);
+    key_ = ProcessKey(server_->backend().devices.front().name, *ctx_);
+  }
+  void TearDown() override {
+    GpuServerTest::TearDown();
+    ctx_.reset();
+  }
+
+  // One single-launch case per member a table can name, each its own class.
+  std::vector<Case> SingleCases() {
+    std::vector<Case> cases;
+    cases.push_back({"ours forced 128x128 data-parallel", Bf16Nt(512, 512, 512),
+                     Member("ours/tile=128x128/schedule=data_parallel"), "128x128"});
+    // Big enough for the reducing stream (the executor's reducing_min_flops).
+    cases.push_back({"ours forced stream-K", Bf16Nt(2048, 2048, 4096),
+                     Member("ours/tile=128x256/schedule=stream_k"), "_streamk", 64});
+    cases.push_back({"cublas_gemm_ex", Bf16Nt(384, 384, 384), Member("cublas_gemm_ex"),
+                     "cublas_gemm_ex"});
+    ProblemSpec f16 = Bf16Nt(256, 512, 128);
+    f16.input = DType::kFp16;
+    f16.output = DType::kFp32;
+    cases.push_back({"cublas_gemm_ex fp16->fp32", f16, Member("cublas_gemm_ex"), "cublas_gemm_ex"});
+    ProblemSpec strict = Bf16Nt(200, 136, 64);
+    strict.input = DType::kFp32;
+    strict.output = DType::kFp32;
+    cases.push_back({"cublas_gemm_ex strict fp32", strict, Member("cublas_gemm_ex"),
+                     "cublas_gemm_ex"});
+    ProblemSpec lt = Bf16Nt(640, 384, 256);
+    auto algos = gk::cublas::CublasGemm::LtAlgorithms(*ctx_, ArgsOf(lt), 1);
+    EXPECT_TRUE(algos.ok() && !algos->empty()) << "cuBLASLt offers no algorithm";
+    if (algos.ok() && !algos->empty()) {
+      gt::CandidateId c;
+      c.family = gt::CandidateFamily::kCublasLt;
+      c.lt = algos->front();
+      cases.push_back({"cublaslt", lt, c, "cublaslt/algo="});
+    }
+    ProblemSpec tf32 = Bf16Nt(256, 256, 256);
+    tf32.input = DType::kFp32;
+    tf32.output = DType::kFp32;
+    tf32.allow_tf32 = true;
+    cases.push_back({"cublas_gemm_ex tf32", tf32, Member("cublas_gemm_ex"), "cublas_gemm_ex"});
+    return cases;
+  }
+
+  void StartWithTable(const gt::TuningTable& table, gpu::KernelPolicy policy) {
+    const std::string path = TempFile("portfolio.table");
+    ASSERT_TRUE(gt::SaveTuningTable(table, path).ok());
+    auto parsed = gt::ReadTuningTable(path);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ServerOptions o = DefaultOptions();
+    o.cuda.portfolio.policy = policy;
+    o.cuda.portfolio.table = std::make_shared<const gt::TuningTable>(*std::move(parsed));
+    o.cuda.portfolio.table_path = path;
+    StartServer(o);
+  }
+
+  // Sends `request`, checks its result (all rows, or `rows` at each end) and
+  // that its kernel contains `kernel` (and, where given, not `not_kernel`).
+  void CheckOne(const v1::GemmRequest& request, const std::string& kernel, uint64_t rows,
+                const std::string& what, const std::string& not_kernel = "") {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    v1::GemmResponse response;
+    grpc::Status st = stub_->Gemm(&ctx, request, &response);
+    ASSERT_TRUE(st.ok()) << what << ": " << st.error_message();
+    EXPECT_TRUE(absl::StrContains(response.kernel(), kernel))
+        << what << ": kernel " << response.kernel() << ", want " << kernel;
+    if (!not_kernel.empty()) {
+      EXPECT_FALSE(absl::StrContains(response.kernel(), not_kernel))
+          << what << ": kernel " << response.kernel() << " should not be " << not_kernel;
+    }
+    if (rows == 0) {
+      EXPECT_TRUE(ResponseMatches(request, response)) << what;
+    } else {
+      const uint64_t m = request.problems(0).m();
+      EXPECT_TRUE(RowsMatch(request.problems(0), response.results(0), 0, rows)) << what;
+      EXPECT_TRUE(RowsMatch(request.problems(0), response.results(0), m - rows, rows)) << what;
+    }
+  }
+
+  std::unique_ptr<gk::cublas::CublasContext> ctx_;
+  gt::TableKey key_;
+};
+
+// A table under this process's key that names every member a table can
+// name, each for its own class: every response right and naming its member;
+// the launches metric carries each family.
+TEST_F(GpuPortfolioTest, EveryMemberATableNamesIsRightThroughTheServer) {
+  gt::TuningTable table(key_, 4);
+  const std::vector<Case> cases = SingleCases();
+  for (const Case& c : cases) PutBothAlignments(&table, gt::ClassOf(ArgsOf(c.spec), 4), c.member);
+  // Identical small problems batch into strided launches of any count: every
+  // batch bucket of their class goes to cuBLAS's strided-batched form.
+  const ProblemSpec small = Bf16Nt(96, 96, 96);
+  for (int b = 0; gt::BucketUpperEdge(b, 4) <= 1024; ++b) {
+    gt::ShapeClass c = gt::ClassOf(ArgsOf(small), 4);
+    c.batch = gt::BucketUpperEdge(b, 4);
+    PutBothAlignments(&table, c, Member(c.batch > 1 ? "cublas_strided_batched" : "cublas_gemm_ex"));
+  }
+  // One request of mixed shapes is one grouped launch.
+  std::vector<ProblemSpec> members;
+  std::vector<gk::GemmArguments> member_args;
+  for (int i = 0; i < 12; ++i) {
+    members.push_back(Bf16Nt(8 * (2 * i + 1), 16 * (i % 5 + 1), 32 * (i % 3 + 1)));
+    member_args.push_back(ArgsOf(members.back()));
+  }
+  auto grouped = gt::GroupedClassOf(member_args, 4);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  PutBothAlignments(&table, *grouped, Member("cublas_grouped"));
+  StartWithTable(table, gpu::KernelPolicy::kTable);
+  bool described = false;
+  for (const std::string& line : server_->backend().kernels)
+    described |= absl::StrContains(line, "kernel policy table; tuning table ");
+  EXPECT_TRUE(described) << "GetServerInfo's kernels do not name the table";
+
+  std::mt19937 rng(31);
+  int id = 0;
+  for (const Case& c : cases) CheckOne(Request(c.spec, &rng, id++), c.kernel, c.check_rows, c.name);
+  std::vector<v1::GemmRequest> batch;
+  for (int i = 0; i < 256; ++i) batch.push_back(Request(small, &rng, id++));
+  SendAllAndCheck(batch);
+  v1::GemmRequest group;
+  group.set_request_id("grouped");
+  for (const ProblemSpec& m : members) *group.add_problems() = MakeProblem(m, &rng);
+  CheckOne(group, "cublas_grouped", 0, "cublas_grouped");
+
+  const std::string metrics = server_->metrics()->Scrape();
+  for (const char* label : {"single/sm90_wgmma", "single/cublas_gemm_ex", "single/cublaslt",
+                            "strided_batched/cublas_strided_batched", "grouped/cublas_grouped"}) {
+    EXPECT_NE(metrics.find(absl::StrCat("kernel_kind=\"", label, "\"")), std::string::npos)
+        << label;
+  }
+}
+
+// Members that cannot run the concrete problem fall back to the heuristic
+// (right results, our kernel named); deterministic requests never take the
+// table's choice.
+TEST_F(GpuPortfolioTest, FallbacksAndDeterministicRequestsRunOurKernels) {
+  gt::TuningTable table(key_, 4);
+  // cublas_grouped needs D's type to equal the inputs': bf16 -> fp32 falls back.
+  std::vector<ProblemSpec> members;
+  std::vector<gk::GemmArguments> member_args;
+  for (int i = 0; i < 6; ++i) {
+    members.push_back(Bf16Nt(8 * (2 * i + 1), 64, 64));
+    members.back().output = DType::kFp32;
+    member_args.push_back(ArgsOf(members.back()));
+  }
+  auto grouped = gt::GroupedClassOf(member_args, 4);
+  ASSERT_TRUE(grouped.ok()) << grouped.status();
+  PutBothAlignments(&table, *grouped, Member("cublas_grouped"));
+  const ProblemSpec dense = Bf16Nt(384, 384, 384);
+  PutBothAlignments(&table, gt::ClassOf(ArgsOf(dense), 4), Member("cublas_gemm_ex"));
+  StartWithTable(table, gpu::KernelPolicy::kTable);
+
+  std::mt19937 rng(32);
+  v1::GemmRequest group;
+  group.set_request_id("grouped fallback");
+  for (const ProblemSpec& m : members) *group.add_problems() = MakeProblem(m, &rng);
+  // Our grouped launch (the grouped kernel, or its loop of single launches).
+  CheckOne(group, "", 0, "cublas_grouped with fp32 D", "cublas");
+
+  v1::GemmRequest det = Request(dense, &rng, 1);
+  det.set_deterministic(true);
+  CheckOne(det, "sm90_tma_wgmma", 0, "deterministic request under a cuBLAS entry", "cublas");
+  CheckOne(Request(dense, &rng, 2), "cublas_gemm_ex", 0, "the same class, not deterministic");
+}
+
+// --kernel_policy=cublas: single, strided and grouped launches through cuBLAS.
+TEST_F(GpuPortfolioTest, CublasPolicyRunsEveryLaunchThroughCublas) {
+  ServerOptions o = DefaultOptions();
+  o.cuda.portfolio.policy = gpu::KernelPolicy::kCublas;
+  StartServer(o);
+  std::mt19937 rng(33);
+  CheckOne(Request(Bf16Nt(300, 200, 100), &rng, 0), "cublas_gemm_ex", 0, "single");
+  std::vector<v1::GemmRequest> batch;
+  for (int i = 0; i < 128; ++i) batch.push_back(Request(Bf16Nt(64, 64, 64), &rng, i + 1));
+  SendAllAndCheck(batch);
+  v1::GemmRequest group;
+  for (int i = 0; i < 8; ++i) *group.add_problems() = MakeProblem(Bf16Nt(8 * (i + 1), 72, 40), &rng);
+  CheckOne(group, "cublas_grouped", 0, "grouped");
+  const std::string metrics = server_->metrics()->Scrape();
+  EXPECT_NE(metrics.find("kernel_kind=\"strided_batched/cublas_strided_batched\""),
+            std::string::npos);
+}
+
+// The committed table for this GPU model: used where its key matches this
+// process's (then its dense bf16 4096 class runs the table's member), else
+// ignored with the field named, and the heuristic runs.
+TEST_F(GpuPortfolioTest, CommittedTableIsUsedOrIgnoredByKey) {
+  auto parsed = gt::ReadTuningTable(absl::GetFlag(FLAGS_tuning_table));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::string mismatch = gt::KeyMismatch(parsed->key(), key_);
+  ServerOptions o = DefaultOptions();
+  o.cuda.portfolio.table = std::make_shared<const gt::TuningTable>(*parsed);
+  o.cuda.portfolio.table_path = absl::GetFlag(FLAGS_tuning_table);
+  StartServer(o);
+  std::string line;
+  for (const std::string& l : server_->backend().kernels)
+    if (absl::StrContains(l, "kernel policy")) line = l;
+  std::printf("committed table: %s\n", line.c_str());
+  const ProblemSpec dense = Bf16Nt(4096, 4096, 4096);
+  const gt::CandidateId expected =
+      parsed->Choose(gt::ClassOf(ArgsOf(dense), parsed->buckets_per_octave()));
+  std::mt19937 rng(34);
+  if (!mismatch.empty()) {
+    EXPECT_TRUE(absl::StrContains(line, "ignored: made for " + mismatch)) << line;
+    CheckOne(Request(dense, &rng, 0), "sm90_tma_wgmma", 16, "table ignored");
+    return;
+  }
+  EXPECT_TRUE(absl::StrContains(line, "entries)")) << line;
+  std::string kernel = "sm90_tma_wgmma";
+  if (expected.family == gt::CandidateFamily::kCublasLt) kernel = "cublaslt/";
+  if (expected.family == gt::CandidateFamily::kCublasGemmEx) kernel = "cublas_gemm_ex";
+  CheckOne(Request(dense, &rng, 0), kernel, 16, "dense bf16 4096 under the committed table");
+}
+
+// The soak under the cublas policy and under the committed table: cuBLAS's
+// handles and workspaces go with the server. A first server loads cuBLAS's
+// modules into the context, which stay loaded, before the measurement.
+TEST_F(GpuPortfolioTest, SoakUnderCublasPolicyLeavesNothingBehind) {
+  ServerOptions o = DefaultOptions();
+  o.cuda.portfolio.policy = gpu::KernelPolicy::kCublas;
+  StartServer(o);
+  std::mt19937 rng(35);
+  for (DType t : {DType::kBf16, DType::kFp16}) {
+    ProblemSpec s = Bf16Nt(100, 120, 140);
+    s.input = t;
+    s.output.reset();
+    SendAllAndCheck({Request(s, &rng, 0), Request(s, &rng, 1)});
+  }
+  server_->Shutdown(absl::Seconds(10));
+  server_.reset();
+  auto before = CudaExecutor::DeviceBytesInUse(0);
+  ASSERT_TRUE(before.ok()) << before.status();
+  StartServer(o);
+  SoakLeavesNothingBehind(*before);
+}
 }  // namespace
 }  // namespace gemm
 

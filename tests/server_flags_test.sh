@@ -6,7 +6,8 @@
 # on a non-loopback address are refused unless --allow_insecure_tokens says
 # the operator knows, a bad --tenants_file is refused naming its line, and
 # --log_format=json writes one JSON object a line (the start-up line, the
-# tenants read and the drain summary among them). SIGHUP re-measures
+# tenants read and the drain summary among them). cuBLAS is not linked and not
+# loaded by --version or a CPU-backend server. SIGHUP re-measures
 # the peak rates while serving, keeping those set by flag; it re-reads
 # --tenants_file, refusing a bad one naming its line and applying a good
 # one; and a SIGHUP during start-up neither kills the server nor is lost.
@@ -46,6 +47,46 @@ refused() {  # FLAG VALUE ALLOWED-VALUE: exit 2 naming the flag and the allowed 
 refused log_format xml json
 refused backend tpu cuda
 refused log_level loud critical
+refused kernel_policy fastest heuristic
+
+# cuBLAS is opened only when a launch may run it: the binary does not link
+# it, --version does not load it, and a CPU-backend server asked for the
+# cublas policy with a table (the policy is the CUDA backend's) maps none.
+if command -v readelf >/dev/null; then
+  readelf -d "$server_bin" | grep -i 'NEEDED.*cublas' \
+    && fail "gemm_server links cuBLAS: $(readelf -d "$server_bin" | grep NEEDED)"
+fi
+LD_DEBUG=files "$server_bin" --version >"$work/ld_debug" 2>&1
+grep -q 'file=' "$work/ld_debug" || fail "LD_DEBUG=files printed nothing: $(head -5 "$work/ld_debug")"
+grep -q 'file=libcublas' "$work/ld_debug" \
+  && fail "--version loads cuBLAS: $(grep 'file=libcublas' "$work/ld_debug" | head -3)"
+printf 'gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\n' \
+  >"$work/empty.table"
+"$server_bin" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu --kernel_policy=cublas \
+  --tuning_table="$work/empty.table" --port_file="$work/cpu_port" >"$work/cpu_log" 2>&1 &
+cpu_pid=$!
+for _ in $(seq 1 100); do [ -s "$work/cpu_port" ] && break; sleep 0.1; done
+[ -s "$work/cpu_port" ] || fail "CPU-backend server did not start: $(cat "$work/cpu_log")"
+grep -q cublas "/proc/$cpu_pid/maps" && fail "a CPU-backend server maps cuBLAS: $(grep cublas "/proc/$cpu_pid/maps" | head -3)"
+kill -TERM "$cpu_pid"
+wait "$cpu_pid"
+
+# --tuning_table: a file that cannot be read or parses badly stops the start
+# (exit 2) naming the flag, and for a malformed one its line.
+"$server_bin" --tuning_table="$work/absent.table" --listen=127.0.0.1:0 --metrics_listen= \
+  --backend=cpu >"$work/table" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "--tuning_table of a missing file exited $rc, want 2"
+grep -q -- "--tuning_table: tuning table: cannot read $work/absent.table" "$work/table" \
+  || fail "missing table refusal: $(cat "$work/table")"
+printf 'gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\nclass kind=single in=bf16\n' \
+  >"$work/bad.table"
+"$server_bin" --tuning_table="$work/bad.table" --listen=127.0.0.1:0 --metrics_listen= \
+  --backend=cpu >"$work/table" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "--tuning_table of a malformed file exited $rc, want 2"
+grep -q -- "--tuning_table: tuning table $work/bad.table: line 8" "$work/table" \
+  || fail "malformed table refusal does not name line 8: $(cat "$work/table")"
 
 echo "alice 0123456789abcdef0123456789abcdef" >"$work/tokens"
 "$server_bin" --listen=0.0.0.0:0 --metrics_listen= --backend=cpu \

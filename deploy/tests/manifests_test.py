@@ -15,6 +15,7 @@ HEALTHCHECK on the health port that its CMD opens.
 
 Usage: manifests_test.py YAMLLINT_CONFIG FILE...   (every file under deploy/)
 """
+import json
 import os
 import re
 import shutil
@@ -34,6 +35,11 @@ def load_all(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
+# The table the deploy files pass: the image's copy of
+# kernels/tuning/tables/nvidia_h200.table.
+COMMITTED_TABLE = "/opt/gemm/tables/nvidia_h200.table"
+
+
 def flag_value(args, name):
     """The value of --name=VALUE in a list of arguments, or None."""
     for a in args:
@@ -46,6 +52,12 @@ def port_of(address):
     return int(address.rsplit(":", 1)[1])
 
 
+def check_table_flag(where, table):
+    """--tuning_table names the committed H200 table as the image carries it."""
+    if table != COMMITTED_TABLE:
+        fail(f"{where}: --tuning_table is {table!r}, want the committed table {COMMITTED_TABLE}")
+
+
 def check_compose(path):
     compose = load_all(path)[0]
     base = os.path.dirname(path)
@@ -53,6 +65,7 @@ def check_compose(path):
     health = flag_value(server["command"], "health_listen")
     if health is None:
         fail("docker-compose.yml: gemm-server has no --health_listen")
+    check_table_flag("docker-compose.yml", flag_value(server["command"], "tuning_table"))
     test = " ".join(server["healthcheck"]["test"])
     if f"health_probe --addr=127.0.0.1:{port_of(health)}" not in test:
         fail(f"docker-compose.yml: the healthcheck does not probe the health port: {test}")
@@ -82,6 +95,7 @@ def check_compose_tls(path):
             fail(f"docker-compose.tls.yml: secret {name} is not read from deploy/secrets/")
     if flag_value(server["command"], "health_listen") is None:
         fail("docker-compose.tls.yml: the command drops --health_listen")
+    check_table_flag("docker-compose.tls.yml", flag_value(server["command"], "tuning_table"))
 
 
 def check_network_policy(policy):
@@ -179,6 +193,7 @@ def check_k8s(k8s_dir):
             fail(f"k8s: Service {s['metadata']['name']} exposes the health port")
     if not pod["securityContext"].get("runAsNonRoot"):
         fail("k8s: the pod may run as root")
+    check_table_flag("k8s/server.flags", flag_value(flag_list, "tuning_table"))
     drain = int(re.search(r"--drain_timeout=(\d+)s", flags).group(1))
     if pod["terminationGracePeriodSeconds"] <= drain:
         fail("k8s: terminationGracePeriodSeconds must exceed --drain_timeout")
@@ -200,10 +215,14 @@ def check_dockerfile(path):
     check = re.search(r"^HEALTHCHECK .*\\\n.*health_probe --addr=127\.0\.0\.1:(\d+)", text, re.M)
     if not check:
         fail("Dockerfile: no HEALTHCHECK through health_probe on loopback")
+    if not re.search(r"cp kernels/tuning/tables/\*\.table /out/tables/", text):
+        fail("Dockerfile: the image does not carry the committed tuning tables in /opt/gemm/tables")
     cmd = re.search(r"^CMD (\[.*?\])$", text, re.M | re.S)
     if not cmd or f'"--health_listen=127.0.0.1:{check.group(1)}"' not in cmd.group(1):
         fail(f"Dockerfile: the HEALTHCHECK probes port {check.group(1)}, which CMD does not open "
              "with --health_listen")
+    cmd_args = json.loads(cmd.group(1).replace("\\\n", ""))
+    check_table_flag("Dockerfile CMD", flag_value(cmd_args, "tuning_table"))
 
 
 def main():

@@ -1,7 +1,5 @@
 #include "kernels/cublas/cublas_gemm.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cublas/column_major_call.h"
+#include "kernels/cublas/cublas_library.h"
 
 namespace gemm_kernels {
 namespace cublas {
@@ -24,6 +23,10 @@ cudaDataType_t CudaType(DataType t) {
       return CUDA_R_16F;
     case DataType::kFp32:
       return CUDA_R_32F;
+    case DataType::kFp8E4m3:
+      return CUDA_R_8F_E4M3;
+    case DataType::kFp8E5m2:
+      return CUDA_R_8F_E5M2;
   }
   return CUDA_R_32F;
 }
@@ -35,7 +38,7 @@ cublasComputeType_t ComputeType(const ColumnMajorCall& call) {
 cublasOperation_t Op(bool transpose) { return transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 absl::Status CublasError(const char* what, cublasStatus_t st) {
-  return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusString(st)));
+  return absl::InternalError(absl::StrCat(what, ": ", Api().cublasGetStatusString(st)));
 }
 
 absl::Status CudaError(const char* what, cudaError_t e) {
@@ -63,33 +66,33 @@ struct LtDescriptors {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   ~LtDescriptors() {
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (c) cublasLtMatrixLayoutDestroy(c);
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (a) Api().cublasLtMatrixLayoutDestroy(a);
+    if (b) Api().cublasLtMatrixLayoutDestroy(b);
+    if (c) Api().cublasLtMatrixLayoutDestroy(c);
+    if (d) Api().cublasLtMatrixLayoutDestroy(d);
+    if (op) Api().cublasLtMatmulDescDestroy(op);
   }
 };
 
 cublasStatus_t MakeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
                           int64_t batch, int64_t stride, cublasLtMatrixLayout_t* out) {
-  cublasStatus_t st = cublasLtMatrixLayoutCreate(out, type, rows, cols, ld);
+  cublasStatus_t st = Api().cublasLtMatrixLayoutCreate(out, type, rows, cols, ld);
   if (st != CUBLAS_STATUS_SUCCESS || batch == 1) return st;
   const int32_t count = static_cast<int32_t>(batch);
-  st = cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+  st = Api().cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
                                         sizeof(count));
   if (st != CUBLAS_STATUS_SUCCESS) return st;
-  return cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+  return Api().cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
                                           &stride, sizeof(stride));
 }
 
 absl::Status MakeLtDescriptors(const ColumnMajorCall& call, LtDescriptors* lt) {
-  cublasStatus_t st = cublasLtMatmulDescCreate(&lt->op, ComputeType(call), CUDA_R_32F);
+  cublasStatus_t st = Api().cublasLtMatmulDescCreate(&lt->op, ComputeType(call), CUDA_R_32F);
   if (st != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmulDescCreate", st);
   const cublasOperation_t op_a = Op(call.a.transpose), op_b = Op(call.b.transpose);
-  st = cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
+  st = Api().cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a));
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
+    st = Api().cublasLtMatmulDescSetAttribute(lt->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b));
   }
   if (st != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmulDescSetAttribute", st);
   const cudaDataType_t in = CudaType(call.in_dtype), out = CudaType(call.out_dtype);
@@ -114,13 +117,13 @@ template <typename T>
 cublasStatus_t GetConfig(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr,
                          T* out) {
   size_t written = 0;
-  return cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, out, sizeof(T), &written);
+  return Api().cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, out, sizeof(T), &written);
 }
 
 template <typename T>
 cublasStatus_t SetConfig(cublasLtMatmulAlgo_t* algo, cublasLtMatmulAlgoConfigAttributes_t attr,
                          T value) {
-  return cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value, sizeof(T));
+  return Api().cublasLtMatmulAlgoConfigSetAttribute(algo, attr, &value, sizeof(T));
 }
 
 absl::StatusOr<LtAlgoConfig> ConfigOf(const cublasLtMatmulAlgo_t& algo) {
@@ -155,12 +158,12 @@ std::string LtName(const LtAlgoConfig& c) {
 absl::Status BuildAlgo(cublasLtHandle_t lt, const ColumnMajorCall& call, const LtAlgoConfig& c,
                        cublasLtMatmulAlgo_t* algo) {
   const cudaDataType_t in = CudaType(call.in_dtype), out = CudaType(call.out_dtype);
-  cublasStatus_t st = cublasLtMatmulAlgoInit(lt, ComputeType(call), CUDA_R_32F, in, in, out, out,
+  cublasStatus_t st = Api().cublasLtMatmulAlgoInit(lt, ComputeType(call), CUDA_R_32F, in, in, out, out,
                                              c.algo_id, algo);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return absl::FailedPreconditionError(
         absl::StrCat("cuBLASLt has no algorithm ", c.algo_id, " for these types: ",
-                     cublasGetStatusString(st)));
+                     Api().cublasGetStatusString(st)));
   }
   st = SetConfig(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, c.tile);
   if (st == CUBLAS_STATUS_SUCCESS) st = SetConfig(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, c.stages);
@@ -179,7 +182,7 @@ absl::Status BuildAlgo(cublasLtHandle_t lt, const ColumnMajorCall& call, const L
   }
   if (st != CUBLAS_STATUS_SUCCESS) {
     return absl::FailedPreconditionError(absl::StrCat("cuBLASLt refuses the configuration of ", LtName(c),
-        ": ", cublasGetStatusString(st)));
+        ": ", Api().cublasGetStatusString(st)));
   }
   return absl::OkStatus();
 }
@@ -200,20 +203,23 @@ absl::StatusOr<std::unique_ptr<CublasContext>> CublasContext::Create(
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) return NoGpu("cuBLAS context");
+  const std::string library =
+      options.library.empty() ? DefaultCublasLibrary() : options.library;
+  if (absl::Status s = LoadCublas(library); !s.ok()) return s;
   std::unique_ptr<CublasContext> ctx(new CublasContext());
   ctx->stream_ = stream;
   cublasHandle_t h = nullptr;
-  cublasStatus_t st = cublasCreate(&h);
+  cublasStatus_t st = Api().cublasCreate(&h);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cublasCreate: ", cublasGetStatusString(st)));
+        absl::StrCat("cublasCreate: ", Api().cublasGetStatusString(st)));
   }
   ctx->handle_ = h;
   cublasLtHandle_t lt = nullptr;
-  st = cublasLtCreate(&lt);
+  st = Api().cublasLtCreate(&lt);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cublasLtCreate: ", cublasGetStatusString(st)));
+        absl::StrCat("cublasLtCreate: ", Api().cublasGetStatusString(st)));
   }
   ctx->lt_handle_ = lt;
   const cudaError_t e = cudaMalloc(&ctx->workspace_, options.workspace_bytes);
@@ -223,12 +229,12 @@ absl::StatusOr<std::unique_ptr<CublasContext>> CublasContext::Create(
         "cuBLAS workspace of ", options.workspace_bytes, " bytes: ", cudaGetErrorString(e)));
   }
   ctx->workspace_bytes_ = options.workspace_bytes;
-  st = cublasSetStream(h, static_cast<cudaStream_t>(stream));
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(h, ctx->workspace_, ctx->workspace_bytes_);
-  if (st == CUBLAS_STATUS_SUCCESS) st = cublasGetVersion(h, &ctx->version_);
+  st = Api().cublasSetStream(h, static_cast<cudaStream_t>(stream));
+  if (st == CUBLAS_STATUS_SUCCESS) st = Api().cublasSetWorkspace(h, ctx->workspace_, ctx->workspace_bytes_);
+  if (st == CUBLAS_STATUS_SUCCESS) st = Api().cublasGetVersion(h, &ctx->version_);
   if (st != CUBLAS_STATUS_SUCCESS) {
     return absl::FailedPreconditionError(
-        absl::StrCat("binding the cuBLAS handle to its stream: ", cublasGetStatusString(st)));
+        absl::StrCat("binding the cuBLAS handle to its stream: ", Api().cublasGetStatusString(st)));
   }
   return ctx;
 }
@@ -237,8 +243,8 @@ CublasContext::~CublasContext() {
   // The handles' and workspace's last users may still be queued on the stream.
   cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   if (workspace_) cudaFree(workspace_);
-  if (lt_handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
-  if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+  if (lt_handle_) Api().cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
+  if (handle_) Api().cublasDestroy(static_cast<cublasHandle_t>(handle_));
 }
 
 // ---------------------------------------------------------------------------
@@ -279,19 +285,19 @@ absl::StatusOr<std::vector<LtAlgoConfig>> CublasGemm::LtAlgorithms(CublasContext
   LtDescriptors lt;
   if (absl::Status e = MakeLtDescriptors(call, &lt); !e.ok()) return e;
   cublasLtMatmulPreference_t pref = nullptr;
-  cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
+  cublasStatus_t st = Api().cublasLtMatmulPreferenceCreate(&pref);
   if (st != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmulPreferenceCreate", st);
   const uint64_t bytes = ctx.workspace_bytes();
-  st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
+  st = Api().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes,
                                             sizeof(bytes));
   std::vector<cublasLtMatmulHeuristicResult_t> results(max_algorithms);
   int returned = 0;
   if (st == CUBLAS_STATUS_SUCCESS) {
-    st = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(ctx.lt_handle()), lt.op,
+    st = Api().cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(ctx.lt_handle()), lt.op,
                                         lt.a, lt.b, lt.c, lt.d, pref, max_algorithms,
                                         results.data(), &returned);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
+  Api().cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS) return CublasError("cublasLtMatmulAlgoGetHeuristic", st);
   std::vector<LtAlgoConfig> out;
   for (int i = 0; i < returned; ++i) {
@@ -335,11 +341,11 @@ absl::Status CublasGemm::Initialize(CublasContext* ctx, CublasMethod method,
       cublasLtHandle_t lt = static_cast<cublasLtHandle_t>(ctx->lt_handle());
       if (absl::Status e = BuildAlgo(lt, impl->call, config, &impl->algo); !e.ok()) return e;
       cublasLtMatmulHeuristicResult_t check{};
-      const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt, impl->lt.op, impl->lt.a, impl->lt.b,
+      const cublasStatus_t st = Api().cublasLtMatmulAlgoCheck(lt, impl->lt.op, impl->lt.a, impl->lt.b,
                                                         impl->lt.c, impl->lt.d, &impl->algo, &check);
       if (st != CUBLAS_STATUS_SUCCESS) {
         return absl::FailedPreconditionError(absl::StrCat(
-            LtName(config), " cannot run this problem: ", cublasGetStatusString(st)));
+            LtName(config), " cannot run this problem: ", Api().cublasGetStatusString(st)));
       }
       if (check.workspaceSize > ctx->workspace_bytes()) {
         return absl::FailedPreconditionError(
@@ -362,7 +368,7 @@ absl::Status CublasGemm::Run() const {
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   if (impl_->method == CublasMethod::kLt) {
     const void* c_ptr = c.c ? c.c : c.d;
-    st = cublasLtMatmul(static_cast<cublasLtHandle_t>(impl_->ctx->lt_handle()), impl_->lt.op,
+    st = Api().cublasLtMatmul(static_cast<cublasLtHandle_t>(impl_->ctx->lt_handle()), impl_->lt.op,
                         &c.alpha, c.a.ptr, impl_->lt.a, c.b.ptr, impl_->lt.b, &c.beta, c_ptr,
                         impl_->lt.c, c.d, impl_->lt.d, &impl_->algo, impl_->ctx->workspace(),
                         impl_->ctx->workspace_bytes(), stream);
@@ -372,12 +378,12 @@ absl::Status CublasGemm::Run() const {
   if (!s.ok()) return s;
   cublasHandle_t h = static_cast<cublasHandle_t>(impl_->ctx->handle());
   if (impl_->method == CublasMethod::kGemmEx) {
-    st = cublasGemmEx_64(h, Op(c.a.transpose), Op(c.b.transpose), c.m, c.n, c.k, &c.alpha, c.a.ptr,
+    st = Api().cublasGemmEx_64(h, Op(c.a.transpose), Op(c.b.transpose), c.m, c.n, c.k, &c.alpha, c.a.ptr,
                          in, c.a.ld, c.b.ptr, in, c.b.ld, &c.beta, c.d, out, c.ldd, ComputeType(c),
                          CUBLAS_GEMM_DEFAULT);
     return st == CUBLAS_STATUS_SUCCESS ? absl::OkStatus() : CublasError("cublasGemmEx", st);
   }
-  st = cublasGemmStridedBatchedEx_64(h, Op(c.a.transpose), Op(c.b.transpose), c.m, c.n, c.k,
+  st = Api().cublasGemmStridedBatchedEx_64(h, Op(c.a.transpose), Op(c.b.transpose), c.m, c.n, c.k,
                                      &c.alpha, c.a.ptr, in, c.a.ld, c.a.batch_stride, c.b.ptr, in,
                                      c.b.ld, c.b.batch_stride, &c.beta, c.d, out, c.ldd,
                                      c.batch_stride_d, c.batch, ComputeType(c),
@@ -498,7 +504,7 @@ absl::Status CublasGroupedGemm::Run() const {
     if (!s.ok()) return s;
   }
   const Impl& i = *impl_;
-  const cublasStatus_t st = cublasGemmGroupedBatchedEx_64(
+  const cublasStatus_t st = Api().cublasGemmGroupedBatchedEx_64(
       static_cast<cublasHandle_t>(i.ctx->handle()), i.op_a.data(), i.op_b.data(), i.m.data(),
       i.n.data(), i.k.data(), i.alpha.data(), i.dev_a, i.in, i.lda.data(), i.dev_b, i.in,
       i.ldb.data(), i.beta.data(), i.dev_d, i.out, i.ldd.data(),

@@ -23,6 +23,10 @@
 // or fp32, fp32 -> fp32 (strict fp32, or TF32 tensor cores with allow_tf32).
 // The grouped form needs D's type to equal the inputs'.
 //
+// cuBLAS is opened at run time (cublas_library.h): linking this library maps
+// neither libcublas nor libcublasLt; the first CublasContext (or LoadCublas)
+// does.
+//
 // Implementation details follow the public declarations.
 #pragma once
 
@@ -41,7 +45,24 @@
 namespace gemm_kernels {
 namespace cublas {
 
+// "libcublas.so.<major>" of the cuBLAS these members were built against
+// (libcublasLt comes with it as its dependency).
+std::string DefaultCublasLibrary();
+
+// Opens `library` (a name the dynamic loader resolves, or a path) and
+// resolves every cuBLAS and cuBLASLt entry point the members call. Needs no
+// GPU. The first successful load is the process's: loading the same name
+// again is OK, another name FailedPrecondition. FailedPrecondition names the
+// library and why (not found, or the entry point it lacks).
+absl::Status LoadCublas(const std::string& library);
+
+// Whether a LoadCublas (or a context) has loaded cuBLAS in this process.
+bool CublasLoaded();
+
 struct CublasContextOptions {
+  // The cuBLAS library to open; empty: DefaultCublasLibrary().
+  std::string library;
+
   // Device workspace shared by cublasGemmEx (cublasSetWorkspace) and the
   // cuBLASLt algorithms run through this context. NVIDIA's guidance for
   // Hopper is 32 MiB; cuBLASLt algorithms that need more are refused.

@@ -265,7 +265,7 @@ absl::Status SaveTuningTable(const TuningTable& table, const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<LoadedTable> LoadTuningTable(const std::string& path, const TableKey& current) {
+absl::StatusOr<TuningTable> ReadTuningTable(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
@@ -278,6 +278,12 @@ absl::StatusOr<LoadedTable> LoadTuningTable(const std::string& path, const Table
     return absl::InvalidArgumentError(
         absl::StrCat("tuning table ", path, ": ", table.status().message()));
   }
+  return table;
+}
+
+absl::StatusOr<LoadedTable> LoadTuningTable(const std::string& path, const TableKey& current) {
+  absl::StatusOr<TuningTable> table = ReadTuningTable(path);
+  if (!table.ok()) return table.status();
   const std::string mismatch = KeyMismatch(table->key(), current);
   if (mismatch.empty()) return LoadedTable{*std::move(table), ""};
   const std::string reason = absl::StrCat("made for ", mismatch);

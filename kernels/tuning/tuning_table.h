@@ -104,6 +104,11 @@ struct LoadedTable {
   std::string ignored_reason;
 };
 
+// Reads and parses `path` without looking at its key (a server reads its
+// table before it has a device to compare the key with). NotFound when the
+// file cannot be read; InvalidArgument naming the path, line and field.
+absl::StatusOr<TuningTable> ReadTuningTable(const std::string& path);
+
 // Reads and parses `path`. A table whose key differs from `current` loads
 // as an empty table under `current` (every lookup falls back to the
 // default), with the reason in ignored_reason and a warning logged. A file

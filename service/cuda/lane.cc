@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/deterministic_hints.h"
+#include "kernels/tuning/shape_class.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/kernel_arguments.h"
 
@@ -14,6 +15,8 @@ namespace gemm {
 namespace gpu {
 
 namespace gk = gemm_kernels;
+namespace gt = gemm_kernels::tuning;
+namespace gb = gemm_kernels::cublas;
 
 absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(const LaneOptions& options,
                                                    ReducingStream* reducer, DoneCallback on_done) {
@@ -23,6 +26,11 @@ absl::StatusOr<std::unique_ptr<Lane>> Lane::Create(const LaneOptions& options,
   GEMM_ASSIGN_OR_RETURN(lane->h2d_done_, Event::Create());
   GEMM_ASSIGN_OR_RETURN(lane->d2h_done_, Event::Create());
   return lane;
+}
+
+void Lane::UsePortfolio(const LaunchPolicy* policy, std::unique_ptr<gb::CublasContext> cublas) {
+  policy_ = policy;
+  cublas_ = std::move(cublas);
 }
 
 void CUDART_CB Lane::HostDone(void* arg) {
@@ -113,7 +121,72 @@ absl::Status Lane::GrowLaunchEvents(size_t launches) {
 }
 
 void Lane::FreeOperandCopies() {
-  for (LaunchState& ls : launches_) ls.operand_copies.Free().IgnoreError();
+  for (LaunchState& ls : launches_) {
+    ls.operand_copies.Free().IgnoreError();
+    ls.blas_pointers.Free().IgnoreError();
+  }
+}
+
+gt::CandidateId Lane::ChooseSingle(const gk::GemmArguments& args, bool deterministic) const {
+  // FP8 has no member but our FP8 kernel (the tuner and cuBLAS members
+  // cover bf16, fp16, fp32 and tf32).
+  if (deterministic || policy_ == nullptr || !policy_->consults_classes() ||
+      IsFp8(args.a.dtype) || !gk::Gemm::CanImplement(args).ok())
+    return gt::CandidateId::Heuristic();
+  return policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
+}
+
+gt::CandidateId Lane::ChooseGrouped(const std::vector<gk::GemmArguments>& members,
+                                    bool deterministic) const {
+  if (deterministic || policy_ == nullptr || !policy_->consults_classes())
+    return gt::CandidateId::OursGroupedHeuristic();
+  for (const gk::GemmArguments& m : members)
+    if (!gk::Gemm::CanImplement(m).ok()) return gt::CandidateId::OursGroupedHeuristic();
+  absl::StatusOr<gt::ShapeClass> shape =
+      gt::GroupedClassOf(members, policy_->buckets_per_octave());
+  if (!shape.ok()) return gt::CandidateId::OursGroupedHeuristic();
+  return policy_->Choose(*shape, false);
+}
+
+absl::Status Lane::PrepareCublas(LaunchState& ls) {
+  if (cublas_ == nullptr)
+    return absl::FailedPreconditionError("this lane has no cuBLAS context");
+  gb::CublasMethod method;
+  switch (ls.member.family) {
+    case gt::CandidateFamily::kCublasGemmEx:
+      method = gb::CublasMethod::kGemmEx;
+      break;
+    case gt::CandidateFamily::kCublasStridedBatched:
+      method = gb::CublasMethod::kStridedBatched;
+      break;
+    case gt::CandidateFamily::kCublasLt:
+      method = gb::CublasMethod::kLt;
+      break;
+    default:
+      return absl::InvalidArgumentError("the member is not a cuBLAS form of a single launch");
+  }
+  GEMM_RETURN_IF_ERROR(gb::CublasGemm::CanImplement(method, ls.args));
+  auto blas = std::make_unique<gb::CublasGemm>();
+  GEMM_RETURN_IF_ERROR(blas->Initialize(
+      cublas_.get(), method, ls.args,
+      method == gb::CublasMethod::kLt ? &ls.member.lt : nullptr));
+  ls.blas = std::move(blas);
+  return absl::OkStatus();
+}
+
+absl::Status Lane::PrepareCublasGrouped(LaunchState& ls, const gk::GroupedGemmArguments& args) {
+  if (cublas_ == nullptr)
+    return absl::FailedPreconditionError("this lane has no cuBLAS context");
+  GEMM_RETURN_IF_ERROR(gb::CublasGroupedGemm::CanImplement(args));
+  // Stream-ordered: the pointer arrays are copied in on this stream before
+  // the launch and freed after the batch (FreeOperandCopies).
+  GEMM_ASSIGN_OR_RETURN(ls.blas_pointers,
+                        PoolMemory::Allocate(gb::CublasGroupedGemm::WorkspaceSize(args.problems.size()),
+                                             stream_.get()));
+  auto blas = std::make_unique<gb::CublasGroupedGemm>();
+  GEMM_RETURN_IF_ERROR(blas->Initialize(cublas_.get(), args, ls.blas_pointers.get()));
+  ls.blas_group = std::move(blas);
+  return absl::OkStatus();
 }
 
 void Lane::PrepareLaunches() {
@@ -134,10 +207,22 @@ void Lane::PrepareGrouped(size_t li) {
   gk::GroupedGemmArguments args;
   args.allow_tf32 = layout_.problem(li, 0).problem->shape.allow_tf32;
   args.deterministic = batch_.launches[li].deterministic;
+  std::vector<gk::GemmArguments> members;
   for (size_t i = 0; i < where.count; ++i) {
     const ProblemLayout& q = layout_.problem(li, i);
-    args.problems.push_back(
-        gk::GroupedMemberOf(KernelArguments(*q.problem, q.placement, q.placement, 1, dev, out_dev)));
+    members.push_back(KernelArguments(*q.problem, q.placement, q.placement, 1, dev, out_dev));
+    args.problems.push_back(gk::GroupedMemberOf(members.back()));
+  }
+  ls.member = ChooseGrouped(members, args.deterministic);
+  if (ls.member.family != gt::CandidateFamily::kOursGrouped) {
+    absl::Status st = ls.member.family == gt::CandidateFamily::kCublasGrouped
+                          ? PrepareCublasGrouped(ls, args)
+                          : absl::InvalidArgumentError("the member is not a grouped form");
+    if (st.ok()) return;
+    cudaGetLastError();  // a failed allocation or copy: the heuristic runs instead
+    policy_->CountFallback(ls.member, st);
+    ls.blas_pointers.Free().IgnoreError();
+    ls.member = gt::CandidateId::OursGroupedHeuristic();
   }
   ls.group = std::make_unique<gk::GroupedGemm>();
   ls.status = gk::GroupedGemm::CanImplement(args);
@@ -145,9 +230,10 @@ void Lane::PrepareGrouped(size_t li) {
   // The descriptors are written into staging here and reach the device with
   // the operands: nothing blocks on the hot path.
   ls.status = where.descriptors == kNoDescriptors
-                  ? ls.group->Initialize(args, nullptr)
+                  ? ls.group->Initialize(args, nullptr, ls.member.tile)
                   : ls.group->InitializeDeferred(args, dev + where.descriptors,
-                                                 staging_.data() + where.descriptors);
+                                                 staging_.data() + where.descriptors,
+                                                 ls.member.tile);
 }
 
 void Lane::PrepareGemm(size_t li) {
@@ -160,6 +246,13 @@ void Lane::PrepareGemm(size_t li) {
   const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
+  ls.member = ChooseSingle(ls.args, g.deterministic);
+  if (ls.member.family != gt::CandidateFamily::kOurs) {
+    const absl::Status st = PrepareCublas(ls);
+    if (st.ok()) return;
+    policy_->CountFallback(ls.member, st);
+    ls.member = gt::CandidateId::Heuristic();
+  }
   ls.gemm = std::make_unique<gk::Gemm>();
   if (g.deterministic) {
     // The plan's tile, data-parallel, and (below) no workspace: every member
@@ -167,7 +260,13 @@ void Lane::PrepareGemm(size_t li) {
     const gk::DeterministicHints h = gk::DeterministicHintsFor(ls.args);
     ls.plan = gk::Gemm::MakePlan(ls.args, h.tile, h.schedule);
   } else {
-    ls.plan = gk::Gemm::MakePlan(ls.args);
+    // The heuristic's choice, or the tile and schedule the table forces.
+    ls.plan = gk::Gemm::MakePlan(ls.args, ls.member.tile, ls.member.schedule);
+    if (!ls.plan.status().ok() && ls.member != gt::CandidateId::Heuristic()) {
+      policy_->CountFallback(ls.member, ls.plan.status());
+      ls.member = gt::CandidateId::Heuristic();
+      ls.plan = gk::Gemm::MakePlan(ls.args);
+    }
   }
   ls.status = ls.plan.status();
   if (!ls.status.ok()) return;
@@ -205,6 +304,15 @@ void Lane::PrepareGemm(size_t li) {
 void Lane::EnqueueLaunch(size_t li) {
   LaunchState& ls = launches_[li];
   const LaunchGroup& g = batch_.launches[li];
+  if (ls.blas || ls.blas_group) {
+    // cuBLAS runs on this lane's stream through its context; deterministic
+    // launches never get here (portfolio_policy.h).
+    if (ls.status.ok()) ls.status = ls.blas ? ls.blas->Run() : ls.blas_group->Run();
+    const std::string& kernel = ls.blas ? ls.blas->kernel_name() : ls.blas_group->kernel_name();
+    ls.label = absl::StrCat(LaunchKindName(g.kind), "/", CublasFamilyLabel(ls.member.family));
+    RecordOutcome(li, kernel);
+    return;
+  }
   if (ls.status.ok()) {
     if (ls.group) {
       ls.status = ls.group->Run(stream_.get());
@@ -220,6 +328,11 @@ void Lane::EnqueueLaunch(size_t li) {
   const bool fp8 = !ls.group && IsFp8(ls.args.a.dtype);
   ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "");
   if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel);
+  RecordOutcome(li, kernel);
+}
+
+void Lane::RecordOutcome(size_t li, const std::string& kernel) {
+  LaunchState& ls = launches_[li];
   for (size_t i = 0; i < layout_.launches[li].count; ++i) {
     const size_t item = layout_.problem(li, i).item;
     // This launch's requests fail; the rest of the batch goes on.

@@ -22,8 +22,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gemm.h"
+#include "kernels/cublas/cublas_gemm.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/tuning/candidate.h"
 #include "service/cuda/batch_layout.h"
+#include "service/cuda/portfolio_policy.h"
 #include "service/cuda/reducing_stream.h"
 #include "service/cuda/resources.h"
 #include "service/launch_plan.h"
@@ -51,6 +54,14 @@ struct LaneOptions {
 struct LaunchState {
   std::unique_ptr<gemm_kernels::Gemm> gemm;          // single and strided-batched
   std::unique_ptr<gemm_kernels::GroupedGemm> group;  // grouped
+  // A cuBLAS member instead, where the policy chose one and it can run the
+  // launch (then gemm and group are null).
+  std::unique_ptr<gemm_kernels::cublas::CublasGemm> blas;
+  std::unique_ptr<gemm_kernels::cublas::CublasGroupedGemm> blas_group;
+  PoolMemory blas_pointers;  // blas_group's pointer arrays, freed after the batch
+  // The member that runs (the policy's choice, or the heuristic after a
+  // fallback).
+  gemm_kernels::tuning::CandidateId member;
   gemm_kernels::GemmArguments args;
   // CanImplement, the device lookup and the heuristic, once per launch; kept
   // for a reducing launch's set-up.
@@ -97,6 +108,13 @@ class Lane {
   Batch& batch() { return batch_; }
   cudaStream_t stream() const { return stream_.get(); }
 
+  // Gives the lane the executor's portfolio policy (it outlives the lane)
+  // and, where the policy may choose cuBLAS, a cuBLAS context bound to this
+  // lane's stream. Called once, before the first batch. Without it every
+  // launch takes the heuristic.
+  void UsePortfolio(const LaunchPolicy* policy,
+                    std::unique_ptr<gemm_kernels::cublas::CublasContext> cublas);
+
  private:
   Lane(const LaneOptions& options, ReducingStream* reducer, DoneCallback on_done)
       : options_(options), reducer_(reducer), on_done_(std::move(on_done)) {}
@@ -109,7 +127,19 @@ class Lane {
   void PrepareLaunches();
   void PrepareGrouped(size_t launch);
   void PrepareGemm(size_t launch);
+  // The policy's member for a launch of `args` (the heuristic where the
+  // policy consults no classes or the launch is deterministic).
+  gemm_kernels::tuning::CandidateId ChooseSingle(const gemm_kernels::GemmArguments& args,
+                                                 bool deterministic) const;
+  gemm_kernels::tuning::CandidateId ChooseGrouped(
+      const std::vector<gemm_kernels::GemmArguments>& members, bool deterministic) const;
+  // Sets up ls.blas (or ls.blas_group) for ls.member; on failure the caller
+  // counts a fallback and plans the heuristic.
+  absl::Status PrepareCublas(LaunchState& ls);
+  absl::Status PrepareCublasGrouped(LaunchState& ls, const gemm_kernels::GroupedGemmArguments& args);
   void EnqueueLaunch(size_t launch);
+  // The launch's status into its items (failed) or its kernel name (ran).
+  void RecordOutcome(size_t launch, const std::string& kernel);
   // A deterministic launch's reproducibility records, into its items' reports.
   void RecordDeterministic(size_t launch, gemm_kernels::KernelKind kind,
                            const std::string& kernel);
@@ -127,7 +157,10 @@ class Lane {
   const LaneOptions options_;
   ReducingStream* const reducer_;
   const DoneCallback on_done_;
+  const LaunchPolicy* policy_ = nullptr;
   Stream stream_;
+  // Declared after the stream so that it is destroyed before it.
+  std::unique_ptr<gemm_kernels::cublas::CublasContext> cublas_;
   Event start_, h2d_done_, d2h_done_;
   std::vector<Event> launch_done_;  // one per launch, grown as needed
   // Per launch too: the start and end of a launch on the reducing stream. The

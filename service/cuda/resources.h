@@ -4,7 +4,8 @@
 // to tell), is movable and not copyable. Where a free's outcome matters, call
 // Free() first and look at its status.
 //
-// There are no cuBLAS handles: the executor runs the kernels of kernels/.
+// cuBLAS handles are not here: where the kernel portfolio may run cuBLAS,
+// each lane owns a kernels/cublas CublasContext bound to its stream.
 #ifndef GEMM_SERVICE_CUDA_RESOURCES_H_
 #define GEMM_SERVICE_CUDA_RESOURCES_H_
 
