@@ -434,6 +434,16 @@ void GemmServiceImpl::Answered(absl::string_view method, absl::string_view calle
                                const absl::Status& status, absl::Time received) {
   metrics_->RecordRequest(std::string(method), static_cast<int>(status.code()),
                           clock_->Now() - received);
+  const bool gemm = method == "Gemm" || method == "GemmStream";
+  if (gemm || status.code() == absl::StatusCode::kResourceExhausted) {
+    // "" without tenants: nothing is recorded per tenant then.
+    const std::string tenant = queue_->TenantOf(caller);
+    if (gemm) metrics_->RecordTenantRequest(tenant, static_cast<int>(status.code()));
+    if (status.code() == absl::StatusCode::kResourceExhausted) {
+      const auto limit = status.GetPayload(kLimitPayloadUrl);
+      metrics_->RecordTenantRejection(tenant, limit.has_value() ? std::string(*limit) : "");
+    }
+  }
   if (!status.ok() && call_log_ != nullptr) call_log_->Failed(method, caller, status);
 }
 
@@ -479,10 +489,12 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     for (const GemmProblemRef& p : *problems) result_bytes += p.d_bytes();
     if (residents_->bytes() + result_bytes > residents_->max_bytes()) {
       *pushback = queue_->RetryHint();
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "keep_results: the results need ", result_bytes, " bytes of max_resident_bytes (",
-          residents_->max_bytes(), "), of which ", residents_->bytes(),
-          " are held; release matrices or retry later"));
+      return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                           "keep_results: the results need ", result_bytes,
+                           " bytes of max_resident_bytes (", residents_->max_bytes(),
+                           "), of which ", residents_->bytes(),
+                           " are held; release matrices or retry later")),
+                       "max_resident_bytes");
     }
   }
   auto item = std::make_shared<WorkItem>();
@@ -502,16 +514,21 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   WorkItem* raw = item.get();
   ResidentStore* store = keep_results ? residents_ : nullptr;
   std::atomic<uint64_t>* finished = &finished_;
+  std::string tenant = queue_->TenantOf(item->client);
   item->done = [response, received, clock, metrics, raw, store, caller, deterministic, finished,
-                on_done = std::move(on_done)](const absl::Status& status,
-                                              const ExecutionReport& report) {
+                tenant = std::move(tenant), on_done = std::move(on_done)](
+                   const absl::Status& status, const ExecutionReport& report) {
     finished->fetch_add(1);
     absl::Status s = status;
     if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
     if (!report.backend.empty()) {  // it reached an executor
       metrics->RecordQueueWait(report.queue_wait);
-      for (const auto& [kind, seconds] : report.launches)
+      absl::Duration device;
+      for (const auto& [kind, seconds] : report.launches) {
         metrics->RecordLaunch(report.backend, kind, seconds, report.device);
+        device += seconds;
+      }
+      metrics->RecordTenantWork(tenant, s.ok() ? raw->flops() : 0, device, report.queue_wait);
       if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes, report.device);
       if (report.d2h_bytes) metrics->AddTransferBytes("d2h", report.d2h_bytes, report.device);
     }

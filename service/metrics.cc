@@ -174,6 +174,35 @@ ServiceMetrics::ServiceMetrics()
                          .Name("gemm_auth_failures_total")
                          .Help("Calls refused UNAUTHENTICATED by the bearer-token check, by "
                                "reason.")
+                         .Register(*registry_)),
+      tenant_requests_(BuildCounter()
+                           .Name("gemm_tenant_requests_total")
+                           .Help("Answered Gemm requests (requests of a GemmStream included) by "
+                                 "tenant and gRPC status code.")
+                           .Register(*registry_)),
+      tenant_flops_(BuildCounter()
+                        .Name("gemm_tenant_floating_point_operations_total")
+                        .Help("Floating-point operations done for the tenant, 2*M*N*K per "
+                              "problem.")
+                        .Register(*registry_)),
+      tenant_device_seconds_(BuildCounter()
+                                 .Name("gemm_tenant_device_seconds_total")
+                                 .Help("Device time of the launches (BLAS calls on the CPU) "
+                                       "attributed to the tenant's requests.")
+                                 .Register(*registry_)),
+      tenant_queue_wait_(BuildHistogram()
+                             .Name("gemm_tenant_queue_wait_seconds")
+                             .Help("Time the tenant's admitted requests waited in the queue.")
+                             .Register(*registry_)),
+      tenant_rejections_(BuildCounter()
+                             .Name("gemm_tenant_rejections_total")
+                             .Help("Calls refused RESOURCE_EXHAUSTED, by tenant and the limit "
+                                   "they ran into.")
+                             .Register(*registry_)),
+      tenant_weight_(BuildGauge()
+                         .Name("gemm_tenant_weight")
+                         .Help("The tenant's configured weight (its share of the device under "
+                               "contention, relative to the other backlogged tenants).")
                          .Register(*registry_)) {
   // Every reason from the start, at 0: rate() and alerts see the series
   // before the first failure.
@@ -302,6 +331,55 @@ void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes
   prometheus::Labels labels{{"direction", direction}};
   if (gpu >= 0) labels["gpu"] = std::to_string(gpu);
   transfer_bytes_.Add(labels).Increment(bytes);
+}
+
+void ServiceMetrics::SetTenants(const TenantsConfig* tenants) {
+  absl::MutexLock lock(&tenants_mu_);
+  tenants_on_ = tenants != nullptr;
+  tenant_names_.clear();
+  std::map<std::string, prometheus::Gauge*> gauges;
+  if (tenants != nullptr) {
+    for (const TenantSpec& t : tenants->tenants()) {
+      tenant_names_.insert(t.name);
+      prometheus::Gauge& g = tenant_weight_.Add({{"tenant", t.name}});
+      g.Set(t.weight);
+      gauges[t.name] = &g;
+      // The tenant's own limits from the start, at 0: rate() and alerts
+      // see the series before the first refusal.
+      for (const char* limit : {"tenant.max_inflight_bytes", "tenant.max_requests_in_flight",
+                                "tenant.max_flops_per_s", "tenant.max_resident_bytes"})
+        tenant_rejections_.Add({{"tenant", t.name}, {"limit", limit}});
+    }
+  }
+  for (const auto& [name, gauge] : weight_gauges_)
+    if (gauges.count(name) == 0) tenant_weight_.Remove(gauge);
+  weight_gauges_ = std::move(gauges);
+}
+
+std::string ServiceMetrics::TenantLabel(absl::string_view name) const {
+  absl::MutexLock lock(&tenants_mu_);
+  return tenant_names_.contains(name) ? std::string(name) : std::string(kOtherTenant);
+}
+
+void ServiceMetrics::RecordTenantRequest(absl::string_view tenant, int grpc_code) {
+  if (tenant.empty()) return;
+  tenant_requests_.Add({{"tenant", TenantLabel(tenant)}, {"code", GrpcCodeName(grpc_code)}})
+      .Increment();
+}
+
+void ServiceMetrics::RecordTenantWork(absl::string_view tenant, double flops,
+                                      absl::Duration device, absl::Duration queue_wait) {
+  if (tenant.empty()) return;
+  const prometheus::Labels labels{{"tenant", TenantLabel(tenant)}};
+  tenant_flops_.Add(labels).Increment(flops);
+  tenant_device_seconds_.Add(labels).Increment(absl::ToDoubleSeconds(device));
+  tenant_queue_wait_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(queue_wait));
+}
+
+void ServiceMetrics::RecordTenantRejection(absl::string_view tenant, absl::string_view limit) {
+  if (tenant.empty()) return;
+  const std::string limit_label = limit.empty() ? "unnamed" : std::string(limit);
+  tenant_rejections_.Add({{"tenant", TenantLabel(tenant)}, {"limit", limit_label}}).Increment();
 }
 
 void ServiceMetrics::AddChunkBytes(const std::string& direction, double bytes) {

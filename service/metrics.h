@@ -4,7 +4,8 @@
 // Naming follows Prometheus conventions: one gemm_ prefix, base units
 // (_seconds, _bytes), counters end in _total. Label values are bounded: method,
 // gRPC code, dtype, backend, kernel kind and a five-value shape class — never a
-// request id or a raw shape. deploy/prometheus/ derives the roofline figures
+// request id or a raw shape. The tenant label (gemm_tenant_*) takes only
+// the configured tenants' names and "other". deploy/prometheus/ derives the roofline figures
 // (achieved FLOP/s, intensity, fraction of peak, attainable bound) from these.
 #ifndef GEMM_SERVICE_METRICS_H_
 #define GEMM_SERVICE_METRICS_H_
@@ -22,11 +23,16 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/gemm_problem.h"
 #include "service/auth.h"
 #include "service/executor.h"
+#include "service/tenants.h"
 
 namespace prometheus {
 class Exposer;
@@ -90,6 +96,30 @@ class ServiceMetrics {
   // service after a fault (Executor::healthy). Thread-safe.
   void SetDeviceHealthy(int gpu, bool healthy);
 
+  // Per-tenant series. SetTenants makes `tenants` the configured set (null:
+  // none, and the Record* calls below record nothing): gemm_tenant_weight
+  // then holds each configured tenant's weight and drops the others, and
+  // each configured tenant's rejections by its own limits (tenant.*) are
+  // exported from then on, at 0 until the first. A
+  // tenant name outside the configured set (one a reload removed) is
+  // recorded as "other". Thread-safe.
+  void SetTenants(const TenantsConfig* tenants);
+  // The label tenant `name` is recorded under: `name` when configured, else
+  // "other".
+  std::string TenantLabel(absl::string_view name) const;
+  // One answered Gemm request (one request of a GemmStream) of `tenant`:
+  // gemm_tenant_requests_total{tenant,code}.
+  void RecordTenantRequest(absl::string_view tenant, int grpc_code);
+  // One request of `tenant` that reached an executor: the FLOPs it did (0
+  // when it failed), its device time (the launches attributed to it,
+  // ExecutionReport::launches) and its queue wait.
+  void RecordTenantWork(absl::string_view tenant, double flops, absl::Duration device,
+                        absl::Duration queue_wait);
+  // One call of `tenant` refused RESOURCE_EXHAUSTED by `limit` (the
+  // status's limit payload, limits.h: "tenant.max_inflight_bytes",
+  // "max_queued_requests", ...): gemm_tenant_rejections_total{tenant,limit}.
+  void RecordTenantRejection(absl::string_view tenant, absl::string_view limit);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
@@ -120,6 +150,17 @@ class ServiceMetrics {
   std::once_flag device_healthy_once_;
   prometheus::Family<prometheus::Gauge>* device_healthy_ = nullptr;
   prometheus::Family<prometheus::Counter>& auth_failures_;
+  prometheus::Family<prometheus::Counter>& tenant_requests_;
+  prometheus::Family<prometheus::Counter>& tenant_flops_;
+  prometheus::Family<prometheus::Counter>& tenant_device_seconds_;
+  prometheus::Family<prometheus::Histogram>& tenant_queue_wait_;
+  prometheus::Family<prometheus::Counter>& tenant_rejections_;
+  prometheus::Family<prometheus::Gauge>& tenant_weight_;
+  mutable absl::Mutex tenants_mu_;
+  bool tenants_on_ ABSL_GUARDED_BY(tenants_mu_) = false;
+  absl::flat_hash_set<std::string> tenant_names_ ABSL_GUARDED_BY(tenants_mu_);
+  // The gemm_tenant_weight series set, by tenant, for removal on reload.
+  std::map<std::string, prometheus::Gauge*> weight_gauges_ ABSL_GUARDED_BY(tenants_mu_);
 };
 
 // Latency buckets (seconds) from 50 us to 60 s: GEMMs run from microseconds

@@ -7,6 +7,7 @@
 
 #include "absl/time/clock.h"
 #include "service/process_metrics.h"
+#include "service/tenants.h"
 
 namespace gemm {
 namespace {
@@ -168,6 +169,82 @@ TEST(ProcessMetricsTest, ParsesProcStatWithAwkwardCommNames) {
   EXPECT_DOUBLE_EQ(s->resident_bytes, 300.0 * 4096);
   EXPECT_FALSE(ParseProcStat("1 (x) S 1 2", 100, 4096, 0).ok());
   EXPECT_FALSE(ParseProcStat("no parenthesis", 100, 4096, 0).ok());
+}
+
+TenantsConfig TwoTenants(absl::string_view text) {
+  auto config = TenantsConfig::Parse(text, "tenants.txt");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *std::move(config);
+}
+
+TEST(MetricsTest, TenantSeriesCountRequestsWorkWaitsAndRejections) {
+  ServiceMetrics m;
+  const TenantsConfig config = TwoTenants("tenant a weight=3\ntenant b\n");
+  m.SetTenants(&config);
+  m.RecordTenantRequest("a", 0);
+  m.RecordTenantRequest("a", 0);
+  m.RecordTenantRequest("b", 8);
+  m.RecordTenantWork("a", 2e9, absl::Milliseconds(250), absl::Microseconds(300));
+  m.RecordTenantWork("a", 1e9, absl::Milliseconds(125), absl::Milliseconds(20));
+  m.RecordTenantRejection("b", "tenant.max_inflight_bytes");
+  m.RecordTenantRejection("b", "");
+
+  const std::string text = m.Scrape();
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_weight{tenant="a"} 3)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_weight{tenant="b"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_weight{tenant="other"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_requests_total{code="OK",tenant="a"} 2)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(gemm_tenant_requests_total{code="RESOURCE_EXHAUSTED",tenant="b"} 1)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(gemm_tenant_floating_point_operations_total{tenant="a"} 3000000000)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_device_seconds_total{tenant="a"} 0.375)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_queue_wait_seconds_count{tenant="a"} 2)"));
+  // 300 us falls in the 500 us bucket, 20 ms in the 25 ms one.
+  EXPECT_THAT(text,
+              HasSubstr(R"(gemm_tenant_queue_wait_seconds_bucket{tenant="a",le="0.0005"} 1)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(gemm_tenant_queue_wait_seconds_bucket{tenant="a",le="0.025"} 2)"));
+  EXPECT_THAT(text, HasSubstr(
+      R"(gemm_tenant_rejections_total{limit="tenant.max_inflight_bytes",tenant="b"} 1)"));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_rejections_total{limit="unnamed",tenant="b"} 1)"));
+  // Every configured tenant's own limits are exported before any refusal.
+  EXPECT_THAT(text, HasSubstr(
+      R"(gemm_tenant_rejections_total{limit="tenant.max_resident_bytes",tenant="a"} 0)"));
+  EXPECT_THAT(text, HasSubstr(
+      R"(gemm_tenant_rejections_total{limit="tenant.max_flops_per_s",tenant="other"} 0)"));
+}
+
+TEST(MetricsTest, TenantLabelIsBoundedToConfiguredTenantsAndOther) {
+  ServiceMetrics m;
+  const TenantsConfig first = TwoTenants("tenant a weight=2\ntenant b caller=bob\n");
+  m.SetTenants(&first);
+  EXPECT_EQ(m.TenantLabel("a"), "a");
+  EXPECT_EQ(m.TenantLabel("b"), "b");
+  // A caller's name, or a peer address, is not a tenant: it counts as other.
+  EXPECT_EQ(m.TenantLabel("bob"), "other");
+  EXPECT_EQ(m.TenantLabel("ipv4:127.0.0.1:5555"), "other");
+  m.RecordTenantRequest("ipv4:127.0.0.1:5555", 0);
+  m.RecordTenantRequest("ipv4:127.0.0.1:6666", 0);
+  EXPECT_THAT(m.Scrape(), HasSubstr(R"(gemm_tenant_requests_total{code="OK",tenant="other"} 2)"));
+  EXPECT_THAT(m.Scrape(), Not(HasSubstr("127.0.0.1")));
+
+  // A reload that drops b: b's weight series goes, and b's late answers
+  // count as other; a's weight follows the new file.
+  const TenantsConfig second = TwoTenants("tenant a weight=5\ndefault a\n");
+  m.SetTenants(&second);
+  m.RecordTenantRequest("b", 0);
+  const std::string text = m.Scrape();
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_weight{tenant="a"} 5)"));
+  EXPECT_THAT(text, Not(HasSubstr(R"(gemm_tenant_weight{tenant="b"})")));
+  EXPECT_THAT(text, Not(HasSubstr(R"(gemm_tenant_weight{tenant="other"})")));
+  EXPECT_THAT(text, HasSubstr(R"(gemm_tenant_requests_total{code="OK",tenant="other"} 3)"));
+
+  // Without tenants nothing is recorded per tenant.
+  m.SetTenants(nullptr);
+  m.RecordTenantWork("", 1e9, absl::Seconds(1), absl::Seconds(1));
+  EXPECT_THAT(m.Scrape(), Not(HasSubstr("gemm_tenant_weight{")));
+  EXPECT_THAT(m.Scrape(), Not(HasSubstr("gemm_tenant_floating_point_operations_total{")));
 }
 
 TEST(ProcessMetricsTest, ParsesBootTimeAndOpenFileLimit) {

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "service/limits.h"
 
 namespace gemm {
 namespace {
@@ -37,27 +38,46 @@ absl::Status NotOwner() {
 struct ResidentStore::Budget {
   absl::Mutex mu;
   uint64_t held ABSL_GUARDED_BY(mu) = 0;
+  // Bytes held per tenant (only with tenants).
+  absl::flat_hash_map<std::string, uint64_t> by_tenant ABSL_GUARDED_BY(mu);
 
-  // Reserves `bytes` if the total stays within `max`.
-  bool TryReserve(uint64_t bytes, uint64_t max) {
+  enum class Outcome { kReserved, kOverServer, kOverTenant };
+  // Reserves `bytes` for `tenant` if the total stays within `max` and the
+  // tenant's within `tenant_max` (0: unlimited).
+  Outcome TryReserve(uint64_t bytes, uint64_t max, const std::string& tenant,
+                     uint64_t tenant_max) {
     absl::MutexLock lock(&mu);
-    if (bytes > max || held > max - bytes) return false;
+    if (tenant_max > 0) {
+      const uint64_t mine = by_tenant.contains(tenant) ? by_tenant[tenant] : 0;
+      if (bytes > tenant_max || mine > tenant_max - bytes) return Outcome::kOverTenant;
+    }
+    if (bytes > max || held > max - bytes) return Outcome::kOverServer;
     held += bytes;
-    return true;
+    if (!tenant.empty()) by_tenant[tenant] += bytes;
+    return Outcome::kReserved;
   }
-  // Adds `bytes` whatever the limit: a quantized upload's new matrix,
+  // Adds `bytes` whatever the limits: a quantized upload's new matrix,
   // counted just before its larger reservation is freed.
-  void Add(uint64_t bytes) {
+  void Add(uint64_t bytes, const std::string& tenant) {
     absl::MutexLock lock(&mu);
     held += bytes;
+    if (!tenant.empty()) by_tenant[tenant] += bytes;
   }
-  void Free(uint64_t bytes) {
+  void Free(uint64_t bytes, const std::string& tenant) {
     absl::MutexLock lock(&mu);
     held -= bytes;
+    if (tenant.empty()) return;
+    auto it = by_tenant.find(tenant);
+    if ((it->second -= bytes) == 0) by_tenant.erase(it);
   }
   uint64_t Held() {
     absl::MutexLock lock(&mu);
     return held;
+  }
+  uint64_t HeldBy(absl::string_view tenant) {
+    absl::MutexLock lock(&mu);
+    auto it = by_tenant.find(tenant);
+    return it == by_tenant.end() ? 0 : it->second;
   }
 };
 
@@ -85,22 +105,55 @@ absl::Status ResidentStore::NotFound(absl::string_view handle) const {
                                           "\" (never registered, or released)"));
 }
 
-absl::Status ResidentStore::Reserve(uint64_t bytes) {
-  if (budget_->TryReserve(bytes, options_.max_bytes)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "max_resident_bytes: ", bytes, " more bytes would pass the limit of ", options_.max_bytes,
-      " (", budget_->Held(), " held); release matrices first"));
+void ResidentStore::SetTenants(std::shared_ptr<const TenantsConfig> tenants) {
+  absl::MutexLock lock(&mu_);
+  tenants_ = std::move(tenants);
+}
+
+uint64_t ResidentStore::tenant_bytes(absl::string_view tenant) const {
+  return budget_->HeldBy(tenant);
+}
+
+absl::StatusOr<std::string> ResidentStore::Reserve(absl::string_view owner, uint64_t bytes) {
+  std::string tenant;
+  uint64_t tenant_max = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tenants_ != nullptr) {
+      const TenantSpec& spec = tenants_->Resolve(owner);
+      tenant = spec.name;
+      tenant_max = spec.limits.max_resident_bytes;
+    }
+  }
+  switch (budget_->TryReserve(bytes, options_.max_bytes, tenant, tenant_max)) {
+    case Budget::Outcome::kReserved:
+      return tenant;
+    case Budget::Outcome::kOverTenant:
+      return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                           "tenant ", tenant, ": max_resident_bytes: ", bytes,
+                           " more bytes would pass the tenant's limit of ", tenant_max, " (",
+                           budget_->HeldBy(tenant), " held); release matrices first")),
+                       "tenant.max_resident_bytes");
+    case Budget::Outcome::kOverServer:
+      break;
+  }
+  return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                       "max_resident_bytes: ", bytes, " more bytes would pass the limit of ",
+                       options_.max_bytes, " (", budget_->Held(),
+                       " held); release matrices first")),
+                   "max_resident_bytes");
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentMatrix>> ResidentStore::Account(
-    std::shared_ptr<ResidentMatrix> made, uint64_t bytes) {
+    std::shared_ptr<ResidentMatrix> made, uint64_t bytes, const std::string& tenant) {
   // The budget is given back when the matrix itself is freed, which may be
   // after Release if a request still holds it.
   const ResidentMatrix* raw = made.get();
   return std::shared_ptr<const ResidentMatrix>(
-      raw, [inner = std::move(made), budget = budget_, bytes](const ResidentMatrix*) mutable {
+      raw, [inner = std::move(made), budget = budget_, bytes,
+            tenant](const ResidentMatrix*) mutable {
         inner.reset();
-        budget->Free(bytes);
+        budget->Free(bytes, tenant);
       });
 }
 
@@ -126,16 +179,18 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string
                                                                     const MatrixRef& source,
                                                                     const Allocator& make,
                                                                     uint64_t bytes) {
-  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  absl::StatusOr<std::string> tenant = Reserve(owner, bytes);
+  if (!tenant.ok()) return tenant.status();
   // Allocation and the copy run outside the lock: on a GPU they take a while.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = make(source);
   if (!made.ok()) {
-    budget_->Free(bytes);
+    budget_->Free(bytes, *tenant);
     return made.status();
   }
   Entry entry;
   entry.owner = std::string(owner);
-  entry.matrix = *Account(std::move(*made), bytes);
+  entry.tenant = *tenant;
+  entry.matrix = *Account(std::move(*made), bytes, *tenant);
   return Insert(std::move(entry), bytes);
 }
 
@@ -144,7 +199,8 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(
     std::optional<Fp8Quantization> quantize) {
   const uint64_t bytes =
       quantize ? std::max(shape.bytes(), QuantizedBytes(shape, *quantize)) : shape.bytes();
-  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  absl::StatusOr<std::string> tenant = Reserve(owner, bytes);
+  if (!tenant.ok()) return tenant.status();
   // A transient upload feeds one request: host memory takes chunks fastest
   // (plain parallel copies, no device synchronization per chunk; measured in
   // bench/BASELINES.md, Transport) and the request's staging copies it once. A
@@ -154,16 +210,17 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::BeginUpload(
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
       transient || quantize ? MakeHostResidentUninitialized(shape) : upload_allocator_(shape);
   if (!made.ok()) {
-    budget_->Free(bytes);
+    budget_->Free(bytes, *tenant);
     return made.status();
   }
   Entry entry;
   entry.owner = std::string(owner);
+  entry.tenant = *tenant;
   entry.transient = transient;
   entry.upload = std::make_unique<Upload>();
   entry.upload->writable = *made;
   entry.upload->quantize = quantize;
-  entry.matrix = *Account(std::move(*made), bytes);
+  entry.matrix = *Account(std::move(*made), bytes, *tenant);
   return Insert(std::move(entry), bytes);
 }
 
@@ -241,8 +298,8 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
                         absl::StrCat(made.status().message(), " (the upload is released)"));
   }
   const uint64_t bytes = (*made)->held_bytes();
-  budget_->Add(bytes);
-  it->second.matrix = *Account(std::move(*made), bytes);
+  budget_->Add(bytes, it->second.tenant);
+  it->second.matrix = *Account(std::move(*made), bytes, it->second.tenant);
   it->second.upload.reset();
   return absl::OkStatus();
 }
@@ -250,11 +307,13 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
     absl::string_view owner, std::shared_ptr<ResidentMatrix> matrix, bool transient) {
   const uint64_t bytes = matrix->held_bytes();
-  if (absl::Status st = Reserve(bytes); !st.ok()) return st;
+  absl::StatusOr<std::string> tenant = Reserve(owner, bytes);
+  if (!tenant.ok()) return tenant.status();
   Entry entry;
   entry.owner = std::string(owner);
+  entry.tenant = *tenant;
   entry.transient = transient;
-  entry.matrix = *Account(std::move(matrix), bytes);
+  entry.matrix = *Account(std::move(matrix), bytes, *tenant);
   return Insert(std::move(entry), bytes);
 }
 

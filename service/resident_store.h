@@ -13,9 +13,11 @@
 // belong to the caller identity that registered them (caller_identity.h):
 // only that identity may use or release one; another gets PERMISSION_DENIED,
 // an unknown handle NOT_FOUND, and a handle with another instance's prefix
-// FAILED_PRECONDITION saying that it belongs to another server. A byte budget bounds the total held; a matrix counts against it
-// until it is freed, which for one released while requests still use it is
-// when the last of them is done.
+// FAILED_PRECONDITION saying that it belongs to another server. A byte
+// budget bounds the total held, and with tenants (SetTenants) each tenant's
+// max_resident_bytes bounds what its callers hold; a matrix counts against
+// them until it is freed, which for one released while requests still use
+// it is when the last of them is done.
 #ifndef GEMM_SERVICE_RESIDENT_STORE_H_
 #define GEMM_SERVICE_RESIDENT_STORE_H_
 
@@ -36,6 +38,7 @@
 #include "common/gemm_problem.h"
 #include "service/clock.h"
 #include "service/resident_matrix.h"
+#include "service/tenants.h"
 
 namespace gemm {
 
@@ -72,9 +75,18 @@ class ResidentStore {
                 const Clock* clock = Clock::Real());
   ~ResidentStore();
 
+  // Resolves owners to tenants (tenants.h) for each tenant's
+  // max_resident_bytes; null (the default): no per-tenant limit. Matrices
+  // already held stay counted against the tenant they were reserved for
+  // until freed; new ones resolve through `tenants`.
+  void SetTenants(std::shared_ptr<const TenantsConfig> tenants);
+
   // Copies `source` (dense host bytes) into a new resident matrix owned by
   // `owner`. RESOURCE_EXHAUSTED naming max_resident_bytes when it does not
-  // fit in the budget; the allocator's error when allocation fails.
+  // fit in the budget, or naming the tenant and its max_resident_bytes when
+  // it does not fit in the owner's tenant's (limit payload, limits.h:
+  // "max_resident_bytes" or "tenant.max_resident_bytes"); the allocator's
+  // error when allocation fails.
   absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source);
   // The same with `make` in place of the store's allocator, holding `bytes`
   // against the budget (reserved before `make` runs): a matrix the server
@@ -134,6 +146,8 @@ class ResidentStore {
   uint64_t bytes() const;
   size_t count() const;
   uint64_t max_bytes() const { return options_.max_bytes; }
+  // Bytes held for tenant `tenant` (0 without tenants).
+  uint64_t tenant_bytes(absl::string_view tenant) const;
   // Transient matrices and unfinished uploads held: work of requests still
   // under way (a drain waits for them).
   size_t transient_count() const;
@@ -151,17 +165,20 @@ class ResidentStore {
   };
   struct Entry {
     std::string owner;
+    std::string tenant;  // whose budget holds its bytes; "" without tenants
     std::shared_ptr<const ResidentMatrix> matrix;
     bool transient = false;
     mutable absl::Time last_used;  // Lookup (const) refreshes it
     std::unique_ptr<Upload> upload;  // set while bytes are still arriving
   };
 
-  // Takes `bytes` from the budget and wraps `made` so that they come back
-  // when the matrix is freed.
+  // Wraps `made` so that `bytes`, reserved for `tenant`, come back to the
+  // budget when the matrix is freed.
   absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Account(
-      std::shared_ptr<ResidentMatrix> made, uint64_t bytes);
-  absl::Status Reserve(uint64_t bytes);
+      std::shared_ptr<ResidentMatrix> made, uint64_t bytes, const std::string& tenant);
+  // Takes `bytes` from the budget and from `owner`'s tenant's; returns the
+  // tenant ("" without tenants) or RESOURCE_EXHAUSTED.
+  absl::StatusOr<std::string> Reserve(absl::string_view owner, uint64_t bytes);
   // The status for a handle that is not in the store.
   absl::Status NotFound(absl::string_view handle) const;
   // Files `entry` under a new handle.
@@ -179,6 +196,7 @@ class ResidentStore {
   mutable absl::Mutex mu_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const TenantsConfig> tenants_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gemm

@@ -10,6 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include "service/limits.h"
+#include "service/tenants.h"
+
 namespace gemm {
 namespace {
 
@@ -307,6 +310,76 @@ TEST_F(ResidentUploadTest, AdoptTakesAMatrixWithoutCopyingAndCountsIt) {
                 .status()
                 .code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+// Tenant a (callers alice and ann) may hold 300 bytes; b has no limit of
+// its own; the server holds at most 1000.
+std::shared_ptr<const TenantsConfig> ResidentTenants(absl::string_view text) {
+  auto config = TenantsConfig::Parse(text, "tenants.txt");
+  EXPECT_TRUE(config.ok()) << config.status();
+  return std::make_shared<const TenantsConfig>(*std::move(config));
+}
+
+TEST_F(ResidentStoreTest, ATenantOverItsMaxResidentBytesIsRefusedNamingTenantAndLimit) {
+  ResidentStore store(Budget(1000), MakeHostResident);
+  store.SetTenants(ResidentTenants(
+      "tenant a caller=alice caller=ann max_resident_bytes=300\ntenant b caller=bob\n"));
+  auto first = store.Register("alice", Source());  // 128 bytes
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto upload = store.BeginUpload("ann", Source(), /*transient=*/false);  // 256 for a
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  EXPECT_EQ(store.tenant_bytes("a"), 256u);
+
+  // A third 128 would make 384 > 300, by either caller and either path.
+  for (const auto& st : {store.Register("alice", Source()).status(),
+                         store.BeginUpload("ann", Source(), true).status()}) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_EQ(std::string(st.message()),
+              "tenant a: max_resident_bytes: 128 more bytes would pass the tenant's limit of "
+              "300 (256 held); release matrices first");
+    EXPECT_EQ(st.GetPayload(kLimitPayloadUrl).value_or(absl::Cord("none")),
+              "tenant.max_resident_bytes");
+  }
+  // Another tenant is not held back by a's limit, and anonymous callers
+  // fall to "other".
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store.Register("bob", Source()).ok());
+  ASSERT_TRUE(store.Register("", Source()).ok());
+  EXPECT_EQ(store.tenant_bytes("b"), 512u);
+  EXPECT_EQ(store.tenant_bytes("other"), 128u);
+  EXPECT_EQ(store.bytes(), 896u);
+  // The server-wide limit still holds, named as before.
+  const absl::Status full = store.Register("bob", Source()).status();
+  EXPECT_EQ(full.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(full.GetPayload(kLimitPayloadUrl).value_or(absl::Cord("none")), "max_resident_bytes");
+
+  // Releasing gives the tenant its bytes back.
+  ASSERT_TRUE(store.Release("alice", first->handle).ok());
+  EXPECT_EQ(store.tenant_bytes("a"), 128u);
+  EXPECT_TRUE(store.Register("ann", Source()).ok());
+  EXPECT_EQ(store.tenant_bytes("a"), 256u);
+}
+
+TEST_F(ResidentStoreTest, AReloadKeepsHeldBytesWithTheirTenantAndAppliesNewLimits) {
+  ResidentStore store(Budget(1 << 20), MakeHostResident);
+  store.SetTenants(ResidentTenants("tenant a caller=alice max_resident_bytes=1KiB\n"));
+  auto held = store.Register("alice", Source());
+  ASSERT_TRUE(held.ok()) << held.status();
+  // a's limit drops below what it holds: nothing is freed, new bytes are refused.
+  store.SetTenants(ResidentTenants("tenant a caller=alice max_resident_bytes=100\n"));
+  EXPECT_EQ(store.tenant_bytes("a"), 128u);
+  EXPECT_EQ(store.Register("alice", Source()).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // alice moves to tenant c: her old matrix still counts for a until freed.
+  store.SetTenants(ResidentTenants("tenant a max_resident_bytes=100\ntenant c caller=alice\n"));
+  ASSERT_TRUE(store.Register("alice", Source()).ok());
+  EXPECT_EQ(store.tenant_bytes("a"), 128u);
+  EXPECT_EQ(store.tenant_bytes("c"), 128u);
+  ASSERT_TRUE(store.Release("alice", held->handle).ok());
+  EXPECT_EQ(store.tenant_bytes("a"), 0u);
+  // Without tenants only the server's budget applies.
+  store.SetTenants(nullptr);
+  EXPECT_TRUE(store.Register("alice", Source()).ok());
+  EXPECT_EQ(store.bytes(), 256u);
 }
 
 }  // namespace

@@ -248,6 +248,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); });
   ResidentStore* residents = s->residents_.get();
+  residents->SetTenants(options.tenants);
+  s->metrics_->SetTenants(options.tenants.get());
   SharedMemoryStore::Options shared_options;
   shared_options.max_regions = options.limits.max_shared_memory_regions;
   shared_options.max_bytes = options.limits.max_shared_memory_bytes;
@@ -368,6 +370,26 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
 }
 
 const BackendInfo& GemmServer::backend() const { return executor_->info(); }
+
+void GemmServer::SetTenants(std::shared_ptr<const TenantsConfig> tenants) {
+  // The metrics first: a request admitted under the new configuration is
+  // then labelled by it.
+  metrics_->SetTenants(tenants.get());
+  residents_->SetTenants(tenants);
+  queue_->SetTenants(std::move(tenants));
+}
+
+absl::Status GemmServer::ReloadTenants(const std::string& path) {
+  absl::StatusOr<TenantsConfig> tenants = TenantsConfig::Load(path);
+  if (!tenants.ok()) {
+    spdlog::error("tenants file refused, the configuration in force is kept: {}",
+                  std::string(tenants.status().message()));
+    return tenants.status();
+  }
+  spdlog::info("tenants from {} applied: {}", path, tenants->Summary());
+  SetTenants(std::make_shared<const TenantsConfig>(*std::move(tenants)));
+  return absl::OkStatus();
+}
 
 absl::Status GemmServer::RemeasurePeaks() {
   spdlog::info("re-measuring the peak rates; batches wait until it is done");

@@ -106,6 +106,18 @@ class GemmServer {
   // calls it on SIGHUP. Errors are logged and returned.
   absl::Status RemeasurePeaks();
 
+  // Replaces the tenants configuration (ServerOptions::tenants; null turns
+  // tenants off) without dropping anything: the queue's shares and limits
+  // (RequestQueue::SetTenants), the resident store's per-tenant
+  // max_resident_bytes and the per-tenant metrics follow it.
+  void SetTenants(std::shared_ptr<const TenantsConfig> tenants);
+  // Reads the tenants file at `path` and applies it (SetTenants), logging
+  // "tenants from <path> applied: ..."; a file that does not parse is
+  // refused and the configuration in force kept, with an error log naming
+  // the file, the line and the field at fault, which is also returned.
+  // gemm_server calls it on SIGHUP with --tenants_file.
+  absl::Status ReloadTenants(const std::string& path);
+
   // Graceful shutdown: health turns NOT_SERVING; new work gets UNAVAILABLE
   // (GemmServiceImpl::StartDrain) while every request already under way
   // runs to its end, the downloads and releases of its transient matrices

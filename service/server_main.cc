@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <ctime>
 #include <iterator>
@@ -57,6 +58,28 @@ bool OneOf(const char* flag, const std::string& value, const char* const (&allow
   return false;
 }
 
+// Signals that reached a thread which does not block them: one a library
+// started before main blocked them (OpenBLAS starts its workers when it is
+// loaded). The handler records them for the main loop, which acts on them
+// as on those it waits for, instead of the default action (SIGHUP, SIGTERM
+// and SIGINT would end the process at once).
+std::atomic<bool> stray_sighup{false};
+std::atomic<int> stray_stop{0};  // SIGTERM or SIGINT, or 0
+
+extern "C" void RecordStraySignal(int sig) {
+  if (sig == SIGHUP) {
+    stray_sighup.store(true);
+  } else {
+    stray_stop.store(sig);
+  }
+}
+
+// A recorded stray signal (a stop before a SIGHUP), or 0.
+int TakeStraySignal() {
+  if (int sig = stray_stop.exchange(0); sig != 0) return sig;
+  return stray_sighup.exchange(false) ? SIGHUP : 0;
+}
+
 // Whether a gRPC listen address only accepts connections from this host.
 bool IsLoopbackAddress(absl::string_view address) {
   if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
@@ -91,8 +114,9 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, tenants_file, "",
-          "tenants' weights and limits (service/tenants.h, docs/operations.md); empty: none, "
-          "the queue is shared fairly per caller");
+          "tenants' weights and limits (service/tenants.h, docs/operations.md), re-read on "
+          "SIGHUP (a bad file is refused and the tenants in force kept); empty: none, the "
+          "queue is shared fairly per caller");
 ABSL_FLAG(std::string, auth_tokens_file, "",
           "lines \"<caller-name> <token>\"; every call then needs \"authorization: Bearer "
           "<token>\" (UNAUTHENTICATED otherwise). Without TLS only loopback peers may connect");
@@ -226,6 +250,24 @@ ABSL_FLAG(bool, allow_insecure_tokens, false,
           "channel unless told to)");
 
 int main(int argc, char** argv) {
+  // The shutdown signals and SIGHUP (re-read --tenants_file, re-measure the
+  // peak rates) are blocked here, first, so that every thread started from
+  // now on inherits the mask and main waits for them below; threads that
+  // were already running hand them to RecordStraySignal.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  {
+    struct sigaction action = {};
+    action.sa_handler = RecordStraySignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaction(sig, &action, nullptr);
+  }
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
   absl::SetProgramUsageMessage("gemm_server: batched GEMM offload over gRPC (gemm.v1)");
   absl::FlagsUsageConfig usage;
   // Abseil's default --help lists only flags of a file named after the
@@ -253,15 +295,6 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(level));
   }
 
-  // Block the shutdown signals, and SIGHUP (re-measure the peak rates), in
-  // every thread; main waits for them below.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
   gemm::ServerOptions options;
   options.listen_address = absl::GetFlag(FLAGS_listen);
   options.backend = absl::GetFlag(FLAGS_backend);
@@ -284,17 +317,14 @@ int main(int argc, char** argv) {
         options.listen_address);
     return 2;
   }
-  if (const std::string path = absl::GetFlag(FLAGS_tenants_file); !path.empty()) {
+  const std::string tenants_file = absl::GetFlag(FLAGS_tenants_file);
+  if (const std::string& path = tenants_file; !path.empty()) {
     auto tenants = gemm::TenantsConfig::Load(path);
     if (!tenants.ok()) {
       spdlog::critical("--tenants_file: {}", std::string(tenants.status().message()));
       return 2;
     }
-    std::vector<std::string> names;
-    for (const gemm::TenantSpec& t : tenants->tenants())
-      names.push_back(absl::StrCat(t.name, "(weight ", t.weight, ")"));
-    spdlog::info("tenants from {}: {}; unlisted callers: {}", path, absl::StrJoin(names, " "),
-                 tenants->default_tenant());
+    spdlog::info("tenants from {}: {}", path, tenants->Summary());
     options.tenants = std::make_shared<const gemm::TenantsConfig>(*std::move(tenants));
   }
   options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
@@ -407,7 +437,8 @@ int main(int argc, char** argv) {
   // the process; the wait wakes four times a second to look for the latter.
   const timespec tick{0, 250 * 1000 * 1000};
   while (true) {
-    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig <= 0) sig = TakeStraySignal();
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
       (*server)->Shutdown(absl::GetFlag(FLAGS_drain_timeout));
@@ -418,6 +449,9 @@ int main(int argc, char** argv) {
     // never destroyed under it. The result is logged by the call.
     if (sig == SIGHUP) {
       spdlog::info("received SIGHUP");
+      // A bad file is refused (logged, naming its line) and the tenants in
+      // force stay; requests are neither dropped nor paused by a reload.
+      if (!tenants_file.empty()) (*server)->ReloadTenants(tenants_file).IgnoreError();
       (*server)->RemeasurePeaks().IgnoreError();
     }
     if (on_gpu_loss == "exit" && (*server)->no_device_left().HasBeenNotified()) {

@@ -106,6 +106,11 @@ absl::Status ApplyKey(absl::string_view key, absl::string_view value, TenantSpec
     if (!b.ok()) return named(b.status());
     if (*b == 0) return absl::InvalidArgumentError("max_inflight_bytes: must be positive");
     spec->limits.max_inflight_bytes = *b;
+  } else if (key == "max_resident_bytes") {
+    auto b = ParseBytes(value);
+    if (!b.ok()) return named(b.status());
+    if (*b == 0) return absl::InvalidArgumentError("max_resident_bytes: must be positive");
+    spec->limits.max_resident_bytes = *b;
   } else if (key == "max_requests_in_flight") {
     uint32_t n = 0;
     if (value.empty() || !absl::ascii_isdigit(value[0]) || !absl::SimpleAtoi(value, &n) || n == 0)
@@ -124,7 +129,7 @@ absl::Status ApplyKey(absl::string_view key, absl::string_view value, TenantSpec
     return absl::InvalidArgumentError(absl::StrCat(
         "unknown key \"", key,
         "\" (known: caller, weight, max_inflight_bytes, max_requests_in_flight, "
-        "max_flops_per_s, flops_burst)"));
+        "max_resident_bytes, max_flops_per_s, flops_burst)"));
   }
   return absl::OkStatus();
 }
@@ -232,6 +237,14 @@ absl::StatusOr<TenantsConfig> TenantsConfig::Load(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) return absl::DataLossError(absl::StrCat("error reading the tenants file ", path));
   return Parse(text.str(), path);
+}
+
+std::string TenantsConfig::Summary() const {
+  std::string out;
+  for (const TenantSpec& t : tenants_)
+    absl::StrAppend(&out, out.empty() ? "" : " ", t.name, "(weight ", t.weight, ")");
+  absl::StrAppend(&out, "; unlisted callers: ", default_tenant());
+  return out;
 }
 
 const TenantSpec& TenantsConfig::Resolve(absl::string_view caller) const {

@@ -26,6 +26,9 @@
 //                            with an optional suffix KB, MB, GB, TB (powers
 //                            of 1000) or KiB, MiB, GiB, TiB (powers of 1024).
 //   max_requests_in_flight=<n>  its admitted requests, queued or running.
+//   max_resident_bytes=<n>   bytes of the matrices its callers hold on the
+//                            server (RegisterMatrix, BeginUpload, kept
+//                            results); a byte count as above.
 //   max_flops_per_s=<number> sustained FLOP/s admitted (a token bucket).
 //   flops_burst=<number>     the bucket's size in FLOPs; default one second
 //                            of max_flops_per_s. Needs max_flops_per_s.
@@ -57,6 +60,7 @@ inline constexpr char kOtherTenant[] = "other";
 struct TenantLimits {
   uint64_t max_inflight_bytes = 0;      // 0: unlimited
   uint32_t max_requests_in_flight = 0;  // 0: unlimited
+  uint64_t max_resident_bytes = 0;      // 0: unlimited
   double max_flops_per_s = 0;           // 0: unlimited
   double flops_burst = 0;               // set whenever max_flops_per_s is
 };
@@ -85,6 +89,9 @@ class TenantsConfig {
   // Every tenant, in file order, and "other" last when no line defines it.
   const std::vector<TenantSpec>& tenants() const { return tenants_; }
   const std::string& default_tenant() const { return tenants_[default_].name; }
+  // One line for logs: "a(weight 3) b(weight 1) other(weight 1); unlisted
+  // callers: other".
+  std::string Summary() const;
 
  private:
   TenantsConfig() = default;

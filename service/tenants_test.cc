@@ -28,7 +28,7 @@ std::string ErrorOf(absl::string_view text) {
 
 TEST(TenantsConfigTest, ParsesEveryKey) {
   auto config = Parse(R"(# two teams
-tenant team-a weight=3 caller=alice caller="x509:CN=build bot,O=Example" max_inflight_bytes=2GiB max_requests_in_flight=64 max_flops_per_s=2e14 flops_burst=1e15
+tenant team-a weight=3 caller=alice caller="x509:CN=build bot,O=Example" max_inflight_bytes=2GiB max_requests_in_flight=64 max_resident_bytes=512MiB max_flops_per_s=2e14 flops_burst=1e15
 
 tenant team-b   # weight 1, no limits
 default team-b
@@ -42,6 +42,7 @@ default team-b
   EXPECT_THAT(a.callers, ElementsAre("alice", "x509:CN=build bot,O=Example"));
   EXPECT_EQ(a.limits.max_inflight_bytes, uint64_t{2} << 30);
   EXPECT_EQ(a.limits.max_requests_in_flight, 64u);
+  EXPECT_EQ(a.limits.max_resident_bytes, uint64_t{512} << 20);
   EXPECT_DOUBLE_EQ(a.limits.max_flops_per_s, 2e14);
   EXPECT_DOUBLE_EQ(a.limits.flops_burst, 1e15);
   const TenantSpec& b = config->tenants()[1];
@@ -50,6 +51,7 @@ default team-b
   EXPECT_THAT(b.callers, ElementsAre("team-b"));
   EXPECT_EQ(b.limits.max_inflight_bytes, 0u);
   EXPECT_EQ(b.limits.max_requests_in_flight, 0u);
+  EXPECT_EQ(b.limits.max_resident_bytes, 0u);
   EXPECT_EQ(b.limits.max_flops_per_s, 0);
 
   EXPECT_EQ(config->Resolve("alice").name, "team-a");
@@ -124,6 +126,10 @@ TEST(TenantsConfigTest, ErrorsNameTheLineAndTheField) {
               HasSubstr("tenants.txt:1: tenant a: max_inflight_bytes"));
   EXPECT_THAT(ErrorOf("tenant a max_inflight_bytes=99999999999TiB\n"),
               HasSubstr("tenants.txt:1: tenant a: max_inflight_bytes"));
+  EXPECT_THAT(ErrorOf("tenant a max_resident_bytes=lots\n"),
+              HasSubstr("tenants.txt:1: tenant a: max_resident_bytes: expected a byte count"));
+  EXPECT_THAT(ErrorOf("tenant a max_resident_bytes=0\n"),
+              HasSubstr("tenants.txt:1: tenant a: max_resident_bytes: must be positive"));
   EXPECT_THAT(ErrorOf("tenant a max_requests_in_flight=0\n"),
               HasSubstr("tenants.txt:1: tenant a: max_requests_in_flight: expected a positive "
                         "integer, got \"0\""));

@@ -8,7 +8,9 @@
 # --log_format=json writes one JSON object a line (the start-up line, the
 # tenants read and the drain summary among them). cuBLAS is not linked and not
 # loaded by --version or a CPU-backend server. SIGHUP re-measures
-# the peak rates while serving, keeping those set by flag.
+# the peak rates while serving, keeping those set by flag; it re-reads
+# --tenants_file, refusing a bad one naming its line and applying a good
+# one; and a SIGHUP during start-up neither kills the server nor is lost.
 # Usage: server_flags_test.sh GEMM_SERVER
 set -u
 server_bin="$1"
@@ -149,6 +151,47 @@ assert [e for e in events if e["message"].startswith("drain summary")], "no drai
 tenants = [e for e in events if e["message"].startswith("tenants from")]
 assert len(tenants) == 1 and "a(weight 3) b(weight 1) other(weight 1)" in tenants[0]["message"], tenants
 PY
+# SIGHUP during start-up, once the server's handler is installed (SigCgt
+# bit 0) and before it listens (the peaks are being measured): the server
+# survives it and, once serving, acts on it (re-reads the tenants file).
+# Threads OpenBLAS starts before main do not block SIGHUP.
+printf 'tenant a weight=3 caller=alice\ntenant b\n' >"$work/reload_tenants"
+rm -f "$work/port"
+"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \
+  --calibration_budget=1s --tenants_file="$work/reload_tenants" >"$work/reload" 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do
+  mask="$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null)"
+  [ -n "$mask" ] && [ $((0x$mask & 1)) -eq 1 ] && break
+  sleep 0.01
+done
+[ -s "$work/port" ] && fail "the server listened before the start-up SIGHUP could be sent"
+kill -HUP "$pid"
+# wait_for PATTERN COUNT: until the log has COUNT lines matching PATTERN.
+wait_for() {
+  for _ in $(seq 1 600); do
+    [ "$(grep -c -- "$1" "$work/reload")" -ge "$2" ] && return 0
+    kill -0 "$pid" 2>/dev/null || fail "server exited waiting for \"$1\": $(cat "$work/reload")"
+    sleep 0.05
+  done
+  fail "no \"$1\" (x$2) in the log: $(cat "$work/reload")"
+}
+wait_for "tenants from $work/reload_tenants applied: a(weight 3) b(weight 1)" 1
+[ -s "$work/port" ] || fail "server did not listen: $(cat "$work/reload")"
+wait_for "peak rates re-measured" 1
+# A bad file is refused, naming the file, the line and the field; the
+# tenants in force stay.
+printf 'tenant a weight=5 caller=alice\ntenant b weight=heavy\n' >"$work/reload_tenants"
+kill -HUP "$pid"
+wait_for "tenants file refused, the configuration in force is kept: $work/reload_tenants:2: tenant b: weight" 1
+wait_for "peak rates re-measured" 2
+grep -q "applied: a(weight 5)" "$work/reload" && fail "the bad file was applied: $(cat "$work/reload")"
+# A good one is applied.
+printf 'tenant a weight=5 caller=alice\ntenant b\ntenant c weight=2\n' >"$work/reload_tenants"
+kill -HUP "$pid"
+wait_for "tenants from $work/reload_tenants applied: a(weight 5) b(weight 1) c(weight 2) other(weight 1)" 1
+kill -TERM "$pid"
+wait "$pid" || fail "server exited non-zero after SIGTERM: $(cat "$work/reload")"
 # SIGHUP: the peaks are measured again; the one set by flag stays.
 rm -f "$work/port"
 "$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \

@@ -130,13 +130,19 @@ def main():
 def run(stack, tmp, server, cli, probe, prom_yml, recording, alerts, dashboard_json):
     # The gemm server. The metrics port is chosen before the server binds it;
     # another process may take it first, so retry with a new one.
+    # Tenants: the load below is anonymous, so it is tenant "other"; the
+    # dashboard's Tenants row compares its share with the weights.
+    tenants_file = os.path.join(tmp, "tenants")
+    with open(tenants_file, "w") as f:
+        f.write("tenant team-a weight=3 caller=alice\n")
     for attempt in range(5):
         metrics_port = free_port()
         port_file = os.path.join(tmp, f"port{attempt}")
         gemm = stack.start("gemm_server", [
             server, "--listen=127.0.0.1:0", f"--port_file={port_file}",
             f"--metrics_listen=127.0.0.1:{metrics_port}", "--backend=cpu",
-            "--cpu_concurrency=1", "--blas_threads=1", "--log_level=info"])
+            "--cpu_concurrency=1", "--blas_threads=1", "--log_level=info",
+            f"--tenants_file={tenants_file}"])
 
         def started_or_exited():
             if gemm.poll() is not None:
