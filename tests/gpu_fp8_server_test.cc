@@ -208,8 +208,8 @@ TEST_F(GpuFp8ServerTest, EveryFormatPairAndScaleModePair) {
 }
 
 // Under --kernel_policy=cublas, FP8 problems cuBLASLt takes (K-major
-// operands, tensor or channel scales on both, not e5m2 x e5m2, one problem a
-// launch) run through cuBLASLt; the others run our FP8 kernel. Each result
+// operands, tensor or channel scales on both, not e5m2 x e5m2, rows on 16
+// bytes, one problem a launch) run through cuBLASLt; the others run our FP8 kernel. Each result
 // against float64 of the dequantized operands.
 TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProblem) {
   SkipUnlessHopper();
@@ -233,7 +233,7 @@ TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProble
   auto make = [](DType fa, DType fb, ScaleMode mode, bool k_major_b, Layout d, DType out,
                  double beta) {
     Fp8Case c;
-    c.m = 190;
+    c.m = 192;
     c.n = 256;
     c.k = 512;
     c.fa = fa;
@@ -255,6 +255,13 @@ TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProble
       {make(e4, e4, ScaleMode::kBlock, true, row, DType::kBf16, 0), "sm90_tma_wgmma"},
       {make(e5, e5, ScaleMode::kTensor, true, row, DType::kBf16, 0), "sm90_tma_wgmma"},
       {make(e4, e4, ScaleMode::kTensor, false, row, DType::kBf16, 0), "sm90_tma_wgmma"},
+      // A column-major bf16 D of 190 rows: its columns start off 16 bytes.
+      {[&] {
+         Fp8Case c = make(e4, e4, ScaleMode::kTensor, true, col, DType::kBf16, 0);
+         c.m = 190;
+         return c;
+       }(),
+       "sm90_tma_wgmma"},
   };
   for (const Expect& e : cases) {
     SCOPED_TRACE(e.c.Describe());

@@ -57,6 +57,15 @@ TEST(CublasFp8ArgsTest, RefusesWhatCublasLtCannotRunNamingTheField) {
   e5m2.a.dtype = DataType::kFp8E5m2;
   EXPECT_THAT(CublasGemm::CanImplement(CublasMethod::kLt, e5m2).message(), HasSubstr("b.dtype"));
 
+  GemmArguments ragged = Fp8(ScaleMode::kTensor);
+  ragged.n = 77;
+  ragged.d.ld = 77;  // 154 bytes a row
+  EXPECT_THAT(CublasGemm::CanImplement(CublasMethod::kLt, ragged).message(), HasSubstr("d.ld"));
+  ragged.beta = 1;
+  ragged.d.ld = 80;
+  ragged.c.ld = 77;
+  EXPECT_THAT(CublasGemm::CanImplement(CublasMethod::kLt, ragged).message(), HasSubstr("c.ld"));
+
   GemmArguments batch = Fp8(ScaleMode::kTensor);
   batch.batch_count = 2;
   batch.a.batch_stride = 64 * 128;
