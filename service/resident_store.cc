@@ -1,5 +1,7 @@
 #include "service/resident_store.h"
 
+#include "absl/container/flat_hash_set.h"
+
 #include <algorithm>
 #include <iterator>
 #include <utility>
@@ -322,9 +324,17 @@ size_t ResidentStore::ExpireIdle() {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time cutoff = clock_->Now() - options_.idle_timeout;
+    // An owner whose upload is still receiving chunks is preparing a
+    // request: its finished transient operands wait for it (a small operand
+    // uploaded beside a large one otherwise expires while the large one is
+    // still on the wire over a slow link).
+    absl::flat_hash_set<std::string> uploading;
+    for (const auto& [handle, e] : entries_)
+      if (e.upload != nullptr && e.last_used > cutoff) uploading.insert(e.owner);
     for (auto it = entries_.begin(); it != entries_.end();) {
       const Entry& e = it->second;
-      if ((e.transient || e.upload != nullptr) && e.last_used <= cutoff) {
+      const bool waited_for = e.upload == nullptr && uploading.contains(e.owner);
+      if ((e.transient || e.upload != nullptr) && e.last_used <= cutoff && !waited_for) {
         dropped.push_back(e.matrix);
         entries_.erase(it++);
       } else {

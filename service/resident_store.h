@@ -131,6 +131,8 @@ class ResidentStore {
 
   // Frees transient matrices and unfinished uploads that have not been used
   // (looked up, written, adopted) for Options::idle_timeout; returns how many.
+  // An owner's transient matrices are kept while any upload of that owner
+  // is still receiving chunks.
   size_t ExpireIdle();
 
   // Forgets `handle`; its memory is freed once no holder of Lookup's result

@@ -287,6 +287,38 @@ TEST_F(ResidentUploadTest, AbandonedUploadsAndIdleTransientsExpire) {
   EXPECT_TRUE(store_.Lookup("alice", kept->handle).ok());
 }
 
+// A small transient operand finished long before a large one beside it:
+// kept while its owner's other upload still receives chunks, then freed
+// once that stops; another owner's uploads do not keep it.
+TEST_F(ResidentUploadTest, TransientsWaitWhileTheirOwnerIsStillUploading) {
+  auto small = store_.BeginUpload("alice", Source(), /*transient=*/true);
+  auto large = store_.BeginUpload("alice", Source(), /*transient=*/true);
+  auto bobs = store_.BeginUpload("bob", Source(), /*transient=*/true);
+  auto carol = store_.BeginUpload("carol", Source(), /*transient=*/true);
+  ASSERT_TRUE(small.ok() && large.ok() && bobs.ok() && carol.ok());
+  ASSERT_TRUE(Chunk("alice", small->handle, 0, 128).ok());
+  ASSERT_TRUE(Chunk("bob", bobs->handle, 0, 128).ok());
+  // No Lookup before the end: it would refresh what it finds.
+  for (uint64_t offset = 0; offset < 96; offset += 16) {
+    clock_.Advance(absl::Seconds(6));
+    ASSERT_TRUE(Chunk("alice", large->handle, offset, 16).ok());
+    ASSERT_TRUE(Chunk("carol", carol->handle, offset, 16).ok());
+    store_.ExpireIdle();
+    if (offset >= 16) {
+      EXPECT_EQ(store_.count(), 3u)
+          << "at " << 6 * (offset / 16 + 1) << " s: want alice's two and carol's";
+    }
+  }
+  EXPECT_TRUE(store_.Lookup("alice", small->handle).ok());
+  // Bob's finished upload, idle for 36 s with no upload of his own going on.
+  EXPECT_EQ(store_.Lookup("bob", bobs->handle).status().code(), absl::StatusCode::kNotFound);
+  clock_.Advance(absl::Seconds(11));
+  // Alice's two (the large one abandoned, the small one idle again since
+  // the Lookup) and carol's.
+  EXPECT_EQ(store_.ExpireIdle(), 3u);
+  EXPECT_EQ(store_.count(), 0u);
+}
+
 TEST_F(ResidentUploadTest, AdoptTakesAMatrixWithoutCopyingAndCountsIt) {
   std::string bytes(reinterpret_cast<const char*>(values_.data()), 128);
   const char* where = bytes.data();

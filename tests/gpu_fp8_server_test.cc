@@ -207,6 +207,77 @@ TEST_F(GpuFp8ServerTest, EveryFormatPairAndScaleModePair) {
         }
 }
 
+// Under --kernel_policy=cublas, FP8 problems cuBLASLt takes (K-major
+// operands, tensor or channel scales on both, not e5m2 x e5m2, rows on 16
+// bytes, one problem a launch) run through cuBLASLt; the others run our FP8 kernel. Each result
+// against float64 of the dequantized operands.
+TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProblem) {
+  SkipUnlessHopper();
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.backend = "cuda";
+  o.cuda.calibrate = false;
+  o.cuda.portfolio.policy = gpu::KernelPolicy::kCublas;
+  auto server = GemmServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions co;
+  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
+  co.default_timeout = absl::Seconds(120);
+  auto client = Client::Create(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::mt19937 rng(11);
+  struct Expect {
+    Fp8Case c;
+    const char* kernel;
+  };
+  auto make = [](DType fa, DType fb, ScaleMode mode, bool k_major_b, Layout d, DType out,
+                 double beta) {
+    Fp8Case c;
+    c.m = 192;
+    c.n = 256;
+    c.k = 512;
+    c.fa = fa;
+    c.fb = fb;
+    c.sa = c.sb = mode;
+    c.transpose_b = k_major_b;  // B stored n x k row-major: K-major
+    c.layout_d = d;
+    c.out = out;
+    c.beta = beta;
+    return c;
+  };
+  const DType e4 = DType::kFp8E4m3, e5 = DType::kFp8E5m2;
+  const Layout row = Layout::kRowMajor, col = Layout::kColMajor;
+  const Expect cases[] = {
+      {make(e4, e4, ScaleMode::kTensor, true, row, DType::kBf16, 0), "cublaslt"},
+      {make(e4, e5, ScaleMode::kTensor, true, col, DType::kFp32, 0.5), "cublaslt"},
+      {make(e5, e4, ScaleMode::kChannel, true, row, DType::kFp16, 0), "cublaslt"},
+      {make(e4, e4, ScaleMode::kChannel, true, col, DType::kBf16, 1), "cublaslt"},
+      {make(e4, e4, ScaleMode::kBlock, true, row, DType::kBf16, 0), "sm90_tma_wgmma"},
+      {make(e5, e5, ScaleMode::kTensor, true, row, DType::kBf16, 0), "sm90_tma_wgmma"},
+      {make(e4, e4, ScaleMode::kTensor, false, row, DType::kBf16, 0), "sm90_tma_wgmma"},
+      // A column-major bf16 D of 190 rows: its columns start off 16 bytes.
+      {[&] {
+         Fp8Case c = make(e4, e4, ScaleMode::kTensor, true, col, DType::kBf16, 0);
+         c.m = 190;
+         return c;
+       }(),
+       "sm90_tma_wgmma"},
+  };
+  for (const Expect& e : cases) {
+    SCOPED_TRACE(e.c.Describe());
+    std::unique_ptr<BuiltProblem> built = Build(e.c, &rng);
+    v1::GemmRequest request;
+    *request.add_problems() = built->problem;
+    GemmResult r = (*client)->Gemm(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(r->kernel(), HasSubstr(e.kernel));
+    EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(e.c.out)) << r->kernel();
+    EXPECT_EQ(r->results(0).a_precision().scale_mode(), ToProto(e.c.sa));
+  }
+  client->reset();
+  (*server)->Shutdown(absl::Seconds(10));
+}
+
 TEST_F(GpuFp8ServerTest, BlockScalesWithRaggedK) {
   // ceil(K/128) blocks along K, the last one partial; K off the 16-byte
   // grid runs from re-pitched copies.

@@ -45,6 +45,10 @@ ColumnMajorCall ToColumnMajor(const GemmArguments& args) {
   call.in_dtype = p.in_dtype;
   call.out_dtype = p.out_dtype;
   call.tf32 = p.in_dtype == DataType::kFp32 && p.allow_tf32;
+  call.a_dtype = p.swapped ? args.a.dtype : args.b.dtype;
+  call.b_dtype = p.swapped ? args.b.dtype : args.a.dtype;
+  call.a_scale = p.swapped ? args.a_scale : args.b_scale;
+  call.b_scale = p.swapped ? args.b_scale : args.a_scale;
   return call;
 }
 

@@ -42,6 +42,13 @@ struct ColumnMajorCall {
   DataType in_dtype = DataType::kBf16;
   DataType out_dtype = DataType::kBf16;
   bool tf32 = false;  // fp32 inputs with allow_tf32
+  // cuBLAS's A and B types (FP8 formats may differ) and, for FP8, their
+  // scales: cuBLAS's A is our (normalized) B, so its scales are those of
+  // our B, or of our A where normalization exchanged the operands.
+  DataType a_dtype = DataType::kBf16;
+  DataType b_dtype = DataType::kBf16;
+  ScaleDesc a_scale;
+  ScaleDesc b_scale;
 };
 
 // Requires Gemm::CanImplement(args) to have succeeded.

@@ -148,6 +148,37 @@ TEST(ColumnMajorCallTest, Tf32OnlyForFp32Inputs) {
   EXPECT_FALSE(ToColumnMajor(g).tf32);
 }
 
+// cuBLAS's A is our B: its FP8 format and scales are B's, and A's where a
+// column-major D exchanges the operands.
+TEST(ColumnMajorCallTest, Fp8FormatsAndScalesFollowTheOperands) {
+  static const float sa[1] = {2}, sb[1] = {3};
+  static uint8_t bytes[64];
+  GemmArguments g;
+  g.m = g.n = 4;
+  g.k = 16;
+  g.a = {bytes, DataType::kFp8E4m3, Layout::kRowMajor, 16, 0};
+  g.b = {bytes, DataType::kFp8E5m2, Layout::kColMajor, 16, 0};
+  g.d = {bytes, DataType::kBf16, Layout::kRowMajor, 4, 0};
+  g.a_scale = {ScaleMode::kTensor, sa};
+  g.b_scale = {ScaleMode::kChannel, sb};
+  ColumnMajorCall row = ToColumnMajor(g);
+  EXPECT_EQ(row.a_dtype, DataType::kFp8E5m2);
+  EXPECT_EQ(row.b_dtype, DataType::kFp8E4m3);
+  EXPECT_EQ(row.a_scale.ptr, sb);
+  EXPECT_EQ(row.a_scale.mode, ScaleMode::kChannel);
+  EXPECT_EQ(row.b_scale.ptr, sa);
+  EXPECT_TRUE(row.a.transpose);
+  EXPECT_FALSE(row.b.transpose);
+  g.d.layout = Layout::kColMajor;
+  ColumnMajorCall col = ToColumnMajor(g);
+  EXPECT_EQ(col.a_dtype, DataType::kFp8E4m3);
+  EXPECT_EQ(col.b_dtype, DataType::kFp8E5m2);
+  EXPECT_EQ(col.a_scale.ptr, sa);
+  EXPECT_EQ(col.b_scale.ptr, sb);
+  EXPECT_TRUE(col.a.transpose);
+  EXPECT_FALSE(col.b.transpose);
+}
+
 }  // namespace
 }  // namespace cublas
 }  // namespace gemm_kernels

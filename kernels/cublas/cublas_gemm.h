@@ -22,6 +22,11 @@
 // Types (fp32 accumulation throughout): bf16 -> bf16 or fp32, fp16 -> fp16
 // or fp32, fp32 -> fp32 (strict fp32, or TF32 tensor cores with allow_tf32).
 // The grouped form needs D's type to equal the inputs'.
+// FP8 (e4m3 and e5m2 in any pairing) runs through cuBLASLt (kLt) only, one
+// problem per call (cuBLASLt takes one set of scales for a whole batch),
+// with K-major operands and tensor or channel scales on both: D = alpha *
+// sum (qa * sa)(qb * sb) + beta * C accumulated in fp32, bf16, fp16 or fp32
+// out. Block scales run our kernel.
 //
 // cuBLAS is opened at run time (cublas_library.h): linking this library maps
 // neither libcublas nor libcublasLt; the first CublasContext (or LoadCublas)

@@ -27,6 +27,7 @@
 #include "kernels/cublas/cublas_gemm.h"
 #include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
+#include "kernels/testing/fp8_host.h"
 #include "kernels/testing/host_types.h"
 #include "kernels/tuning/candidate.h"
 
@@ -468,6 +469,133 @@ TEST_F(CublasGemmGpuTest, GroupedLists) {
   const absl::Status s = CublasGroupedGemm::CanImplement(mixed);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(std::string(s.message()).find("problems[1].d.dtype"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace cublas
+}  // namespace gemm_kernels
+
+namespace gemm_kernels {
+namespace cublas {
+namespace {
+
+// Device memory holding `bytes`, freed at scope exit.
+struct DeviceCopy {
+  void* ptr = nullptr;
+  explicit DeviceCopy(const void* host, size_t bytes) {
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess ||
+        cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+      ptr = nullptr;
+  }
+  ~DeviceCopy() { cudaFree(ptr); }
+};
+
+struct Fp8Case {
+  int64_t m, n, k;
+  bool a_e4m3, b_e4m3;
+  ScaleMode mode;
+  DataType out;
+  Layout d_layout;
+  float alpha, beta;
+};
+
+// FP8 through cuBLASLt (its own heuristic's algorithm): every format pair,
+// tensor and channel scales, each output type, row- and column-major D,
+// alpha and beta with C; against float64 of the dequantized operands.
+TEST_F(CublasGemmGpuTest, Fp8ThroughCublasLt) {
+  const Fp8Case cases[] = {
+      {256, 256, 256, true, true, ScaleMode::kTensor, DataType::kBf16, Layout::kRowMajor, 1, 0},
+      {129, 80, 1024, true, false, ScaleMode::kTensor, DataType::kFp16, Layout::kRowMajor, 0.5f, 0},
+      {100, 200, 64, false, true, ScaleMode::kTensor, DataType::kFp32, Layout::kColMajor, 1, 0.5f},
+      {300, 128, 512, true, true, ScaleMode::kChannel, DataType::kBf16, Layout::kRowMajor, 1, 0},
+      {64, 333, 256, true, false, ScaleMode::kChannel, DataType::kFp32, Layout::kColMajor, 2, 1},
+      {1, 4096, 4096, true, true, ScaleMode::kTensor, DataType::kBf16, Layout::kRowMajor, 1, 0},
+  };
+  std::uniform_real_distribution<float> value(-1.0f, 1.0f), spread(0.25f, 4.0f);
+  for (const Fp8Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.m << "x" << c.n << "x" << c.k << " "
+                                    << (c.a_e4m3 ? "e4m3" : "e5m2") << "x"
+                                    << (c.b_e4m3 ? "e4m3" : "e5m2") << " "
+                                    << ScaleModeName(c.mode) << " -> " << DataTypeName(c.out)
+                                    << (c.d_layout == Layout::kRowMajor ? " D row" : " D col"));
+    const bool channel = c.mode == ScaleMode::kChannel;
+    // A row-major m x k and B column-major k x n: both K-major, ld = k.
+    std::vector<float> sa(channel ? c.m : 1), sb(channel ? c.n : 1);
+    for (float& x : sa) x = spread(rng_) / testing::Fp8Max(c.a_e4m3);
+    for (float& x : sb) x = spread(rng_) / testing::Fp8Max(c.b_e4m3);
+    std::vector<uint8_t> qa(c.m * c.k), qb(c.n * c.k);
+    std::vector<double> da(qa.size()), db(qb.size());
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        const float s = sa[channel ? i : 0];
+        const uint8_t q = testing::FloatToFp8(value(rng_) * testing::Fp8Max(c.a_e4m3), c.a_e4m3);
+        qa[i * c.k + kk] = q;
+        da[i * c.k + kk] = double(testing::Fp8ToFloat(q, c.a_e4m3)) * s;
+      }
+    for (int64_t j = 0; j < c.n; ++j)
+      for (int64_t kk = 0; kk < c.k; ++kk) {
+        const float s = sb[channel ? j : 0];
+        const uint8_t q = testing::FloatToFp8(value(rng_) * testing::Fp8Max(c.b_e4m3), c.b_e4m3);
+        qb[j * c.k + kk] = q;
+        db[j * c.k + kk] = double(testing::Fp8ToFloat(q, c.b_e4m3)) * s;
+      }
+    const size_t es = DataTypeSize(c.out);
+    const bool row = c.d_layout == Layout::kRowMajor;
+    const int64_t ldd = row ? c.n : c.m;
+    auto at = [&](int64_t i, int64_t j) { return row ? i * ldd + j : i + j * ldd; };
+    std::vector<uint8_t> cbytes(c.m * c.n * es), poison(c.m * c.n * es, 0xFF);
+    std::vector<double> cvals(c.m * c.n);
+    for (int64_t e = 0; e < c.m * c.n; ++e) {
+      Encode(c.out, value(rng_), &cbytes[e * es]);
+      cvals[e] = Decode(c.out, &cbytes[e * es]);
+    }
+    DeviceCopy a_dev(qa.data(), qa.size()), b_dev(qb.data(), qb.size());
+    DeviceCopy sa_dev(sa.data(), sa.size() * 4), sb_dev(sb.data(), sb.size() * 4);
+    DeviceCopy c_dev(cbytes.data(), cbytes.size()), d_dev(poison.data(), poison.size());
+    ASSERT_TRUE(a_dev.ptr && b_dev.ptr && sa_dev.ptr && sb_dev.ptr && c_dev.ptr && d_dev.ptr);
+    GemmArguments args;
+    args.m = c.m;
+    args.n = c.n;
+    args.k = c.k;
+    args.a = {a_dev.ptr, testing::Fp8Format(c.a_e4m3), Layout::kRowMajor, c.k, 0};
+    args.b = {b_dev.ptr, testing::Fp8Format(c.b_e4m3), Layout::kColMajor, c.k, 0};
+    args.c = {c_dev.ptr, c.out, c.d_layout, ldd, 0};
+    args.d = {d_dev.ptr, c.out, c.d_layout, ldd, 0};
+    args.alpha = c.alpha;
+    args.beta = c.beta;
+    args.a_scale = {c.mode, static_cast<const float*>(sa_dev.ptr)};
+    args.b_scale = {c.mode, static_cast<const float*>(sb_dev.ptr)};
+    ASSERT_TRUE(CublasGemm::CanImplement(CublasMethod::kLt, args).ok())
+        << CublasGemm::CanImplement(CublasMethod::kLt, args);
+    CublasGemm g;
+    const absl::Status init = g.Initialize(ctx_.get(), CublasMethod::kLt, args);
+    ASSERT_TRUE(init.ok()) << init;
+    const absl::Status run = g.Run();
+    ASSERT_TRUE(run.ok()) << run;
+    ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+    std::vector<uint8_t> got(poison.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), d_dev.ptr, got.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    double e2 = 0, r2 = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double acc = 0;
+        for (int64_t kk = 0; kk < c.k; ++kk) acc += da[i * c.k + kk] * db[j * c.k + kk];
+        const double ref = c.alpha * acc + c.beta * cvals[at(i, j)];
+        const double v = Decode(c.out, &got[at(i, j) * es]);
+        if (!std::isfinite(v)) {
+          ++bad;
+          continue;
+        }
+        e2 += (v - ref) * (v - ref);
+        r2 += ref * ref;
+      }
+    EXPECT_EQ(bad, 0) << "non-finite outputs";
+    const double rel = std::sqrt(e2 / std::max(r2, 1e-30));
+    const double tol = c.out == DataType::kBf16 ? 1e-2 : c.out == DataType::kFp16 ? 2e-3 : 1e-4;
+    EXPECT_LE(rel, tol) << g.kernel_name();
+    std::printf("  fp8 %s rel_err %.2e\n", g.kernel_name().c_str(), rel);
+  }
 }
 
 }  // namespace

@@ -128,11 +128,21 @@ void Lane::FreeOperandCopies() {
 }
 
 gt::CandidateId Lane::ChooseSingle(const gk::GemmArguments& args, bool deterministic) const {
-  // FP8 has no member but our FP8 kernel (the tuner and cuBLAS members
-  // cover bf16, fp16, fp32 and tf32).
   if (deterministic || policy_ == nullptr || !policy_->consults_classes() ||
-      IsFp8(args.a.dtype) || !gk::Gemm::CanImplement(args).ok())
+      !gk::Gemm::CanImplement(args).ok())
     return gt::CandidateId::Heuristic();
+  if (IsFp8(args.a.dtype)) {
+    // The tuner's classes are bf16, fp16 and fp32, so a table has no FP8
+    // entry; the cublas policy runs FP8 through cuBLASLt (its own
+    // heuristic's algorithm) where cuBLASLt takes the problem, our FP8
+    // kernel elsewhere.
+    gt::CandidateId lt;
+    lt.family = gt::CandidateFamily::kCublasLt;
+    if (policy_->policy() == KernelPolicy::kCublas &&
+        gb::CublasGemm::CanImplement(gb::CublasMethod::kLt, args).ok())
+      return lt;
+    return gt::CandidateId::Heuristic();
+  }
   return policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
 }
 
@@ -167,9 +177,11 @@ absl::Status Lane::PrepareCublas(LaunchState& ls) {
   }
   GEMM_RETURN_IF_ERROR(gb::CublasGemm::CanImplement(method, ls.args));
   auto blas = std::make_unique<gb::CublasGemm>();
-  GEMM_RETURN_IF_ERROR(blas->Initialize(
-      cublas_.get(), method, ls.args,
-      method == gb::CublasMethod::kLt ? &ls.member.lt : nullptr));
+  // A table names the cuBLASLt algorithm of its classes; FP8 (no class)
+  // takes cuBLASLt's own first choice.
+  const bool table_algo = method == gb::CublasMethod::kLt && !IsFp8(ls.args.a.dtype);
+  GEMM_RETURN_IF_ERROR(
+      blas->Initialize(cublas_.get(), method, ls.args, table_algo ? &ls.member.lt : nullptr));
   ls.blas = std::move(blas);
   return absl::OkStatus();
 }
@@ -309,7 +321,9 @@ void Lane::EnqueueLaunch(size_t li) {
     // launches never get here (portfolio_policy.h).
     if (ls.status.ok()) ls.status = ls.blas ? ls.blas->Run() : ls.blas_group->Run();
     const std::string& kernel = ls.blas ? ls.blas->kernel_name() : ls.blas_group->kernel_name();
-    ls.label = absl::StrCat(LaunchKindName(g.kind), "/", CublasFamilyLabel(ls.member.family));
+    const bool fp8 = ls.blas && IsFp8(ls.args.a.dtype);
+    ls.label = absl::StrCat(LaunchKindName(g.kind), "/", CublasFamilyLabel(ls.member.family),
+                            fp8 ? "_fp8" : "");
     RecordOutcome(li, kernel);
     return;
   }
