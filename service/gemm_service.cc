@@ -487,14 +487,14 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
           "keep_results: this server keeps no resident matrices");
     uint64_t result_bytes = 0;
     for (const GemmProblemRef& p : *problems) result_bytes += p.d_bytes();
-    if (residents_->bytes() + result_bytes > residents_->max_bytes()) {
+    // The server's and the caller's tenant's limits, before the work runs.
+    if (absl::Status room = residents_->CheckRoom(caller, result_bytes); !room.ok()) {
       *pushback = queue_->RetryHint();
-      return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
-                           "keep_results: the results need ", result_bytes,
-                           " bytes of max_resident_bytes (", residents_->max_bytes(),
-                           "), of which ", residents_->bytes(),
-                           " are held; release matrices or retry later")),
-                       "max_resident_bytes");
+      absl::Status refused(room.code(), absl::StrCat("keep_results: the results need ",
+                                                     result_bytes, " bytes: ", room.message()));
+      room.ForEachPayload(
+          [&](absl::string_view url, const absl::Cord& payload) { refused.SetPayload(url, payload); });
+      return refused;
     }
   }
   auto item = std::make_shared<WorkItem>();

@@ -116,6 +116,37 @@ uint64_t ResidentStore::tenant_bytes(absl::string_view tenant) const {
   return budget_->HeldBy(tenant);
 }
 
+absl::Status ResidentStore::CheckRoom(absl::string_view owner, uint64_t bytes) const {
+  std::string tenant;
+  uint64_t tenant_max = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (tenants_ != nullptr) {
+      const TenantSpec& spec = tenants_->Resolve(owner);
+      tenant = spec.name;
+      tenant_max = spec.limits.max_resident_bytes;
+    }
+  }
+  if (tenant_max > 0) {
+    const uint64_t mine = budget_->HeldBy(tenant);
+    if (bytes > tenant_max || mine > tenant_max - bytes) {
+      return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                           "tenant ", tenant, ": max_resident_bytes: ", bytes,
+                           " more bytes would pass the tenant's limit of ", tenant_max, " (",
+                           mine, " held); release matrices first")),
+                       "tenant.max_resident_bytes");
+    }
+  }
+  const uint64_t held = budget_->Held();
+  if (bytes > options_.max_bytes || held > options_.max_bytes - bytes) {
+    return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
+                         "max_resident_bytes: ", bytes, " more bytes would pass the limit of ",
+                         options_.max_bytes, " (", held, " held); release matrices first")),
+                     "max_resident_bytes");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ResidentStore::Reserve(absl::string_view owner, uint64_t bytes) {
   std::string tenant;
   uint64_t tenant_max = 0;

@@ -81,6 +81,12 @@ class ResidentStore {
   // until freed; new ones resolve through `tenants`.
   void SetTenants(std::shared_ptr<const TenantsConfig> tenants);
 
+  // Whether `bytes` more for `owner` would fit now: OK, or the
+  // RESOURCE_EXHAUSTED a registration of them would get (naming the tenant
+  // and its max_resident_bytes, or the server's). Reserves nothing: for a
+  // request that keeps its results, checked before it runs.
+  absl::Status CheckRoom(absl::string_view owner, uint64_t bytes) const;
+
   // Copies `source` (dense host bytes) into a new resident matrix owned by
   // `owner`. RESOURCE_EXHAUSTED naming max_resident_bytes when it does not
   // fit in the budget, or naming the tenant and its max_resident_bytes when

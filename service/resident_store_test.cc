@@ -352,6 +352,29 @@ std::shared_ptr<const TenantsConfig> ResidentTenants(absl::string_view text) {
   return std::make_shared<const TenantsConfig>(*std::move(config));
 }
 
+// CheckRoom answers as a registration would, without holding anything.
+TEST_F(ResidentStoreTest, CheckRoomAnswersAsARegistrationWouldAndReservesNothing) {
+  ResidentStore store(Budget(1000), MakeHostResident);
+  store.SetTenants(ResidentTenants(
+      "tenant a caller=alice max_resident_bytes=300\ntenant b caller=bob\n"));
+  ASSERT_TRUE(store.Register("alice", Source()).ok());  // 128 bytes for a
+  EXPECT_TRUE(store.CheckRoom("alice", 172).ok());
+  const absl::Status over = store.CheckRoom("alice", 173);
+  EXPECT_EQ(over.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(std::string(over.message()),
+            "tenant a: max_resident_bytes: 173 more bytes would pass the tenant's limit of 300 "
+            "(128 held); release matrices first");
+  EXPECT_EQ(over.GetPayload(kLimitPayloadUrl).value_or(absl::Cord("none")),
+            "tenant.max_resident_bytes");
+  EXPECT_TRUE(store.CheckRoom("bob", 872).ok());
+  const absl::Status server = store.CheckRoom("bob", 873);
+  EXPECT_EQ(server.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(server.GetPayload(kLimitPayloadUrl).value_or(absl::Cord("none")),
+            "max_resident_bytes");
+  EXPECT_EQ(store.bytes(), 128u);
+  EXPECT_EQ(store.tenant_bytes("a"), 128u);
+}
+
 TEST_F(ResidentStoreTest, ATenantOverItsMaxResidentBytesIsRefusedNamingTenantAndLimit) {
   ResidentStore store(Budget(1000), MakeHostResident);
   store.SetTenants(ResidentTenants(

@@ -305,6 +305,21 @@ TEST_F(TenantsE2eTest, ATenantOverItsResidentBytesIsRefusedAndTheOtherIsNot) {
   EXPECT_EQ(MetricValue(Scrape(), "gemm_tenant_rejections_total",
                         {"tenant=\"heavy\"", "limit=\"tenant.max_resident_bytes\""}),
             1);
+  // Keeping a 128 x 128 fp32 result (64 KiB) would pass heavy's limit too:
+  // refused before it runs; light keeps its result.
+  std::mt19937 rng(52);
+  v1::GemmRequest keep = Request(128, &rng);
+  keep.set_keep_results(true);
+  const Outcome refused = Call(alice.get(), kAliceToken, keep, /*check=*/false);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.status.error_message(),
+              HasSubstr("keep_results: the results need 65536 bytes: tenant heavy: "
+                        "max_resident_bytes"));
+  EXPECT_EQ(MetricValue(Scrape(), "gemm_tenant_rejections_total",
+                        {"tenant=\"heavy\"", "limit=\"tenant.max_resident_bytes\""}),
+            2);
+  const Outcome kept = Call(bob.get(), kBobToken, keep, /*check=*/false);
+  EXPECT_TRUE(kept.status.ok()) << kept.status.error_message();
 }
 
 TEST_F(TenantsE2eTest, AReloadUnderLoadLosesNoRequestAndABadFileKeepsTheConfiguration) {
