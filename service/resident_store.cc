@@ -45,15 +45,17 @@ struct ResidentStore::Budget {
 
   enum class Outcome { kReserved, kOverServer, kOverTenant };
   // Reserves `bytes` for `tenant` if the total stays within `max` and the
-  // tenant's within `tenant_max` (0: unlimited).
+  // tenant's within `tenant_max` (0: unlimited); with `reserve` false only
+  // says whether it would.
   Outcome TryReserve(uint64_t bytes, uint64_t max, const std::string& tenant,
-                     uint64_t tenant_max) {
+                     uint64_t tenant_max, bool reserve = true) {
     absl::MutexLock lock(&mu);
     if (tenant_max > 0) {
       const uint64_t mine = by_tenant.contains(tenant) ? by_tenant[tenant] : 0;
       if (bytes > tenant_max || mine > tenant_max - bytes) return Outcome::kOverTenant;
     }
     if (bytes > max || held > max - bytes) return Outcome::kOverServer;
+    if (!reserve) return Outcome::kReserved;
     held += bytes;
     if (!tenant.empty()) by_tenant[tenant] += bytes;
     return Outcome::kReserved;
@@ -116,7 +118,8 @@ uint64_t ResidentStore::tenant_bytes(absl::string_view tenant) const {
   return budget_->HeldBy(tenant);
 }
 
-absl::Status ResidentStore::CheckRoom(absl::string_view owner, uint64_t bytes) const {
+absl::StatusOr<std::string> ResidentStore::Reserve(absl::string_view owner, uint64_t bytes,
+                                                   bool reserve) const {
   std::string tenant;
   uint64_t tenant_max = 0;
   {
@@ -127,38 +130,7 @@ absl::Status ResidentStore::CheckRoom(absl::string_view owner, uint64_t bytes) c
       tenant_max = spec.limits.max_resident_bytes;
     }
   }
-  if (tenant_max > 0) {
-    const uint64_t mine = budget_->HeldBy(tenant);
-    if (bytes > tenant_max || mine > tenant_max - bytes) {
-      return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
-                           "tenant ", tenant, ": max_resident_bytes: ", bytes,
-                           " more bytes would pass the tenant's limit of ", tenant_max, " (",
-                           mine, " held); release matrices first")),
-                       "tenant.max_resident_bytes");
-    }
-  }
-  const uint64_t held = budget_->Held();
-  if (bytes > options_.max_bytes || held > options_.max_bytes - bytes) {
-    return WithLimit(absl::ResourceExhaustedError(absl::StrCat(
-                         "max_resident_bytes: ", bytes, " more bytes would pass the limit of ",
-                         options_.max_bytes, " (", held, " held); release matrices first")),
-                     "max_resident_bytes");
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ResidentStore::Reserve(absl::string_view owner, uint64_t bytes) {
-  std::string tenant;
-  uint64_t tenant_max = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    if (tenants_ != nullptr) {
-      const TenantSpec& spec = tenants_->Resolve(owner);
-      tenant = spec.name;
-      tenant_max = spec.limits.max_resident_bytes;
-    }
-  }
-  switch (budget_->TryReserve(bytes, options_.max_bytes, tenant, tenant_max)) {
+  switch (budget_->TryReserve(bytes, options_.max_bytes, tenant, tenant_max, reserve)) {
     case Budget::Outcome::kReserved:
       return tenant;
     case Budget::Outcome::kOverTenant:
@@ -175,6 +147,10 @@ absl::StatusOr<std::string> ResidentStore::Reserve(absl::string_view owner, uint
                        options_.max_bytes, " (", budget_->Held(),
                        " held); release matrices first")),
                    "max_resident_bytes");
+}
+
+absl::Status ResidentStore::CheckRoom(absl::string_view owner, uint64_t bytes) const {
+  return Reserve(owner, bytes, /*reserve=*/false).status();
 }
 
 absl::StatusOr<std::shared_ptr<const ResidentMatrix>> ResidentStore::Account(

@@ -185,8 +185,10 @@ class ResidentStore {
   absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Account(
       std::shared_ptr<ResidentMatrix> made, uint64_t bytes, const std::string& tenant);
   // Takes `bytes` from the budget and from `owner`'s tenant's; returns the
-  // tenant ("" without tenants) or RESOURCE_EXHAUSTED.
-  absl::StatusOr<std::string> Reserve(absl::string_view owner, uint64_t bytes);
+  // tenant ("" without tenants) or RESOURCE_EXHAUSTED. With `reserve`
+  // false takes nothing and answers the same (CheckRoom).
+  absl::StatusOr<std::string> Reserve(absl::string_view owner, uint64_t bytes,
+                                      bool reserve = true) const;
   // The status for a handle that is not in the store.
   absl::Status NotFound(absl::string_view handle) const;
   // Files `entry` under a new handle.

@@ -175,7 +175,6 @@ absl::Status Lane::PrepareCublas(LaunchState& ls) {
     default:
       return absl::InvalidArgumentError("the member is not a cuBLAS form of a single launch");
   }
-  GEMM_RETURN_IF_ERROR(gb::CublasGemm::CanImplement(method, ls.args));
   auto blas = std::make_unique<gb::CublasGemm>();
   // A table names the cuBLASLt algorithm of its classes; FP8 (no class)
   // takes cuBLASLt's own first choice.
