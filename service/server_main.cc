@@ -284,13 +284,18 @@ int main(int argc, char** argv) {
                                               "error", "critical", "off"};
     static constexpr const char* kFormats[] = {"text", "json"};
     static constexpr const char* kBackends[] = {"auto", "cuda", "cpu"};
-    static constexpr const char* kPolicies[] = {"table", "heuristic", "cublas"};
     const std::string level = absl::GetFlag(FLAGS_log_level);
     const std::string format = absl::GetFlag(FLAGS_log_format);
     if (!OneOf("log_level", level, kLevels) || !OneOf("log_format", format, kFormats) ||
-        !OneOf("backend", absl::GetFlag(FLAGS_backend), kBackends) ||
-        !OneOf("kernel_policy", absl::GetFlag(FLAGS_kernel_policy), kPolicies))
+        !OneOf("backend", absl::GetFlag(FLAGS_backend), kBackends))
       return 2;
+    if (absl::Status policy =
+            gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "--kernel_policy")
+                .status();
+        !policy.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(policy.message()).c_str());
+      return 2;
+    }
     gemm::ConfigureLogging(*gemm::ParseLogFormat(format, "log_format"), "gemm_server");
     spdlog::set_level(spdlog::level::from_str(level));
   }
