@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -28,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/dtype.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/server.h"
 
@@ -36,6 +38,10 @@ ABSL_FLAG(std::string, shapes_a, "128,256,512", "tenant A's square problem sizes
 ABSL_FLAG(std::string, shapes_b, "128,256,512", "tenant B's square problem sizes");
 ABSL_FLAG(int, concurrency, 8, "requests each tenant keeps in flight");
 ABSL_FLAG(double, seconds, 10, "measured time per run (after a 1 s warm-up)");
+ABSL_FLAG(std::string, dtype, "fp32", "operand type: fp32 or bf16 (outputs in the same type)");
+ABSL_FLAG(bool, resident, false,
+          "operands registered once per tenant and results kept on the server (released after "
+          "each response), so the device, not the transfers, is what the tenants share");
 ABSL_FLAG(std::string, backend, "cpu", "in-process server: auto, cuda or cpu");
 ABSL_FLAG(int, cpu_concurrency, 1, "CPU backend: requests computed at once");
 ABSL_FLAG(int, blas_threads, 1, "CPU backend: OpenBLAS threads per GEMM (0 = one per core)");
@@ -69,14 +75,68 @@ v1::GemmRequest Request(uint64_t n, std::mt19937* rng) {
   p->set_m(n);
   p->set_n(n);
   p->set_k(n);
-  p->set_input_dtype(v1::DATA_TYPE_FP32);
+  const bool bf16 = absl::GetFlag(FLAGS_dtype) == "bf16";
+  p->set_input_dtype(bf16 ? v1::DATA_TYPE_BF16 : v1::DATA_TYPE_FP32);
+  p->set_output_dtype(bf16 ? v1::DATA_TYPE_BF16 : v1::DATA_TYPE_FP32);
+  const gemm::DType type = bf16 ? gemm::DType::kBf16 : gemm::DType::kFp32;
   for (v1::Matrix* m : {p->mutable_a(), p->mutable_b()}) {
     std::vector<float> v(n * n);
     for (float& x : v) x = u(*rng);
-    m->set_data(std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4));
+    std::string bytes(v.size() * gemm::SizeOf(type), '\0');
+    gemm::FromFloat(type, v.data(), bytes.data(), v.size());
+    m->set_data(std::move(bytes));
     m->set_layout(v1::LAYOUT_ROW_MAJOR);
   }
   return r;
+}
+
+std::shared_ptr<grpc::Channel> Connect(int port) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+// Registers each request's A and B as the tenant's resident matrices and
+// makes the requests name them and keep their results.
+absl::Status MakeResident(const std::shared_ptr<grpc::Channel>& channel, const char* token,
+                          std::vector<v1::GemmRequest>* requests) {
+  auto stub = v1::GemmService::NewStub(channel);
+  for (v1::GemmRequest& r : *requests) {
+    v1::GemmProblem* p = r.mutable_problems(0);
+    for (auto [m, rows, cols] : {std::tuple{p->mutable_a(), p->m(), p->k()},
+                                 std::tuple{p->mutable_b(), p->k(), p->n()}}) {
+      grpc::ClientContext ctx;
+      ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+      v1::RegisterMatrixRequest reg;
+      reg.set_dtype(p->input_dtype());
+      reg.set_rows(rows);
+      reg.set_cols(cols);
+      reg.set_layout(m->layout());
+      reg.set_data(m->data());
+      v1::RegisterMatrixResponse handle;
+      if (grpc::Status st = stub->RegisterMatrix(&ctx, reg, &handle); !st.ok())
+        return absl::InternalError(absl::StrCat("RegisterMatrix: ", st.error_message()));
+      m->set_handle(handle.handle());
+    }
+    r.set_keep_results(true);
+  }
+  return absl::OkStatus();
+}
+
+void ReleaseResults(v1::GemmService::Stub* stub, const char* token,
+                    const v1::GemmResponse& response) {
+  for (const v1::GemmResult& result : response.results()) {
+    if (result.handle().empty()) continue;
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    v1::ReleaseMatrixRequest release;
+    release.set_handle(result.handle());
+    v1::ReleaseMatrixResponse released;
+    stub->ReleaseMatrix(&ctx, release, &released);
+  }
 }
 
 double Percentile(std::vector<double> v, double q) {
@@ -115,6 +175,13 @@ absl::Status Run(bool fair, const std::string& dir, TenantResult out[2]) {
   std::mt19937 rng(50);
   for (int t = 0; t < 2; ++t)
     for (uint64_t n : sizes[t]) requests[t].push_back(Request(n, &rng));
+  const bool resident = absl::GetFlag(FLAGS_resident);
+  if (resident) {
+    for (int t = 0; t < 2; ++t)
+      if (absl::Status st = MakeResident(Connect((*server)->port()), kTokens[t], &requests[t]);
+          !st.ok())
+        return st;
+  }
 
   const absl::Time start = absl::Now();
   const absl::Time measure_from = start + absl::Seconds(1);
@@ -122,12 +189,7 @@ absl::Status Run(bool fair, const std::string& dir, TenantResult out[2]) {
   absl::Mutex mu;
   std::vector<std::thread> callers;
   for (int t = 0; t < 2; ++t) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::Channel> channel = Connect((*server)->port());
     for (int c = 0; c < absl::GetFlag(FLAGS_concurrency); ++c) {
       callers.emplace_back([&, t, c, channel] {
         auto stub = v1::GemmService::NewStub(channel);
@@ -140,6 +202,7 @@ absl::Status Run(bool fair, const std::string& dir, TenantResult out[2]) {
           const absl::Time sent = absl::Now();
           const grpc::Status st = stub->Gemm(&ctx, requests[t][which(pick)], &response);
           const absl::Time done = absl::Now();
+          if (st.ok() && resident) ReleaseResults(stub.get(), kTokens[t], response);
           if (sent < measure_from || done > end) continue;
           absl::MutexLock lock(&mu);
           if (!st.ok()) {
@@ -160,9 +223,15 @@ absl::Status Run(bool fair, const std::string& dir, TenantResult out[2]) {
 int Main() {
   const std::string dir = std::getenv("TMPDIR") != nullptr ? std::getenv("TMPDIR") : "/tmp";
   const double wa = absl::GetFlag(FLAGS_weight_a);
-  std::printf("tenants_bench: backend %s, tenant A weight %g (shapes %s), tenant B weight 1 "
+  if (const std::string t = absl::GetFlag(FLAGS_dtype); t != "fp32" && t != "bf16") {
+    std::fprintf(stderr, "tenants_bench: --dtype must be fp32 or bf16, not \"%s\"\n", t.c_str());
+    return 2;
+  }
+  std::printf("tenants_bench: backend %s, %s%s, tenant A weight %g (shapes %s), tenant B weight 1 "
               "(shapes %s), %d in flight each, %g s per run\n",
-              absl::GetFlag(FLAGS_backend).c_str(), wa, absl::GetFlag(FLAGS_shapes_a).c_str(),
+              absl::GetFlag(FLAGS_backend).c_str(), absl::GetFlag(FLAGS_dtype).c_str(),
+              absl::GetFlag(FLAGS_resident) ? ", resident operands, kept results" : "", wa,
+              absl::GetFlag(FLAGS_shapes_a).c_str(),
               absl::GetFlag(FLAGS_shapes_b).c_str(), absl::GetFlag(FLAGS_concurrency),
               absl::GetFlag(FLAGS_seconds));
   std::printf("%-16s %-7s %10s %12s %9s %9s %9s %7s\n", "run", "tenant", "requests",

@@ -326,6 +326,7 @@ void CpuExecutor::RunBatch(Batch& batch) const {
     }
     item->report.transfer = staging;
     item->report.compute = compute;
+    item->report.device_share = compute;
     item->report.backend = "cpu";
     item->report.kernel = any_fp8 ? "openblas_sgemm_fp8" : "openblas_sgemm";
     if (item->deterministic && failed.ok()) {

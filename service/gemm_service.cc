@@ -514,21 +514,18 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   WorkItem* raw = item.get();
   ResidentStore* store = keep_results ? residents_ : nullptr;
   std::atomic<uint64_t>* finished = &finished_;
-  std::string tenant = queue_->TenantOf(item->client);
   item->done = [response, received, clock, metrics, raw, store, caller, deterministic, finished,
-                tenant = std::move(tenant), on_done = std::move(on_done)](
+                on_done = std::move(on_done)](
                    const absl::Status& status, const ExecutionReport& report) {
     finished->fetch_add(1);
     absl::Status s = status;
     if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
     if (!report.backend.empty()) {  // it reached an executor
       metrics->RecordQueueWait(report.queue_wait);
-      absl::Duration device;
-      for (const auto& [kind, seconds] : report.launches) {
+      for (const auto& [kind, seconds] : report.launches)
         metrics->RecordLaunch(report.backend, kind, seconds, report.device);
-        device += seconds;
-      }
-      metrics->RecordTenantWork(tenant, s.ok() ? raw->flops() : 0, device, report.queue_wait);
+      metrics->RecordTenantWork(raw->tenant, s.ok() ? raw->flops() : 0, report.device_share,
+                                report.queue_wait);
       if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes, report.device);
       if (report.d2h_bytes) metrics->AddTransferBytes("d2h", report.d2h_bytes, report.device);
     }

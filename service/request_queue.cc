@@ -268,6 +268,7 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
     inner(s, r);
   };
   item->enqueued = now;
+  item->tenant = name;
   ++queued_per_client_[item->client];
   ++next_seq_;
   ++queued_;

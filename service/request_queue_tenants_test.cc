@@ -384,6 +384,23 @@ TEST_F(TenantQueueTest, SetTenantsKeepsQueuedItemsAndTheirAccounting) {
   }
 }
 
+// A queued item names the tenant the queue charged it to, which its metrics
+// use, even after a reload maps its caller to another tenant.
+TEST_F(TenantQueueTest, AQueuedItemKeepsTheTenantItWasChargedTo) {
+  MakeQueue("tenant a caller=alice\ntenant b\n");
+  auto item = Item("alice");
+  Push(item);
+  EXPECT_EQ(item->tenant, "a");
+  auto next = TenantsConfig::Parse("tenant a\ntenant b caller=alice\n", "t");
+  ASSERT_TRUE(next.ok()) << next.status();
+  queue_->SetTenants(std::make_shared<const TenantsConfig>(*std::move(next)));
+  EXPECT_EQ(queue_->TenantOf("alice"), "b");
+  auto popped = queue_->Pop(1, absl::ZeroDuration());
+  ASSERT_EQ(popped.size(), 1u);
+  EXPECT_EQ(popped[0]->tenant, "a");
+  popped[0]->Complete(absl::OkStatus());
+}
+
 TEST_F(TenantQueueTest, WithoutTenantsEveryoneIsOneTenant) {
   RequestQueue::Options o;
   RequestQueue q(o, &clock_);

@@ -43,6 +43,11 @@ struct ExecutionReport {
   // Kernel launches (BLAS calls on the CPU) attributed to this request, by
   // kernel kind. A launch shared by several requests is listed on one.
   std::vector<std::pair<std::string, absl::Duration>> launches;
+  // This request's part of the device time (BLAS time on the CPU): each
+  // launch's time split among the requests whose problems it ran, by their
+  // FLOPs in it. What the per-tenant device seconds count, so a launch
+  // shared by two tenants is charged to both.
+  absl::Duration device_share;
   // Bytes copied host-to-device and back for this request's batch, listed on
   // one request of the batch (GPU backends only).
   uint64_t h2d_bytes = 0;
@@ -62,6 +67,9 @@ struct WorkItem {
   // Who sent it (authenticated caller, else the peer address): requests of
   // one priority and deadline are interleaved across clients.
   std::string client;
+  // The tenant the queue charged it to, set when it was queued ("" without
+  // tenants), so its metrics follow the queue's accounting across reloads.
+  std::string tenant;
   absl::Time deadline = absl::InfiniteFuture();
   // The request asked for batch-invariant results (GemmRequest.deterministic,
   // or the server's default): its problems share launches only with other

@@ -114,6 +114,23 @@ const void* ResidentData(const MatrixRef& m) {
   return m.resident != nullptr ? m.resident->device_data() : nullptr;
 }
 
+std::vector<double> DeviceShareMs(const BatchLayout& layout, const std::vector<float>& launch_ms,
+                                  size_t items) {
+  std::vector<double> share(items, 0.0);
+  for (size_t li = 0; li < layout.launches.size() && li < launch_ms.size(); ++li) {
+    const LaunchLayout& launch = layout.launches[li];
+    double total = 0;
+    for (size_t j = 0; j < launch.count; ++j) total += layout.problem(li, j).problem->shape.flops();
+    for (size_t j = 0; j < launch.count; ++j) {
+      const ProblemLayout& p = layout.problem(li, j);
+      if (p.item >= items) continue;
+      const double part = total > 0 ? p.problem->shape.flops() / total : 1.0 / launch.count;
+      share[p.item] += launch_ms[li] * part;
+    }
+  }
+  return share;
+}
+
 absl::StatusOr<BatchLayout> LayOutBatch(const Batch& batch, const BatchLayoutOptions& options) {
   const std::map<const GemmProblemRef*, size_t> item_of = ItemOfProblem(batch);
   BatchLayout layout;

@@ -84,6 +84,12 @@ struct BatchLayoutOptions {
 // naming a problem that is not in the batch's items.
 absl::StatusOr<BatchLayout> LayOutBatch(const Batch& batch, const BatchLayoutOptions& options);
 
+// Each item's part of the launches' device time: launch i's `launch_ms[i]`
+// split among the items of its problems by their FLOPs (evenly where they
+// have none). `items` is the batch's item count; the result has that size.
+std::vector<double> DeviceShareMs(const BatchLayout& layout, const std::vector<float>& launch_ms,
+                                  size_t items);
+
 // The device copy of a resident operand, or nullptr for one that is staged.
 const void* ResidentData(const MatrixRef& m);
 

@@ -216,6 +216,26 @@ TEST_F(BatchLayoutTest, EachProblemKnowsItsItemAndEachLaunchItsOwner) {
   EXPECT_EQ(layout.problem(1, 1).item, 0u);
 }
 
+// A shared launch's time is split among its items by FLOPs; a launch of one
+// item is that item's alone.
+TEST_F(BatchLayoutTest, DeviceTimeIsSharedByFlops) {
+  Batch batch;
+  batch.items = {Item({Problem(2, 2, 2)}), Item({Problem(4, 4, 4), Problem(2, 2, 6)}),
+                 Item({Problem(8, 8, 8)})};
+  batch.launches = {
+      Launch(LaunchGroup::Kind::kSingle, {&batch.items[1]->problems[0]}),
+      Launch(LaunchGroup::Kind::kGrouped,
+             {&batch.items[1]->problems[1], &batch.items[0]->problems[0]})};
+  const BatchLayout layout = LayOut(batch);
+  // Launch 1: item 1's 2x2x6 (48 FLOPs) beside item 0's 2x2x2 (16 FLOPs).
+  const std::vector<double> share = DeviceShareMs(layout, {10.0f, 8.0f}, batch.items.size());
+  ASSERT_EQ(share.size(), 3u);
+  EXPECT_DOUBLE_EQ(share[0], 2.0);
+  EXPECT_DOUBLE_EQ(share[1], 10.0 + 6.0);
+  EXPECT_DOUBLE_EQ(share[2], 0.0);  // none of its problems ran here
+  EXPECT_DOUBLE_EQ(share[0] + share[1] + share[2], 18.0);
+}
+
 TEST_F(BatchLayoutTest, MalformedBatchesAreRefused) {
   Batch batch;
   batch.items = {Item({Problem(2, 2, 2)})};

@@ -411,6 +411,7 @@ Lane::Timings Lane::ReadTimings() const {
 }
 
 void Lane::FillReports(const Timings& t) {
+  const std::vector<double> share_ms = DeviceShareMs(layout_, t.launch_ms, batch_.items.size());
   for (size_t i = 0; i < batch_.items.size(); ++i) {
     ExecutionReport& r = batch_.items[i]->report;
     r.backend = "cuda";
@@ -420,6 +421,7 @@ void Lane::FillReports(const Timings& t) {
     r.d2h = absl::Milliseconds(t.d2h_ms);
     r.transfer = r.h2d + r.d2h;
     r.compute = absl::Milliseconds(t.compute_ms);
+    r.device_share = absl::Milliseconds(share_ms[i]);
     if (i == 0) {
       r.h2d_bytes = layout_.input_bytes;
       r.d2h_bytes = layout_.output_bytes;
