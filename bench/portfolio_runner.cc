@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,54 @@ absl::StatusOr<void*> RandomBuffer(DataType dtype, int64_t elems, uint64_t seed)
   return p;
 }
 
+// Random FP8 codes (e4m3 or e5m2) in device memory: uniform bytes with the
+// exponent's top bit cleared, so every code is finite, of magnitude below 2.
+absl::StatusOr<void*> RandomFp8Buffer(int64_t elems, uint64_t seed) {
+  std::vector<uint8_t> host(static_cast<size_t>(elems));
+  std::mt19937_64 rng(seed);
+  for (size_t i = 0; i < host.size(); i += 8) {
+    uint64_t bits = rng() & 0xBFBFBFBFBFBFBFBFull;
+    std::memcpy(&host[i], &bits, std::min<size_t>(8, host.size() - i));
+  }
+  void* p = nullptr;
+  if (cudaMalloc(&p, std::max<size_t>(host.size(), 16)) != cudaSuccess)
+    return absl::ResourceExhaustedError("random FP8 buffer: cudaMalloc failed");
+  if (cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaFree(p);
+    return absl::InternalError("random FP8 buffer: cudaMemcpy failed");
+  }
+  return p;
+}
+
+// `count` fp32 scales in [0.5, 1.5) in device memory.
+absl::StatusOr<void*> RandomScales(int64_t count, uint64_t seed) {
+  std::vector<float> host(static_cast<size_t>(std::max<int64_t>(count, 1)));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(0.5f, 1.5f);
+  for (float& x : host) x = u(rng);
+  void* p = nullptr;
+  if (cudaMalloc(&p, host.size() * sizeof(float)) != cudaSuccess)
+    return absl::ResourceExhaustedError("scales: cudaMalloc failed");
+  if (cudaMemcpy(p, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice) !=
+      cudaSuccess) {
+    cudaFree(p);
+    return absl::InternalError("scales: cudaMemcpy failed");
+  }
+  return p;
+}
+
+absl::StatusOr<void*> RandomInput(DataType dtype, int64_t elems, uint64_t seed) {
+  return ::gemm::IsFp8(dtype) ? RandomFp8Buffer(elems, seed) : RandomBuffer(dtype, elems, seed);
+}
+
+// A cuBLASLt member with no configuration: cuBLASLt's own heuristic's first
+// algorithm (the FP8 baseline, as the service's cublas policy runs it).
+bool IsLtHeuristic(const CandidateId& c) {
+  CandidateId h;
+  h.family = CandidateFamily::kCublasLt;
+  return c == h;
+}
+
 absl::StatusOr<void*> PoisonedBuffer(size_t bytes) {
   void* p = nullptr;
   if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
@@ -78,7 +127,7 @@ double Decode(DataType t, const uint8_t* p) {
       return f;
     case DataType::kFp8E4m3:
     case DataType::kFp8E5m2:
-      break;  // the tuner's shapes are bf16, fp16 and fp32
+      break;  // an input type only: FP8 shapes have bf16 outputs
   }
   return NAN;
 }
@@ -105,7 +154,7 @@ absl::StatusOr<double> RelDiff(DataType t, const void* x, const void* y, int64_t
 // Agreement demanded of a member with cuBLAS: both round differently
 // (accumulation order, tf32 truncation, output rounding).
 double Tolerance(const TuningShape& s) {
-  if (s.dtype == DataType::kFp32) return s.allow_tf32 ? 1e-2 : 1e-4;
+  if (s.out_dtype == DataType::kFp32) return s.allow_tf32 ? 1e-2 : 1e-4;
   return 3e-2;
 }
 
@@ -195,8 +244,10 @@ absl::StatusOr<std::unique_ptr<PortfolioRunner>> PortfolioRunner::Create(const T
   const size_t in_es = DataTypeSize(shape.dtype);
   if (!shape.grouped) {
     const Dims dims = DimsOf(shape, shape.m);
+    const size_t a_es = DataTypeSize(shape.dtype), b_es = DataTypeSize(shape.b_dtype);
+    const size_t out_es = DataTypeSize(shape.out_dtype);
     const size_t set_bytes =
-        (dims.a_elems + dims.b_elems) * in_es * shape.batch + dims.d_elems * in_es * shape.batch;
+        (dims.a_elems * a_es + dims.b_elems * b_es + dims.d_elems * out_es) * shape.batch;
     d.sets = RotatingSets(set_bytes, prop.l2CacheSize);
     for (int set = 0; set < d.sets; ++set) {
       GemmArguments g;
@@ -206,28 +257,41 @@ absl::StatusOr<std::unique_ptr<PortfolioRunner>> PortfolioRunner::Create(const T
       g.batch_count = shape.batch;
       g.allow_tf32 = shape.allow_tf32;
       absl::StatusOr<void*> a =
-          d.Keep(RandomBuffer(shape.dtype, dims.a_elems * shape.batch, 11 + set));
+          d.Keep(RandomInput(shape.dtype, dims.a_elems * shape.batch, 11 + set));
       if (!a.ok()) return a.status();
       absl::StatusOr<void*> b =
-          d.Keep(RandomBuffer(shape.dtype, dims.b_elems * shape.batch, 101 + set));
+          d.Keep(RandomInput(shape.b_dtype, dims.b_elems * shape.batch, 101 + set));
       if (!b.ok()) return b.status();
-      absl::StatusOr<void*> out = d.Keep(PoisonedBuffer(dims.d_elems * shape.batch * in_es));
+      absl::StatusOr<void*> out = d.Keep(PoisonedBuffer(dims.d_elems * shape.batch * out_es));
       if (!out.ok()) return out.status();
       const int64_t batched = shape.batch > 1 ? 1 : 0;
       g.a = MatrixDesc{*a, shape.dtype, shape.a, dims.lda, batched * dims.a_elems};
-      g.b = MatrixDesc{*b, shape.dtype, shape.b, dims.ldb, batched * dims.b_elems};
-      g.d = MatrixDesc{*out, shape.dtype, shape.d, dims.ldd, batched * dims.d_elems};
+      g.b = MatrixDesc{*b, shape.b_dtype, shape.b, dims.ldb, batched * dims.b_elems};
+      g.d = MatrixDesc{*out, shape.out_dtype, shape.d, dims.ldd, batched * dims.d_elems};
       g.c = g.d;
+      if (shape.scales != gemm_kernels::ScaleMode::kNone) {
+        g.a_scale.mode = g.b_scale.mode = shape.scales;
+        absl::StatusOr<void*> sa =
+            d.Keep(RandomScales(Gemm::ScaleCount(g, g.a_scale, true) * shape.batch, 7 + set));
+        if (!sa.ok()) return sa.status();
+        absl::StatusOr<void*> sb =
+            d.Keep(RandomScales(Gemm::ScaleCount(g, g.b_scale, false) * shape.batch, 77 + set));
+        if (!sb.ok()) return sb.status();
+        g.a_scale.ptr = static_cast<const float*>(*sa);
+        g.b_scale.ptr = static_cast<const float*>(*sb);
+      }
       d.single.push_back(g);
     }
-    absl::StatusOr<void*> ref = d.Keep(PoisonedBuffer(dims.d_elems * shape.batch * in_es));
+    absl::StatusOr<void*> ref = d.Keep(PoisonedBuffer(dims.d_elems * shape.batch * out_es));
     if (!ref.ok()) return ref.status();
     d.reference.push_back(*ref);
     GemmArguments g = d.single[0];
     g.d.ptr = *ref;
     g.c = g.d;
     CublasGemm reference;
-    s = reference.Initialize(ctx, CublasMethod::kStridedBatched, g);
+    // FP8 runs in cuBLAS only through cuBLASLt (its heuristic's algorithm).
+    s = reference.Initialize(
+        ctx, ::gemm::IsFp8(shape.dtype) ? CublasMethod::kLt : CublasMethod::kStridedBatched, g);
     if (s.ok()) s = reference.Run();
     if (s.ok()) s = Cuda(cudaStreamSynchronize(static_cast<cudaStream_t>(ctx->stream())), "reference");
     if (!s.ok()) return absl::InternalError(absl::StrCat("the cuBLAS reference failed: ", s.message()));
@@ -389,8 +453,8 @@ absl::Status PortfolioRunner::Prepare(const CandidateId& c) {
       GEMM_RETURN_IF_ERROR(CublasGemm::CanImplement(method, d.single[0]));
       for (int set = 0; set < d.sets; ++set) {
         auto g = std::make_unique<CublasGemm>();
-        GEMM_RETURN_IF_ERROR(g->Initialize(ctx_, method, d.single[set],
-                                           method == CublasMethod::kLt ? &c.lt : nullptr));
+        const bool configured = method == CublasMethod::kLt && !IsLtHeuristic(c);
+        GEMM_RETURN_IF_ERROR(g->Initialize(ctx_, method, d.single[set], configured ? &c.lt : nullptr));
         m->kernel = g->kernel_name();
         m->cublas.push_back(std::move(g));
       }
@@ -411,7 +475,7 @@ absl::Status PortfolioRunner::Prepare(const CandidateId& c) {
   }
   // One run on set 0 into a poisoned D, checked against cuBLAS.
   const cudaStream_t stream = static_cast<cudaStream_t>(ctx_->stream());
-  const size_t es = DataTypeSize(d.shape.dtype);
+  const size_t es = DataTypeSize(d.shape.out_dtype);
   std::vector<std::pair<void*, int64_t>> outputs;  // D of set 0, elements
   if (!d.shape.grouped) {
     outputs.push_back({const_cast<void*>(d.single[0].d.ptr),
@@ -429,7 +493,7 @@ absl::Status PortfolioRunner::Prepare(const CandidateId& c) {
   GEMM_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream), m->kernel.c_str()));
   for (size_t i = 0; i < outputs.size(); ++i) {
     absl::StatusOr<double> diff =
-        RelDiff(d.shape.dtype, outputs[i].first, d.reference[i], outputs[i].second);
+        RelDiff(d.shape.out_dtype, outputs[i].first, d.reference[i], outputs[i].second);
     if (!diff.ok()) return diff.status();
     if (!(*diff <= Tolerance(d.shape))) {
       return absl::InternalError(absl::StrCat(m->kernel, " disagrees with cuBLAS: relative difference ",

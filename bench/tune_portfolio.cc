@@ -17,9 +17,12 @@
 // rounds of 8 launches), --lt_algorithms=4 (cuBLASLt heuristic algorithms
 // tried per shape), --finalists=2, --margin=0.01, --buckets_per_octave=4.
 //
+// The cuBLAS column is cuBLAS's own call for the class, for FP8 classes
+// cuBLASLt with its heuristic's first algorithm.
+//
 // Method (bench/README.md): random inputs rotated over sets that exceed the
 // L2 four times, outputs poisoned with 0xFF and each member's first output
-// checked against cuBLAS, warm-up (each burst round and each sustained run
+// checked against cuBLAS (cuBLASLt for FP8), warm-up (each burst round and each sustained run
 // starts with a burst), medians.
 #include <cuda_runtime.h>
 
@@ -140,8 +143,15 @@ std::string UtcNow() {
   return buf;
 }
 
+// The cuBLAS baseline of a class: cuBLAS's own call for it, or for FP8
+// cuBLASLt with its heuristic's first algorithm (a kCublasLt member with no
+// configuration).
 CandidateId CublasFor(const ShapeClass& c) {
   CandidateId id;
+  if (::gemm::IsFp8(c.in_dtype)) {
+    id.family = CandidateFamily::kCublasLt;
+    return id;
+  }
   id.family = c.kind == gemm_kernels::tuning::LaunchKind::kGrouped
                   ? CandidateFamily::kCublasGrouped
                   : (c.batch > 1 ? CandidateFamily::kCublasStridedBatched

@@ -20,6 +20,29 @@ bool Positive(const std::string& s, int64_t* out) {
   return absl::SimpleAtoi(s, out) && *out >= 1;
 }
 
+// A_FORMATxB_FORMAT/SCALES: e4m3xe4m3, e4m3xe5m2 or e5m2xe4m3, then tensor
+// or channel; bf16 outputs.
+bool ParseFp8(const std::string& v, TuningShape* s) {
+  const std::vector<std::string> parts = absl::StrSplit(v, '/');
+  if (parts.size() != 2) return false;
+  if (parts[0] == "e4m3xe4m3") {
+    s->dtype = s->b_dtype = DataType::kFp8E4m3;
+  } else if (parts[0] == "e4m3xe5m2") {
+    s->dtype = DataType::kFp8E4m3;
+    s->b_dtype = DataType::kFp8E5m2;
+  } else if (parts[0] == "e5m2xe4m3") {
+    s->dtype = DataType::kFp8E5m2;
+    s->b_dtype = DataType::kFp8E4m3;
+  } else {
+    return false;
+  }
+  if (parts[1] != "tensor" && parts[1] != "channel") return false;
+  s->scales = parts[1] == "tensor" ? gemm_kernels::ScaleMode::kTensor
+                                   : gemm_kernels::ScaleMode::kChannel;
+  s->out_dtype = DataType::kBf16;
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TuningShape>> ParseTuningShapes(const std::string& text) {
@@ -43,8 +66,15 @@ absl::StatusOr<std::vector<TuningShape>> ParseTuningShapes(const std::string& te
     } else if (t[2] == "tf32" || t[2] == "fp32") {
       s.dtype = DataType::kFp32;
       s.allow_tf32 = t[2] == "tf32";
-    } else {
-      return Bad(line_no, absl::StrCat("dtype \"", t[2], "\" is not bf16, fp16, tf32 or fp32"));
+    } else if (!ParseFp8(t[2], &s)) {
+      return Bad(line_no, absl::StrCat("dtype \"", t[2],
+                                       "\" is not bf16, fp16, tf32, fp32 or FP8 such as "
+                                       "e4m3xe5m2/tensor"));
+    }
+    if (!::gemm::IsFp8(s.dtype)) {
+      s.b_dtype = s.out_dtype = s.dtype;
+    } else if (s.grouped) {
+      return Bad(line_no, "FP8 shapes are single launches");
     }
     const char* names_single[] = {"M", "N", "K", "BATCH"};
     const char* names_grouped[] = {"COUNT", "M_LO", "M_HI", "N", "K", "SEED"};
@@ -69,6 +99,8 @@ absl::StatusOr<std::vector<TuningShape>> ParseTuningShapes(const std::string& te
         }
         Layout* fields[] = {&s.a, &s.b, &s.d};
         for (int i = 0; i < 3; ++i) *fields[i] = l[i] == 'R' ? Layout::kRowMajor : Layout::kColMajor;
+        if (::gemm::IsFp8(s.dtype) && (s.a != Layout::kRowMajor || s.b != Layout::kColMajor))
+          return Bad(line_no, "FP8 operands are K-major: LAYOUT RCR or RCC");
       }
     } else {
       if (t.size() != 9) return Bad(line_no, "expected NAME grouped DTYPE COUNT M_LO M_HI N K SEED");
@@ -107,7 +139,10 @@ const char* DefaultTuningShapes() {
       "sk_bf16_1920x1920x8192 single bf16 1920 1920 8192\n"
       "skinny_bf16_7x8192     single bf16 7 8192 8192\n"
       "batched_bf16_128_x1024 single bf16 128 128 128 1024\n"
-      "grouped_bf16_32        grouped bf16 32 16 2048 4096 2048 20261130\n";
+      "grouped_bf16_32        grouped bf16 32 16 2048 4096 2048 20261130\n"
+      "fp8_e4m3_tensor_4096   single e4m3xe4m3/tensor 4096 4096 4096\n"
+      "fp8_e4m3_tensor_8192   single e4m3xe4m3/tensor 8192 8192 8192\n"
+      "fp8_e4m3xe5m2_channel_4096 single e4m3xe5m2/channel 4096 4096 4096\n";
 }
 
 }  // namespace gemm_bench

@@ -35,6 +35,30 @@ TEST(TuningShapesTest, ParsesSingleAndGroupedLines) {
   EXPECT_EQ((*s)[3].seed, 5u);
 }
 
+TEST(TuningShapesTest, ParsesFp8Pairings) {
+  absl::StatusOr<std::vector<TuningShape>> s = ParseTuningShapes(
+      "t single e4m3xe4m3/tensor 4096 4096 4096\n"
+      "c single e4m3xe5m2/channel 64 128 256 2 RCC\n"
+      "r single e5m2xe4m3/tensor 1 2 3\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->size(), 3u);
+  EXPECT_EQ((*s)[0].dtype, DataType::kFp8E4m3);
+  EXPECT_EQ((*s)[0].b_dtype, DataType::kFp8E4m3);
+  EXPECT_EQ((*s)[0].out_dtype, DataType::kBf16);
+  EXPECT_EQ((*s)[0].scales, gemm_kernels::ScaleMode::kTensor);
+  EXPECT_EQ((*s)[1].b_dtype, DataType::kFp8E5m2);
+  EXPECT_EQ((*s)[1].scales, gemm_kernels::ScaleMode::kChannel);
+  EXPECT_EQ((*s)[1].batch, 2);
+  EXPECT_EQ((*s)[1].d, Layout::kColMajor);
+  EXPECT_EQ((*s)[2].dtype, DataType::kFp8E5m2);
+  // Other types keep one format and no scales.
+  s = ParseTuningShapes("a single fp16 1 2 3\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ((*s)[0].b_dtype, DataType::kFp16);
+  EXPECT_EQ((*s)[0].out_dtype, DataType::kFp16);
+  EXPECT_EQ((*s)[0].scales, gemm_kernels::ScaleMode::kNone);
+}
+
 TEST(TuningShapesTest, ErrorsNameTheLineAndField) {
   struct Case {
     const char* text;
@@ -50,6 +74,11 @@ TEST(TuningShapesTest, ErrorsNameTheLineAndField) {
       {"g grouped bf16 4 100 10 64 64 1\n", "M_LO is above M_HI"},
       {"g grouped tf32 4 1 10 64 64 1\n", "bf16 or fp16"},
       {"# nothing\n", "holds no shape"},
+      {"f single e4m3xe5m2 1 1 1\n", "line 1: dtype \"e4m3xe5m2\""},
+      {"f single e5m2xe5m2/tensor 1 1 1\n", "line 1: dtype"},
+      {"f single e4m3xe4m3/block 1 1 1\n", "line 1: dtype"},
+      {"f single e4m3xe4m3/tensor 1 1 1 RRR\n", "FP8 operands are K-major"},
+      {"f grouped e4m3xe4m3/tensor 4 1 10 64 64 1\n", "FP8 shapes are single launches"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<std::vector<TuningShape>> s = ParseTuningShapes(c.text);
@@ -62,13 +91,15 @@ TEST(TuningShapesTest, ErrorsNameTheLineAndField) {
 TEST(TuningShapesTest, TheDefaultListParsesAndCoversEachSet) {
   absl::StatusOr<std::vector<TuningShape>> s = ParseTuningShapes(DefaultTuningShapes());
   ASSERT_TRUE(s.ok()) << s.status();
-  bool batched = false, grouped = false, tf32 = false;
+  bool batched = false, grouped = false, tf32 = false, fp8_tensor = false, fp8_channel = false;
   for (const TuningShape& t : *s) {
     batched = batched || t.batch > 1;
     grouped = grouped || t.grouped;
     tf32 = tf32 || t.allow_tf32;
+    fp8_tensor = fp8_tensor || t.scales == gemm_kernels::ScaleMode::kTensor;
+    fp8_channel = fp8_channel || t.scales == gemm_kernels::ScaleMode::kChannel;
   }
-  EXPECT_TRUE(batched && grouped && tf32);
+  EXPECT_TRUE(batched && grouped && tf32 && fp8_tensor && fp8_channel);
 }
 
 }  // namespace

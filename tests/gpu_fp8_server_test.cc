@@ -7,6 +7,8 @@
 // checked against the float64 product of the dequantized operands. Skips
 // where no CUDA device is visible (CI); on a GPU without sm_90a it checks
 // that FP8 is refused by field.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <atomic>
 #include <future>
@@ -27,9 +29,13 @@
 #include "client/gemm_client.h"
 #include "client/matrix_view.h"
 #include "common/fp8.h"
+#include "kernels/cublas/cublas_gemm.h"
+#include "kernels/tuning/shape_class.h"
+#include "kernels/tuning/tuning_table.h"
 #include "service/cuda_executor.h"
 #include "service/metrics.h"
 #include "service/server.h"
+#include "service/version.h"
 #include "tests/fp8_test_util.h"
 #include "tests/test_util.h"
 
@@ -274,6 +280,105 @@ TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProble
     EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(e.c.out)) << r->kernel();
     EXPECT_EQ(r->results(0).a_precision().scale_mode(), ToProto(e.c.sa));
   }
+  client->reset();
+  (*server)->Shutdown(absl::Seconds(10));
+}
+
+namespace gk = gemm_kernels;
+namespace gt = gemm_kernels::tuning;
+
+// The kernel's view of a K-major `c` (A row-major, B stored n x k) with
+// placeholder device pointers aligned like the executor's buffers, for
+// computing its class and asking cuBLASLt for algorithms (neither reads it).
+gk::GemmArguments KMajorArgs(const Fp8Case& c) {
+  auto* base = reinterpret_cast<const unsigned char*>(uintptr_t{1} << 20);
+  gk::GemmArguments a;
+  a.m = static_cast<int64_t>(c.m);
+  a.n = static_cast<int64_t>(c.n);
+  a.k = static_cast<int64_t>(c.k);
+  a.a = {base, c.fa, gk::Layout::kRowMajor, a.k, 0};
+  a.b = {base, c.fb, gk::Layout::kColMajor, a.k, 0};
+  a.d = {base, c.out, c.layout_d, c.layout_d == Layout::kRowMajor ? a.n : a.m, 0};
+  a.c = a.d;
+  a.a_scale = {c.sa, reinterpret_cast<const float*>(base)};
+  a.b_scale = {c.sb, reinterpret_cast<const float*>(base)};
+  return a;
+}
+
+// Under the table policy an FP8 class the table sends to cuBLASLt runs the
+// algorithm the table names; an FP8 class it gives to our kernel, and one
+// it does not list, run our FP8 kernel.
+TEST_F(GpuFp8ServerTest, TablePolicyRunsTheTableChoiceForFp8Classes) {
+  SkipUnlessHopper();
+  auto ctx = gk::cublas::CublasContext::Create(nullptr, {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  const gt::TableKey key{server_->backend().devices.front().name, std::to_string(driver),
+                         std::to_string(runtime), std::to_string((*ctx)->version()), kVersion};
+  auto make = [](uint64_t m, DType fb, ScaleMode mode) {
+    Fp8Case c;
+    c.m = m;
+    c.n = 256;
+    c.k = 512;
+    c.fa = DType::kFp8E4m3;
+    c.fb = fb;
+    c.sa = c.sb = mode;
+    c.transpose_b = true;  // B stored n x k row-major: K-major
+    c.out = DType::kBf16;
+    return c;
+  };
+  const Fp8Case to_lt = make(384, DType::kFp8E4m3, ScaleMode::kTensor);
+  const Fp8Case to_ours = make(1024, DType::kFp8E5m2, ScaleMode::kChannel);
+  const Fp8Case unlisted = make(2048, DType::kFp8E4m3, ScaleMode::kChannel);
+  auto algos = gk::cublas::CublasGemm::LtAlgorithms(**ctx, KMajorArgs(to_lt), 1);
+  ASSERT_TRUE(algos.ok() && !algos->empty()) << "cuBLASLt offers no FP8 algorithm";
+  gt::TuningTable table(key, 4);
+  gt::TableEntry lt;
+  lt.shape = gt::ClassOf(KMajorArgs(to_lt), 4);
+  lt.choice.family = gt::CandidateFamily::kCublasLt;
+  lt.choice.lt = algos->front();
+  lt.sustained_us = lt.interleaved_us = 1;
+  ASSERT_TRUE(table.Put(lt).ok());
+  gt::TableEntry ours = lt;
+  ours.shape = gt::ClassOf(KMajorArgs(to_ours), 4);
+  ours.choice = gt::CandidateId::Heuristic();
+  ASSERT_TRUE(table.Put(ours).ok());
+  ASSERT_NE(gt::ClassOf(KMajorArgs(unlisted), 4), lt.shape);
+
+  ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.backend = "cuda";
+  o.cuda.calibrate = false;
+  o.cuda.portfolio.policy = gpu::KernelPolicy::kTable;
+  o.cuda.portfolio.table = std::make_shared<const gt::TuningTable>(table);
+  o.cuda.portfolio.table_path = "fp8 test table";
+  auto server = GemmServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientOptions co;
+  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
+  co.default_timeout = absl::Seconds(120);
+  auto client = Client::Create(co);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::mt19937 rng(23);
+  const std::pair<const Fp8Case*, std::string> cases[] = {
+      {&to_lt, gt::CandidateToString(lt.choice)},
+      {&to_ours, "sm90_tma_wgmma"},
+      {&unlisted, "sm90_tma_wgmma"},
+  };
+  for (const auto& [c, kernel] : cases) {
+    SCOPED_TRACE(c->Describe());
+    std::unique_ptr<BuiltProblem> built = Build(*c, &rng);
+    v1::GemmRequest request;
+    *request.add_problems() = built->problem;
+    GemmResult r = (*client)->Gemm(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(r->kernel(), HasSubstr(kernel));
+    EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(c->out)) << r->kernel();
+  }
+  const std::string metrics = (*server)->metrics()->Scrape();
+  EXPECT_THAT(metrics, HasSubstr("kernel_kind=\"single/cublaslt_fp8\""));
   client->reset();
   (*server)->Shutdown(absl::Seconds(10));
 }

@@ -60,7 +60,7 @@ LD_DEBUG=files "$server_bin" --version >"$work/ld_debug" 2>&1
 grep -q 'file=' "$work/ld_debug" || fail "LD_DEBUG=files printed nothing: $(head -5 "$work/ld_debug")"
 grep -q 'file=libcublas' "$work/ld_debug" \
   && fail "--version loads cuBLAS: $(grep 'file=libcublas' "$work/ld_debug" | head -3)"
-printf 'gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\n' \
+printf 'gemm_tuning_table 2\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\n' \
   >"$work/empty.table"
 "$server_bin" --listen=127.0.0.1:0 --metrics_listen= --backend=cpu --kernel_policy=cublas \
   --tuning_table="$work/empty.table" --port_file="$work/cpu_port" >"$work/cpu_log" 2>&1 &
@@ -79,7 +79,7 @@ rc=$?
 [ "$rc" -eq 2 ] || fail "--tuning_table of a missing file exited $rc, want 2"
 grep -q -- "--tuning_table: tuning table: cannot read $work/absent.table" "$work/table" \
   || fail "missing table refusal: $(cat "$work/table")"
-printf 'gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\nclass kind=single in=bf16\n' \
+printf 'gemm_tuning_table 2\ngpu NVIDIA H200\ndriver 13000\ncuda_runtime 13000\ncublas 130100\nbuild 0.1.0\nbuckets_per_octave 4\nclass kind=single in=bf16\n' \
   >"$work/bad.table"
 "$server_bin" --tuning_table="$work/bad.table" --listen=127.0.0.1:0 --metrics_listen= \
   --backend=cpu >"$work/table" 2>&1

@@ -242,6 +242,9 @@ const char* FamilyLabel(CandidateFamily family) {
 
 std::vector<CandidateId> BasePortfolio(const ShapeClass& c) {
   std::vector<CandidateId> out = {DefaultCandidate(c.kind)};
+  // FP8: our FP8 kernel picks its own configuration, and cuBLAS runs FP8
+  // only through cuBLASLt, whose algorithms the GPU side appends.
+  if (::gemm::IsFp8(c.in_dtype)) return out;
   const bool hopper_inputs = c.in_dtype != DataType::kFp32 || c.allow_tf32;
   if (c.kind == LaunchKind::kGrouped) {
     if (c.in_dtype != DataType::kFp32) {

@@ -83,6 +83,8 @@ const char* FamilyLabel(CandidateFamily family);
 // the GPU side appends them (kernels/cublas/). Our forced configurations
 // apply to the Hopper kernel's 16-bit and tf32 inputs; strict fp32 runs
 // only the portable kernel, so there the list holds the default and cuBLAS.
+// FP8 classes hold the default alone (cuBLAS takes FP8 only through
+// cuBLASLt, appended on the GPU side).
 std::vector<CandidateId> BasePortfolio(const ShapeClass& c);
 
 // The TileHint and ScheduleHint names of the text forms ("128x256",

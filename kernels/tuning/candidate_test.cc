@@ -65,6 +65,12 @@ TEST(CandidateTest, PortfolioStartsWithTheDefaultAndPicksTheCublasCall) {
   EXPECT_EQ(g.front(), CandidateId::OursGroupedHeuristic());
   EXPECT_EQ(g.front(), DefaultCandidate(LaunchKind::kGrouped));
   EXPECT_EQ(g.back().family, CandidateFamily::kCublasGrouped);
+
+  // FP8: our FP8 kernel alone; cuBLASLt's algorithms come from the GPU side.
+  ShapeClass fp8 = Single(DataType::kFp8E4m3, false, 1);
+  fp8.in_b_dtype = DataType::kFp8E5m2;
+  fp8.a_scales = fp8.b_scales = ScaleMode::kTensor;
+  EXPECT_EQ(BasePortfolio(fp8), std::vector<CandidateId>{CandidateId::Heuristic()});
 }
 
 TEST(CandidateTest, ParsingIsStrict) {

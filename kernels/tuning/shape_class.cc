@@ -32,13 +32,27 @@ absl::Status FieldError(const std::string& field, const std::string& value,
 }
 
 absl::Status ParseDType(const std::string& field, const std::string& v, DataType* out) {
-  for (DataType t : {DataType::kFp32, DataType::kFp16, DataType::kBf16}) {
+  static constexpr DataType kTypes[] = {DataType::kFp32, DataType::kFp16, DataType::kBf16,
+                                        DataType::kFp8E4m3, DataType::kFp8E5m2};
+  for (DataType t : kTypes) {
     if (v == DataTypeName(t)) {
       *out = t;
       return absl::OkStatus();
     }
   }
-  return FieldError(field, v, "is not one of fp32, fp16, bf16");
+  std::string names;
+  for (DataType t : kTypes) absl::StrAppend(&names, names.empty() ? "" : ", ", DataTypeName(t));
+  return FieldError(field, v, absl::StrCat("is not one of ", names));
+}
+
+absl::Status ParseScales(const std::string& field, const std::string& v, ScaleMode* out) {
+  for (ScaleMode s : {ScaleMode::kNone, ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+    if (v == ScaleModeName(s)) {
+      *out = s;
+      return absl::OkStatus();
+    }
+  }
+  return FieldError(field, v, "is not one of none, tensor, channel, block");
 }
 
 absl::Status ParseLayout(const std::string& field, const std::string& v, Layout* out) {
@@ -72,8 +86,9 @@ absl::Status ParseEdge(const std::string& field, const std::string& v, int per_o
 }
 
 auto Tie(const ShapeClass& c) {
-  return std::make_tuple(c.kind, c.in_dtype, c.out_dtype, c.allow_tf32, c.a_layout, c.b_layout,
-                         c.d_layout, c.sector_aligned, c.m, c.n, c.k, c.batch, c.group);
+  return std::make_tuple(c.kind, c.in_dtype, c.in_b_dtype, c.out_dtype, c.allow_tf32, c.a_scales,
+                         c.b_scales, c.a_layout, c.b_layout, c.d_layout, c.sector_aligned, c.m,
+                         c.n, c.k, c.batch, c.group);
 }
 
 }  // namespace
@@ -112,7 +127,10 @@ ShapeClass ClassOf(const GemmArguments& args, int buckets_per_octave) {
   ShapeClass c;
   c.kind = LaunchKind::kSingle;
   c.in_dtype = args.a.dtype;
+  c.in_b_dtype = args.b.dtype;
   c.out_dtype = args.d.dtype;
+  c.a_scales = args.a_scale.mode;
+  c.b_scales = args.b_scale.mode;
   c.allow_tf32 = args.a.dtype == DataType::kFp32 && args.allow_tf32;
   c.a_layout = args.a.layout;
   c.b_layout = args.b.layout;
@@ -148,15 +166,18 @@ absl::StatusOr<ShapeClass> GroupedClassOf(const std::vector<GemmArguments>& memb
 }
 
 const std::vector<std::string>& ClassFieldNames() {
-  static const std::vector<std::string> names = {"kind", "in", "out", "tf32", "a",     "b",    "d",
-                                                 "aligned", "m", "n",  "k",    "batch", "group"};
+  static const std::vector<std::string> names = {
+      "kind", "in", "in_b",    "out", "tf32", "sa", "sb",    "a",
+      "b",    "d",  "aligned", "m",   "n",    "k",  "batch", "group"};
   return names;
 }
 
 std::string ClassToString(const ShapeClass& c) {
   return absl::StrCat("kind=", c.kind == LaunchKind::kSingle ? "single" : "grouped",
-                      " in=", DataTypeName(c.in_dtype), " out=", DataTypeName(c.out_dtype),
-                      " tf32=", c.allow_tf32 ? 1 : 0, " a=", LayoutName(c.a_layout),
+                      " in=", DataTypeName(c.in_dtype), " in_b=", DataTypeName(c.in_b_dtype),
+                      " out=", DataTypeName(c.out_dtype), " tf32=", c.allow_tf32 ? 1 : 0,
+                      " sa=", ScaleModeName(c.a_scales), " sb=", ScaleModeName(c.b_scales),
+                      " a=", LayoutName(c.a_layout),
                       " b=", LayoutName(c.b_layout), " d=", LayoutName(c.d_layout),
                       " aligned=", c.sector_aligned ? 1 : 0, " m=", c.m, " n=", c.n, " k=", c.k,
                       " batch=", c.batch, " group=", c.group);
@@ -176,24 +197,38 @@ absl::StatusOr<ShapeClass> ClassFromFields(const std::vector<std::string>& v,
   c.kind = v[0] == "single" ? LaunchKind::kSingle : LaunchKind::kGrouped;
   absl::Status s;
   if (!(s = ParseDType(names[1], v[1], &c.in_dtype)).ok()) return s;
-  if (!(s = ParseDType(names[2], v[2], &c.out_dtype)).ok()) return s;
-  if (!(s = ParseFlag(names[3], v[3], &c.allow_tf32)).ok()) return s;
-  if (c.allow_tf32 && c.in_dtype != DataType::kFp32) {
-    return FieldError(names[3], v[3], "applies only to fp32 inputs");
+  if (!(s = ParseDType(names[2], v[2], &c.in_b_dtype)).ok()) return s;
+  if (!(s = ParseDType(names[3], v[3], &c.out_dtype)).ok()) return s;
+  if (!(s = ParseFlag(names[4], v[4], &c.allow_tf32)).ok()) return s;
+  if (!(s = ParseScales(names[5], v[5], &c.a_scales)).ok()) return s;
+  if (!(s = ParseScales(names[6], v[6], &c.b_scales)).ok()) return s;
+  const bool fp8 = ::gemm::IsFp8(c.in_dtype);
+  if (::gemm::IsFp8(c.in_b_dtype) != fp8 || (!fp8 && c.in_b_dtype != c.in_dtype)) {
+    return FieldError(names[2], v[2],
+                      fp8 ? "must be an FP8 type beside an FP8 A" : "must equal in (not FP8)");
   }
-  if (!(s = ParseLayout(names[4], v[4], &c.a_layout)).ok()) return s;
-  if (!(s = ParseLayout(names[5], v[5], &c.b_layout)).ok()) return s;
-  if (!(s = ParseLayout(names[6], v[6], &c.d_layout)).ok()) return s;
-  if (!(s = ParseFlag(names[7], v[7], &c.sector_aligned)).ok()) return s;
+  if (::gemm::IsFp8(c.out_dtype)) return FieldError(names[3], v[3], "is an input type only");
+  if (c.allow_tf32 && c.in_dtype != DataType::kFp32) {
+    return FieldError(names[4], v[4], "applies only to fp32 inputs");
+  }
+  for (int i : {5, 6}) {
+    const ScaleMode mode = i == 5 ? c.a_scales : c.b_scales;
+    if (fp8 && mode == ScaleMode::kNone) return FieldError(names[i], v[i], "FP8 inputs have scales");
+    if (!fp8 && mode != ScaleMode::kNone) return FieldError(names[i], v[i], "applies only to FP8");
+  }
+  if (!(s = ParseLayout(names[7], v[7], &c.a_layout)).ok()) return s;
+  if (!(s = ParseLayout(names[8], v[8], &c.b_layout)).ok()) return s;
+  if (!(s = ParseLayout(names[9], v[9], &c.d_layout)).ok()) return s;
+  if (!(s = ParseFlag(names[10], v[10], &c.sector_aligned)).ok()) return s;
   int64_t* edges[] = {&c.m, &c.n, &c.k, &c.batch, &c.group};
   for (int i = 0; i < 5; ++i) {
-    if (!(s = ParseEdge(names[8 + i], v[8 + i], buckets_per_octave, edges[i])).ok()) return s;
+    if (!(s = ParseEdge(names[11 + i], v[11 + i], buckets_per_octave, edges[i])).ok()) return s;
   }
   if (c.kind == LaunchKind::kSingle && c.group != 1) {
-    return FieldError(names[12], v[12], "must be 1 for a single launch");
+    return FieldError(names[15], v[15], "must be 1 for a single launch");
   }
   if (c.kind == LaunchKind::kGrouped && c.batch != 1) {
-    return FieldError(names[11], v[11], "must be 1 for a grouped launch");
+    return FieldError(names[14], v[14], "must be 1 for a grouped launch");
   }
   return c;
 }

@@ -1,7 +1,8 @@
 // Shape classes for the kernel portfolio's tuning table: the key under which
 // one measured choice of implementation is kept. Plain C++, tested on the CPU.
 //
-// A class holds the element types, the operand and output layouts, whether
+// A class holds the element types (A's and B's, which differ only for FP8
+// pairings), FP8 operands' scale modes, the operand and output layouts, whether
 // every operand's rows start on the L2's 32-byte sectors (rows off the grid
 // cost the Hopper kernel two L2 requests per box row; see
 // config/heuristic.h), and buckets of M, N, K and the batch size, or for a
@@ -43,9 +44,13 @@ enum class LaunchKind { kSingle, kGrouped };
 
 struct ShapeClass {
   LaunchKind kind = LaunchKind::kSingle;
-  DataType in_dtype = DataType::kBf16;
+  DataType in_dtype = DataType::kBf16;    // A's
+  DataType in_b_dtype = DataType::kBf16;  // B's: in_dtype but for FP8 pairings
   DataType out_dtype = DataType::kBf16;
   bool allow_tf32 = false;  // fp32 inputs only; false for 16-bit inputs
+  // FP8 inputs only (kNone otherwise): how op(A) and op(B) are scaled.
+  ScaleMode a_scales = ScaleMode::kNone;
+  ScaleMode b_scales = ScaleMode::kNone;
   Layout a_layout = Layout::kRowMajor;
   Layout b_layout = Layout::kRowMajor;
   Layout d_layout = Layout::kRowMajor;
@@ -70,8 +75,9 @@ ShapeClass ClassOf(const GemmArguments& args, int buckets_per_octave);
 absl::StatusOr<ShapeClass> GroupedClassOf(const std::vector<GemmArguments>& members,
                                           int buckets_per_octave);
 
-// The class as the fields of a table line: "kind=single in=bf16 out=bf16
-// tf32=0 a=row b=col d=row aligned=1 m=4096 n=4096 k=4096 batch=1 group=1".
+// The class as the fields of a table line: "kind=single in=bf16 in_b=bf16
+// out=bf16 tf32=0 sa=none sb=none a=row b=col d=row aligned=1 m=4096 n=4096
+// k=4096 batch=1 group=1".
 std::string ClassToString(const ShapeClass& c);
 
 // The names of the fields of ClassToString, in their order.
@@ -79,7 +85,8 @@ const std::vector<std::string>& ClassFieldNames();
 
 // Parses ClassFieldNames' values, in order, for a table using
 // `buckets_per_octave`; InvalidArgument names the field at fault (an unknown
-// value, a value that is no bucket edge, tf32 with 16-bit inputs).
+// value, a value that is no bucket edge, tf32 with 16-bit inputs, FP8 with
+// a non-FP8 partner or without scales, scales on non-FP8 inputs).
 absl::StatusOr<ShapeClass> ClassFromFields(const std::vector<std::string>& values,
                                            int buckets_per_octave);
 

@@ -117,8 +117,38 @@ TEST(ShapeClassTest, TextRoundTrips) {
     EXPECT_EQ(*back, c);
   }
   EXPECT_EQ(ClassToString(ClassOf(Problem(4096, 4096, 4096), 4)),
-            "kind=single in=bf16 out=bf16 tf32=0 a=row b=col d=row aligned=1 m=4096 n=4096 "
-            "k=4096 batch=1 group=1");
+            "kind=single in=bf16 in_b=bf16 out=bf16 tf32=0 sa=none sb=none a=row b=col d=row "
+            "aligned=1 m=4096 n=4096 k=4096 batch=1 group=1");
+}
+
+// FP8 classes carry B's format and both operands' scale modes.
+TEST(ShapeClassTest, Fp8ClassesKeepFormatsAndScales) {
+  GemmArguments args = Problem(4096, 4096, 4096);
+  args.a.dtype = DataType::kFp8E4m3;
+  args.b.dtype = DataType::kFp8E5m2;
+  args.a_scale.mode = ScaleMode::kTensor;
+  args.b_scale.mode = ScaleMode::kChannel;
+  const ShapeClass c = ClassOf(args, 4);
+  EXPECT_EQ(c.in_dtype, DataType::kFp8E4m3);
+  EXPECT_EQ(c.in_b_dtype, DataType::kFp8E5m2);
+  EXPECT_EQ(c.a_scales, ScaleMode::kTensor);
+  EXPECT_EQ(c.b_scales, ScaleMode::kChannel);
+  EXPECT_EQ(ClassToString(c),
+            "kind=single in=e4m3 in_b=e5m2 out=bf16 tf32=0 sa=tensor sb=channel a=row b=col "
+            "d=row aligned=1 m=4096 n=4096 k=4096 batch=1 group=1");
+  absl::StatusOr<ShapeClass> back = ClassFromFields(Values(c), 4);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, c);
+  ShapeClass same_scales = c;
+  same_scales.b_scales = ScaleMode::kTensor;
+  EXPECT_NE(same_scales, c);
+  // FP8 without scales, and an FP8 A beside a 16-bit B, are refused.
+  std::vector<std::string> v = Values(c);
+  v[5] = "none";
+  EXPECT_EQ(std::string(ClassFromFields(v, 4).status().message()).rfind("sa:", 0), 0u);
+  v = Values(c);
+  v[2] = "bf16";
+  EXPECT_EQ(std::string(ClassFromFields(v, 4).status().message()).rfind("in_b:", 0), 0u);
 }
 
 TEST(ShapeClassTest, ParsingNamesTheFieldAtFault) {
@@ -127,9 +157,11 @@ TEST(ShapeClassTest, ParsingNamesTheFieldAtFault) {
     size_t field;
     std::string value;
     std::string names;
-  } cases[] = {{0, "batched", "kind"}, {1, "int8", "in"},  {3, "1", "tf32"},
-               {4, "diag", "a"},       {7, "yes", "aligned"}, {8, "4000", "m"},
-               {10, "-4", "k"},        {12, "4", "group"}};
+  } cases[] = {{0, "batched", "kind"}, {1, "int8", "in"},     {2, "f16", "in_b"},
+               {2, "e4m3", "in_b"},    {3, "e4m3", "out"},     {4, "1", "tf32"},
+               {5, "tensor", "sa"},    {6, "block", "sb"},     {6, "rows", "sb"},
+               {7, "diag", "a"},       {10, "yes", "aligned"}, {11, "4000", "m"},
+               {13, "-4", "k"},        {15, "4", "group"}};
   for (const Case& bad : cases) {
     std::vector<std::string> v = Values(c);
     v[bad.field] = bad.value;

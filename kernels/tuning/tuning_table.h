@@ -2,15 +2,15 @@
 // the sustained rate on one GPU model with one driver, CUDA runtime, cuBLAS
 // and build of ours. Plain C++, tested on the CPU.
 //
-// File format (text, version 1; parsed strictly, line by line):
-//   gemm_tuning_table 1                      first non-comment line
+// File format (text, version 2; parsed strictly, line by line):
+//   gemm_tuning_table 2                      first non-comment line
 //   gpu NVIDIA H200                          the device name (cudaDeviceProp::name)
 //   driver 13000                             cudaDriverGetVersion
 //   cuda_runtime 13000                       cudaRuntimeGetVersion
 //   cublas 130100                            cublasGetVersion
 //   build 0.1.0                              our version (gemm::kVersion)
 //   buckets_per_octave 4                     the bucket scheme of shape_class.h
-//   class kind=single in=bf16 ... group=1 choice=cublas_gemm_ex sustained_us=12.5 interleaved_us=12.1 default_sustained_us=13.0
+//   class kind=single in=bf16 in_b=bf16 ... group=1 choice=cublas_gemm_ex sustained_us=12.5 interleaved_us=12.1 default_sustained_us=13.0
 //   class ...                                one line per class, no class twice
 // The header lines come in this order, each once; a header value is the rest
 // of its line after one space, non-empty. Class fields are those of
@@ -30,7 +30,7 @@
 namespace gemm_kernels {
 namespace tuning {
 
-constexpr int kTableFormatVersion = 1;
+constexpr int kTableFormatVersion = 2;
 
 // What a table's measurements depend on. A table whose key differs from the
 // process's in any field is not used.

@@ -46,7 +46,7 @@ std::string TempPath(const char* name) {
 TEST(TuningTableTest, SerializeParseRoundTrips) {
   const TuningTable t = TwoEntries();
   const std::string text = t.Serialize({"made by: tune_portfolio tune --shapes=dense"});
-  EXPECT_EQ(text.rfind("gemm_tuning_table 1\ngpu NVIDIA H200\ndriver 13000\n", 0), 0u) << text;
+  EXPECT_EQ(text.rfind("gemm_tuning_table 2\ngpu NVIDIA H200\ndriver 13000\n", 0), 0u) << text;
   EXPECT_NE(text.find("\n# made by: tune_portfolio"), std::string::npos);
   absl::StatusOr<TuningTable> back = TuningTable::Parse(text);
   ASSERT_TRUE(back.ok()) << back.status();
@@ -102,8 +102,8 @@ TEST(TuningTableTest, MalformedFilesNameTheLineAndField) {
   struct Case {
     std::string from, to, expect;
   } cases[] = {
-      {"gemm_tuning_table 1", "gemm_tuning_table 2", "line 1: format version"},
-      {"gemm_tuning_table 1", "some other file", "line 1: not a tuning table"},
+      {"gemm_tuning_table 2", "gemm_tuning_table 1", "line 1: format version"},
+      {"gemm_tuning_table 2", "some other file", "line 1: not a tuning table"},
       {"driver 13000\n", "", "line 3: expected the header line \"driver VALUE\""},
       {"buckets_per_octave 4", "buckets_per_octave 0", "line 7: buckets_per_octave"},
       {"gpu NVIDIA H200", "gpu ", "line 2: expected the header line \"gpu VALUE\""},
@@ -113,7 +113,7 @@ TEST(TuningTableTest, MalformedFilesNameTheLineAndField) {
       {"sustained_us=190.25", "sustained_us=fast", "line 8: sustained_us:"},
       {"interleaved_us=186.5", "interleaved_us=0", "line 8: sustained_us and interleaved_us"},
       {"interleaved_us=186.5", "interleaved_us=186.5 extra=1", "line 8: a class line"},
-      {" k=4096", " q=4096", "line 8: field 11 must be k="},
+      {" k=4096", " q=4096", "line 8: field 14 must be k="},
   };
   for (const Case& c : cases) {
     std::string text = good;
@@ -133,7 +133,7 @@ TEST(TuningTableTest, MalformedFilesNameTheLineAndField) {
   ASSERT_FALSE(t.ok());
   EXPECT_NE(std::string(t.status().message()).find("appears twice"), std::string::npos);
   // A header cut short.
-  EXPECT_FALSE(TuningTable::Parse("gemm_tuning_table 1\ngpu NVIDIA H200\n").ok());
+  EXPECT_FALSE(TuningTable::Parse("gemm_tuning_table 2\ngpu NVIDIA H200\n").ok());
   EXPECT_FALSE(TuningTable::Parse("").ok());
 }
 
@@ -188,7 +188,7 @@ TEST(TuningTableTest, LoadErrorsNameThePath) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   const std::string path = TempPath("broken.table");
-  std::ofstream(path) << "gemm_tuning_table 1\ngpu x\n";
+  std::ofstream(path) << "gemm_tuning_table 2\ngpu x\n";
   absl::StatusOr<LoadedTable> broken = LoadTuningTable(path, H200Key());
   ASSERT_FALSE(broken.ok());
   EXPECT_EQ(broken.status().code(), absl::StatusCode::kInvalidArgument);

@@ -132,16 +132,19 @@ gt::CandidateId Lane::ChooseSingle(const gk::GemmArguments& args, bool determini
       !gk::Gemm::CanImplement(args).ok())
     return gt::CandidateId::Heuristic();
   if (IsFp8(args.a.dtype)) {
-    // The tuner's classes are bf16, fp16 and fp32, so a table has no FP8
-    // entry; the cublas policy runs FP8 through cuBLASLt (its own
-    // heuristic's algorithm) where cuBLASLt takes the problem, our FP8
-    // kernel elsewhere.
-    gt::CandidateId lt;
-    lt.family = gt::CandidateFamily::kCublasLt;
-    if (policy_->policy() == KernelPolicy::kCublas &&
-        gb::CublasGemm::CanImplement(gb::CublasMethod::kLt, args).ok())
+    // cuBLAS runs FP8 only through cuBLASLt: the cublas policy takes its
+    // own heuristic's algorithm, a table the algorithm tuned for the class;
+    // where cuBLASLt does not take the problem, our FP8 kernel runs.
+    if (!gb::CublasGemm::CanImplement(gb::CublasMethod::kLt, args).ok())
+      return gt::CandidateId::Heuristic();
+    if (policy_->policy() == KernelPolicy::kCublas) {
+      gt::CandidateId lt;
+      lt.family = gt::CandidateFamily::kCublasLt;
       return lt;
-    return gt::CandidateId::Heuristic();
+    }
+    const gt::CandidateId chosen =
+        policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
+    return chosen.family == gt::CandidateFamily::kCublasLt ? chosen : gt::CandidateId::Heuristic();
   }
   return policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
 }
@@ -176,9 +179,11 @@ absl::Status Lane::PrepareCublas(LaunchState& ls) {
       return absl::InvalidArgumentError("the member is not a cuBLAS form of a single launch");
   }
   auto blas = std::make_unique<gb::CublasGemm>();
-  // A table names the cuBLASLt algorithm of its classes; FP8 (no class)
-  // takes cuBLASLt's own first choice.
-  const bool table_algo = method == gb::CublasMethod::kLt && !IsFp8(ls.args.a.dtype);
+  // A table names the cuBLASLt algorithm of its classes; FP8 under the
+  // cublas policy takes cuBLASLt's own first choice.
+  const bool table_algo =
+      method == gb::CublasMethod::kLt &&
+      !(IsFp8(ls.args.a.dtype) && policy_->policy() == KernelPolicy::kCublas);
   GEMM_RETURN_IF_ERROR(
       blas->Initialize(cublas_.get(), method, ls.args, table_algo ? &ls.member.lt : nullptr));
   ls.blas = std::move(blas);
