@@ -99,6 +99,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         caller_(CallerIdentity(*context)) {
     service->active_calls_.fetch_add(1);
     const absl::Time received = service->clock()->Now();
+    arrived_ = absl::Now();
     absl::Duration pushback;
     absl::Status st;
     if (request->Valid()) {
@@ -114,6 +115,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       st = service->Admit(
           *context, request_, &response_, DeadlineOf(*context), received,
           [this, received](const absl::Status& s) { Done(s, received); }, &item_, &pushback);
+    if (st.ok()) service->metrics()->RecordRequestStage("admit", absl::Now() - arrived_);
     if (!st.ok()) {
       if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
         SetRetryPushback(context_, pushback);
@@ -129,12 +131,20 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   void OnDone() override {
     GemmServiceImpl* service = service_;
+    if (ran_) {
+      const absl::Time now = absl::Now();
+      service->metrics()->RecordRequestStage("respond", now - answering_);
+      service->metrics()->RecordRequestStage("total", now - arrived_);
+    }
     delete this;
     service->active_calls_.fetch_sub(1);
   }
 
  private:
   void Done(const absl::Status& status, absl::Time received) {
+    // Requests that reached an executor: their responses' time on the way out.
+    ran_ = item_ != nullptr && item_->completed();
+    answering_ = absl::Now();
     service_->Answered("Gemm", caller_, status, received);
     Finish(status.ok() ? SerializeResponse(response_, response_bytes_) : ToGrpcStatus(status));
   }
@@ -146,6 +156,10 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   v1::GemmRequest request_;
   v1::GemmResponse response_;
   std::shared_ptr<WorkItem> item_;
+  // Real-time stamps for gemm_request_stage_seconds: the call's start, and
+  // when its answer began (Done); OnDone follows Done.
+  absl::Time arrived_, answering_;
+  bool ran_ = false;
 };
 
 // One GemmStream: reads requests, admits each, and writes responses in
@@ -163,6 +177,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   }
 
   void OnReadDone(bool ok) override {
+    const absl::Time arrived = absl::Now();
     auto pending = std::make_unique<Pending>();
     absl::Status parsed =
         ok ? ParseRequest(&incoming_, &pending->request) : absl::OkStatus();
@@ -204,6 +219,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
           *context_, p->request, &p->response, DeadlineOf(*context_), received,
           [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
           &p->item, &pushback);
+      if (st.ok()) service_->metrics()->RecordRequestStage("admit", absl::Now() - arrived);
     }
     if (!st.ok()) OnRequestDone(id, p, st, received);
     {
@@ -374,6 +390,24 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
 
 }  // namespace
 
+// A request that reached an executor: its stages from queued to executed,
+// and the executor's parts of "execute" (a GPU's copies each way, or the CPU
+// backend's staging, and the kernels).
+void RecordStages(ServiceMetrics* metrics, const WorkItem& item, const ExecutionReport& report) {
+  const WorkItem::Stamps& t = item.stamps;
+  if (t.queued == absl::Time() || t.executing == absl::Time()) return;  // never queued
+  metrics->RecordRequestStage("queue", t.dispatched - t.queued);
+  metrics->RecordRequestStage("batch", t.executing - t.dispatched);
+  metrics->RecordRequestStage("execute", t.executed - t.executing);
+  if (report.h2d > absl::ZeroDuration() || report.d2h > absl::ZeroDuration()) {
+    metrics->RecordRequestStage("h2d", report.h2d);
+    metrics->RecordRequestStage("d2h", report.d2h);
+  } else {
+    metrics->RecordRequestStage("staging", report.transfer);
+  }
+  metrics->RecordRequestStage("kernel", report.compute);
+}
+
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response) {
   v1::Timing* t = response->mutable_timing();
   t->set_queue_ns(Nanos(report.queue_wait));
@@ -521,6 +555,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     absl::Status s = status;
     if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
     if (!report.backend.empty()) {  // it reached an executor
+      RecordStages(metrics, *raw, report);
       metrics->RecordQueueWait(report.queue_wait);
       for (const auto& [kind, seconds] : report.launches)
         metrics->RecordLaunch(report.backend, kind, seconds, report.device);
@@ -537,6 +572,8 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
         FillReproducibility(report, response);
       }
     }
+    if (!report.backend.empty())
+      metrics->RecordRequestStage("complete", absl::Now() - raw->stamps.executed);
     on_done(s);
   };
   // Refuse what the queue would refuse before sizing the result buffers:
