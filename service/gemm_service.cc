@@ -146,7 +146,10 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     ran_ = item_ != nullptr && item_->completed();
     answering_ = absl::Now();
     service_->Answered("Gemm", caller_, status, received);
-    Finish(status.ok() ? SerializeResponse(response_, response_bytes_) : ToGrpcStatus(status));
+    const grpc::Status answer =
+        status.ok() ? SerializeResponse(response_, response_bytes_) : ToGrpcStatus(status);
+    if (ran_) service_->metrics()->RecordRequestStage("serialize", absl::Now() - answering_);
+    Finish(answer);
   }
 
   GemmServiceImpl* const service_;

@@ -114,7 +114,8 @@ ServiceMetrics::ServiceMetrics()
                     "admit (parse, validate, admit, queue), queue, batch (taken from the queue "
                     "to handed to the executor), execute (its parts: staging, h2d, kernel, "
                     "d2h), complete (results kept, metrics, response filled), respond "
-                    "(serialized and written, unary calls), total (unary calls).")
+                    "(serialized and written, unary calls; its part serialize), total (unary "
+                    "calls).")
               .Register(*registry_)),
       batch_requests_(BuildHistogram()
                           .Name("gemm_batch_requests")

@@ -49,11 +49,11 @@ const char* ShapeClass(const GemmShape& shape);
 // The stages of gemm_request_stage_seconds, in the order a request passes
 // them (docs/operations.md describes each). "staging", "h2d", "kernel" and
 // "d2h" are parts of "execute" as the executor reports them (the CPU
-// backend: staging and kernel; a GPU: h2d, kernel, d2h); "respond" and
-// "total" are unary calls only.
+// backend: staging and kernel; a GPU: h2d, kernel, d2h); "respond",
+// its part "serialize", and "total" are unary calls only.
 inline constexpr const char* kRequestStages[] = {
-    "admit", "queue", "batch", "execute", "staging", "h2d", "kernel", "d2h",
-    "complete", "respond", "total"};
+    "admit", "queue",    "batch",     "execute", "staging", "h2d", "kernel",
+    "d2h",   "complete", "serialize", "respond", "total"};
 
 class ServiceMetrics {
  public:

@@ -78,7 +78,7 @@ TEST(RequestStagesTest, EachRequestThatRanIsCountedOnceInEachOfItsStages) {
            (absl::SleepFor(absl::Milliseconds(1)), true));
   for (const char* stage : {"admit", "queue", "batch", "execute", "staging", "kernel", "complete"})
     EXPECT_EQ(StageCount(scrape, stage), kUnary + 1) << stage;
-  for (const char* stage : {"respond", "total"}) EXPECT_EQ(StageCount(scrape, stage), kUnary) << stage;
+  for (const char* stage : {"serialize", "respond", "total"}) EXPECT_EQ(StageCount(scrape, stage), kUnary) << stage;
   for (const char* stage : {"h2d", "d2h"}) EXPECT_EQ(StageCount(scrape, stage), 0) << stage;
   // The stages lie inside the unary calls' totals.
   EXPECT_GT(StageSum(scrape, "total"), 0);
