@@ -383,7 +383,7 @@ void ResidentStore::AbandonUpload(absl::string_view owner, absl::string_view han
   RunWaiters(std::move(waiters),
              absl::AbortedError(absl::StrCat("the upload of \"", handle, "\" was abandoned after ",
                                              written, " of ", total,
-                                             " bytes (its Transfer.Upload stream failed: ",
+                                             " bytes: its Transfer.Upload stream ended (",
                                              why.message(), "); it is released")));
 }
 

@@ -156,8 +156,8 @@ class ResidentStore {
   // Forgets the waiter of `ticket` (no-op if it has run or gone).
   void CancelWait(absl::string_view handle, uint64_t ticket);
   // Releases the unfinished upload `handle` of `owner` whose bytes will not
-  // all arrive (the stream carrying them failed); its waiters get `why`,
-  // prefixed as ABORTED. No-op for a complete matrix, or one not owner's.
+  // all arrive (the client of a stream carrying them went away); its
+  // waiters get ABORTED saying so, with `why`. No-op for a complete matrix, or one not owner's.
   void AbandonUpload(absl::string_view owner, absl::string_view handle, const absl::Status& why);
 
   // Frees transient matrices and unfinished uploads that have not been used

@@ -75,7 +75,9 @@ class UploadCall final : public TransferCall {
     absl::Status st = Take();
     in_.Clear();
     if (!st.ok()) {
-      Fail(st);
+      // A refused chunk takes no range: the client, told why, may send it
+      // again on another stream, so its uploads stay.
+      End(st);
       return;
     }
     StartRead(&in_);
@@ -83,7 +85,7 @@ class UploadCall final : public TransferCall {
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Fail(absl::CancelledError("the client went away"));
+      Abandon(absl::CancelledError("the client went away"));
       return;
     }
     End(absl::OkStatus());
@@ -125,12 +127,10 @@ class UploadCall final : public TransferCall {
     return absl::OkStatus();
   }
 
-  // A stream that fails takes with it the unfinished uploads it carried
-  // chunks of: no client resends a failed stream's ranges (the C++ and
-  // Python clients release the upload and start over), so their missing
-  // bytes never arrive, and a Gemm waiting on one must hear it now rather
-  // than at the idle timeout.
-  void Fail(const absl::Status& st) {
+  // A stream whose client went away takes with it the unfinished uploads it
+  // carried chunks of: nobody is left to send their missing bytes, and a
+  // Gemm waiting on one must hear it now rather than at the idle timeout.
+  void Abandon(const absl::Status& st) {
     for (const std::string& handle : touched_)
       service_->residents()->AbandonUpload(caller_, handle, st);
     End(st);
