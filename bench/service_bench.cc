@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -15,6 +17,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -23,6 +27,7 @@
 #include "echo/v1/echo.grpc.pb.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "common/dtype.h"
+#include "service/metrics.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, sizes, "64,128,256,512,1024", "square problem sizes");
@@ -37,6 +42,9 @@ ABSL_FLAG(std::string, backend, "auto", "in-process server: auto, cuda or cpu");
 ABSL_FLAG(bool, compare_unbatched, false,
           "in-process: also run a second server that batches nothing (one request per "
           "batch) and print the batched/unbatched ratio");
+ABSL_FLAG(bool, stages, true,
+          "in-process: after each case, the mean time per server-side stage of its Gemm "
+          "requests (gemm_request_stage_seconds)");
 ABSL_FLAG(std::string, target, "",
           "benchmark a running server at host:port instead of an in-process one "
           "(the echo server still runs in-process)");
@@ -47,6 +55,37 @@ namespace {
 using bench::echo::v1::EchoReply;
 using bench::echo::v1::EchoRequest;
 using bench::echo::v1::EchoService;
+
+// Sum and count of gemm_request_stage_seconds per stage, from a scrape.
+std::map<std::string, std::pair<double, double>> StageTotals(const std::string& scrape) {
+  std::map<std::string, std::pair<double, double>> out;
+  for (const char* stage : kRequestStages) {
+    for (const bool sum : {true, false}) {
+      const std::string key = absl::StrCat("gemm_request_stage_seconds_", sum ? "sum" : "count",
+                                           "{stage=\"", stage, "\"} ");
+      const size_t at = scrape.find(key);
+      if (at == std::string::npos) continue;
+      const double v = std::strtod(scrape.c_str() + at + key.size(), nullptr);
+      (sum ? out[stage].first : out[stage].second) = v;
+    }
+  }
+  return out;
+}
+
+// The mean microseconds per stage between two StageTotals, on one line.
+std::string StageMeans(const std::map<std::string, std::pair<double, double>>& before,
+                       const std::map<std::string, std::pair<double, double>>& after) {
+  std::string line = "         stages, mean us:";
+  for (const char* stage : kRequestStages) {
+    auto a = after.find(stage);
+    if (a == after.end()) continue;
+    auto b = before.find(stage);
+    const double sum = a->second.first - (b == before.end() ? 0 : b->second.first);
+    const double count = a->second.second - (b == before.end() ? 0 : b->second.second);
+    if (count > 0) absl::StrAppend(&line, " ", stage, " ", absl::StrFormat("%.0f", 1e6 * sum / count));
+  }
+  return line;
+}
 
 struct Result {
   double requests_per_s = 0;
@@ -220,12 +259,18 @@ int Main() {
     echo_request.set_reply_bytes(reply_bytes);
 
     for (int conc : concurrencies) {
+      const bool stages = absl::GetFlag(FLAGS_stages) && gemm_server != nullptr;
+      const auto stages_before =
+          stages ? StageTotals(gemm_server->metrics()->Scrape())
+                 : std::map<std::string, std::pair<double, double>>();
       Result g = RunLoop(conc, seconds, bytes_per_call, [&](std::function<void(bool)> done) {
         auto ctx = std::make_shared<grpc::ClientContext>();
         auto reply = std::make_shared<v1::GemmResponse>();
         gemm_stub->async()->Gemm(ctx.get(), &request, reply.get(),
                                  [ctx, reply, done](grpc::Status st) { done(st.ok()); });
       });
+      const std::string stage_line =
+          stages ? StageMeans(stages_before, StageTotals(gemm_server->metrics()->Scrape())) : "";
       Result e = RunLoop(conc, seconds, bytes_per_call, [&](std::function<void(bool)> done) {
         auto ctx = std::make_shared<grpc::ClientContext>();
         auto reply = std::make_shared<EchoReply>();
@@ -248,6 +293,7 @@ int Main() {
         failures += u.errors;
       }
       std::printf("%s\n", (g.errors || e.errors) ? "  (errors!)" : "");
+      if (!stage_line.empty()) std::printf("%s\n", stage_line.c_str());
       std::fflush(stdout);
       failures += g.errors + e.errors;
     }

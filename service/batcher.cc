@@ -78,6 +78,8 @@ void Batcher::Run() {
       absl::MutexLock lock(&mu_);
       ++in_flight_;
     }
+    const absl::Time executing = absl::Now();
+    for (const auto& item : batch.items) item->stamps.executing = executing;
     executor_->Execute(std::move(batch));
   }
 }

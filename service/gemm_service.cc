@@ -100,6 +100,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         caller_(CallerIdentity(*context)) {
     service->active_calls_.fetch_add(1);
     const absl::Time received = service->clock()->Now();
+    arrived_ = absl::Now();
     absl::Duration pushback;
     absl::Status st;
     if (request->Valid()) {
@@ -117,7 +118,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
         st = Hold(std::move(unfinished), received, &pushback);
         if (st.ok()) return;  // the wait's end admits or answers it
       } else {
-        st = AdmitNow(received, &pushback);
+        st = AdmitNow(received, arrived_, &pushback);
       }
     }
     if (!st.ok()) {
@@ -149,21 +150,28 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   void OnDone() override {
     GemmServiceImpl* service = service_;
+    if (ran_) {
+      const absl::Time now = absl::Now();
+      service->metrics()->RecordRequestStage("respond", now - answering_);
+      service->metrics()->RecordRequestStage("total", now - arrived_);
+    }
     delete this;
     service->active_calls_.fetch_sub(1);
   }
 
  private:
   // Validates and queues the request (GemmServiceImpl::Admit); the status
-  // to answer with at once when it is refused.
-  absl::Status AdmitNow(absl::Time received, absl::Duration* pushback) {
+  // to answer with at once when it is refused. The "admit" stage runs from
+  // `since`: the call's start, or the end of its wait for uploads.
+  absl::Status AdmitNow(absl::Time received, absl::Time since, absl::Duration* pushback) {
     std::shared_ptr<WorkItem> item;
     // Published before the queue has it: once queued, the item may complete
     // and end this call at any moment, so nothing here runs after Admit.
     absl::Status st = service_->Admit(
         *context_, request_, &response_, DeadlineOf(*context_), received,
         [this, received](const absl::Status& s) { Done(s, received); }, &item, pushback,
-        [this](const std::shared_ptr<WorkItem>& queued) {
+        [this, since](const std::shared_ptr<WorkItem>& queued) {
+          service_->metrics()->RecordRequestStage("admit", absl::Now() - since);
           absl::MutexLock lock(&mu_);
           item_ = queued;
           // OnCancel ran before the item existed: the queue drops it.
@@ -206,7 +214,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     service_->StopWaiting();
     absl::Status st = waited;
     absl::Duration pushback;
-    if (st.ok()) st = AdmitNow(received, &pushback);
+    if (st.ok()) st = AdmitNow(received, absl::Now(), &pushback);
     if (st.ok()) return;  // the item's completion answers it (and releases)
     service_->ReleaseAfterUse(caller_, request_);
     if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
@@ -215,6 +223,12 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void Done(const absl::Status& status, absl::Time received) {
+    // Requests that reached an executor: their responses' time on the way out.
+    {
+      absl::MutexLock lock(&mu_);
+      ran_ = item_ != nullptr && item_->completed();
+    }
+    answering_ = absl::Now();
     service_->Answered("Gemm", caller_, status, received);
     Finish(status.ok() ? SerializeResponse(response_, response_bytes_) : ToGrpcStatus(status));
   }
@@ -225,6 +239,10 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const std::string caller_;
   v1::GemmRequest request_;
   v1::GemmResponse response_;
+  // Real-time stamps for gemm_request_stage_seconds: the call's start, and
+  // when its answer began (Done); OnDone follows Done.
+  absl::Time arrived_, answering_;
+  bool ran_ = false;
 
   absl::Mutex mu_;
   std::shared_ptr<WorkItem> item_ ABSL_GUARDED_BY(mu_);
@@ -247,6 +265,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   }
 
   void OnReadDone(bool ok) override {
+    const absl::Time arrived = absl::Now();
     auto pending = std::make_unique<Pending>();
     absl::Status parsed =
         ok ? ParseRequest(&incoming_, &pending->request) : absl::OkStatus();
@@ -288,6 +307,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
           *context_, p->request, &p->response, DeadlineOf(*context_), received,
           [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
           &p->item, &pushback);
+      if (st.ok()) service_->metrics()->RecordRequestStage("admit", absl::Now() - arrived);
     }
     if (!st.ok()) OnRequestDone(id, p, st, received);
     {
@@ -457,6 +477,24 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
 };
 
 }  // namespace
+
+// A request that reached an executor: its stages from queued to executed,
+// and the executor's parts of "execute" (a GPU's copies each way, or the CPU
+// backend's staging, and the kernels).
+void RecordStages(ServiceMetrics* metrics, const WorkItem& item, const ExecutionReport& report) {
+  const WorkItem::Stamps& t = item.stamps;
+  if (t.queued == absl::Time() || t.executing == absl::Time()) return;  // never queued
+  metrics->RecordRequestStage("queue", t.dispatched - t.queued);
+  metrics->RecordRequestStage("batch", t.executing - t.dispatched);
+  metrics->RecordRequestStage("execute", t.executed - t.executing);
+  if (report.h2d > absl::ZeroDuration() || report.d2h > absl::ZeroDuration()) {
+    metrics->RecordRequestStage("h2d", report.h2d);
+    metrics->RecordRequestStage("d2h", report.d2h);
+  } else {
+    metrics->RecordRequestStage("staging", report.transfer);
+  }
+  metrics->RecordRequestStage("kernel", report.compute);
+}
 
 void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response) {
   v1::Timing* t = response->mutable_timing();
@@ -659,6 +697,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
     // Before the answer: a client that has it may count the handles gone.
     ReleaseHandles(residents_store, caller, release);
     if (!report.backend.empty()) {  // it reached an executor
+      RecordStages(metrics, *raw, report);
       metrics->RecordQueueWait(report.queue_wait);
       for (const auto& [kind, seconds] : report.launches)
         metrics->RecordLaunch(report.backend, kind, seconds, report.device);
@@ -675,6 +714,8 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
         FillReproducibility(report, response);
       }
     }
+    if (!report.backend.empty())
+      metrics->RecordRequestStage("complete", absl::Now() - raw->stamps.executed);
     on_done(s);
   };
   // Refuse what the queue would refuse before sizing the result buffers:

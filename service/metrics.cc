@@ -86,6 +86,12 @@ std::vector<double> LatencyBuckets() {
           50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0,  30.0, 60.0};
 }
 
+// Stages last from microseconds (a hop between threads) to seconds.
+std::vector<double> StageBuckets() {
+  return {5e-6,   10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,
+          10e-3, 25e-3, 50e-3, 0.1,   0.25,   0.5,    1.0,    2.5,  5.0,    10.0};
+}
+
 ServiceMetrics::ServiceMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(BuildCounter()
@@ -101,6 +107,15 @@ ServiceMetrics::ServiceMetrics()
                               .Help("Time admitted requests waited in the queue.")
                               .Register(*registry_)
                               .Add({}, LatencyBuckets())),
+      request_stage_seconds_(
+          BuildHistogram()
+              .Name("gemm_request_stage_seconds")
+              .Help("Time requests spent in each stage on their way through the server: "
+                    "admit (parse, validate, admit, queue), queue, batch (taken from the queue "
+                    "to handed to the executor), execute (its parts: staging, h2d, kernel, "
+                    "d2h), complete (results kept, metrics, response filled), respond "
+                    "(serialized and written, unary calls), total (unary calls).")
+              .Register(*registry_)),
       batch_requests_(BuildHistogram()
                           .Name("gemm_batch_requests")
                           .Help("Requests per batch handed to an executor.")
@@ -208,6 +223,8 @@ ServiceMetrics::ServiceMetrics()
   // before the first failure.
   for (AuthFailureReason r : kAllAuthFailureReasons)
     auth_failures_.Add({{"reason", AuthFailureReasonName(r)}});
+  for (const char* stage : kRequestStages)
+    request_stage_seconds_.Add({{"stage", stage}}, StageBuckets());
 }
 
 ServiceMetrics::~ServiceMetrics() = default;
@@ -271,6 +288,11 @@ void ServiceMetrics::RecordRequest(const std::string& method, int grpc_code,
 
 void ServiceMetrics::RecordAuthFailure(AuthFailureReason reason) {
   auth_failures_.Add({{"reason", AuthFailureReasonName(reason)}}).Increment();
+}
+
+void ServiceMetrics::RecordRequestStage(absl::string_view stage, absl::Duration d) {
+  request_stage_seconds_.Add({{"stage", std::string(stage)}}, StageBuckets())
+      .Observe(absl::ToDoubleSeconds(d));
 }
 
 void ServiceMetrics::RecordQueueWait(absl::Duration wait) {

@@ -46,6 +46,15 @@ class ProcessCollector;
 // Problem size classes by 2*M*N*K, for the flops counter's label.
 const char* ShapeClass(const GemmShape& shape);
 
+// The stages of gemm_request_stage_seconds, in the order a request passes
+// them (docs/operations.md describes each). "staging", "h2d", "kernel" and
+// "d2h" are parts of "execute" as the executor reports them (the CPU
+// backend: staging and kernel; a GPU: h2d, kernel, d2h); "respond" and
+// "total" are unary calls only.
+inline constexpr const char* kRequestStages[] = {
+    "admit", "queue", "batch", "execute", "staging", "h2d", "kernel", "d2h",
+    "complete", "respond", "total"};
+
 class ServiceMetrics {
  public:
   ServiceMetrics();
@@ -67,6 +76,9 @@ class ServiceMetrics {
   // One finished RPC (unary call, or one request of a stream).
   void RecordRequest(const std::string& method, int grpc_code, absl::Duration latency);
   void RecordQueueWait(absl::Duration wait);
+  // One request's time in one stage on its way through the server:
+  // gemm_request_stage_seconds{stage}, `stage` one of kRequestStages.
+  void RecordRequestStage(absl::string_view stage, absl::Duration d);
   // gemm_auth_failures_total{reason}: one call refused by the token check.
   void RecordAuthFailure(AuthFailureReason reason);
   // Gauges read at scrape time: queue depth and in-flight bytes.
@@ -128,6 +140,7 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Histogram& queue_wait_seconds_;
+  prometheus::Family<prometheus::Histogram>& request_stage_seconds_;
   prometheus::Histogram& batch_requests_;
   prometheus::Histogram& batch_problems_;
   prometheus::Family<prometheus::Counter>& launches_;

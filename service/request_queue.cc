@@ -268,6 +268,7 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
     inner(s, r);
   };
   item->enqueued = now;
+  item->stamps.queued = absl::Now();
   item->tenant = name;
   ++queued_per_client_[item->client];
   ++next_seq_;
@@ -427,6 +428,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
       flops += item.flops();
       bytes += item.bytes;
       it->item->report.queue_wait = now - it->item->enqueued;
+      it->item->stamps.dispatched = absl::Now();
       if (it->predicted_s > 0) {
         running_.emplace(it->item.get(), it->predicted_s);
         running_s_ += it->predicted_s;

@@ -77,6 +77,15 @@ struct WorkItem {
   bool deterministic = false;
   absl::Time received;
   absl::Time enqueued;
+  // Real-time stamps (absl::Now, whatever clock `received` and the deadlines
+  // follow) of the request's way through the server, for the per-stage
+  // latency histograms (gemm_request_stage_seconds): queued, taken into a
+  // batch, handed to the executor, and completed (before `done` runs). Each
+  // is written before the next stage begins, by the thread that ends the
+  // previous one.
+  struct Stamps {
+    absl::Time queued, dispatched, executing, executed;
+  } stamps;
   uint64_t bytes = 0;  // operands + results, counted against in-flight limits
   // Resident matrices the problems read (MatrixRef::resident), kept alive
   // until the item completes, even if released meanwhile.
@@ -101,6 +110,7 @@ struct WorkItem {
   // budget) at once, not when the call object goes.
   void Complete(const absl::Status& status) {
     if (completed_.exchange(true)) return;
+    stamps.executed = absl::Now();
     residents.clear();
     shared_regions.clear();
     host_copies.clear();

@@ -554,7 +554,9 @@ TEST_F(GpuFp8ServerTest, DeterministicFp8IsBatchInvariant) {
   for (int i = 0; i < 16; ++i) {
     GemmResult r = calls[i].get();
     ASSERT_TRUE(r.ok()) << r.status();
-    if (i == 7) EXPECT_EQ(r->results(0).data(), first->results(0).data()) << "bits differ";
+    if (i == 7) {
+      EXPECT_EQ(r->results(0).data(), first->results(0).data()) << "bits differ";
+    }
   }
 }
 
