@@ -17,6 +17,7 @@
 #include "common/grpc_status.h"
 #include "service/request_validation.h"
 #include "service/transfer_service.h"
+#include "service/upload_wait.h"
 #include "service/version.h"
 
 namespace gemm {
@@ -111,11 +112,15 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
       st = absl::Now() > DeadlineOf(*context) ? absl::DeadlineExceededError(kNoRequest)
                                               : absl::CancelledError(kNoRequest);
     }
-    if (st.ok())
-      st = service->Admit(
-          *context, request_, &response_, DeadlineOf(*context), received,
-          [this, received](const absl::Status& s) { Done(s, received); }, &item_, &pushback);
-    if (st.ok()) service->metrics()->RecordRequestStage("admit", absl::Now() - arrived_);
+    if (st.ok()) {
+      std::vector<UploadWait::Operand> unfinished = service->UnfinishedUploads(caller_, request_);
+      if (!unfinished.empty()) {
+        st = Hold(std::move(unfinished), received, &pushback);
+        if (st.ok()) return;  // the wait's end admits or answers it
+      } else {
+        st = AdmitNow(received, arrived_, &pushback);
+      }
+    }
     if (!st.ok()) {
       if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
         SetRetryPushback(context_, pushback);
@@ -124,9 +129,23 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
   void OnCancel() override {
-    if (item_ == nullptr) return;
-    item_->cancelled.store(true);
-    service_->queue()->Cancel(item_.get());
+    std::shared_ptr<WorkItem> item;
+    std::shared_ptr<UploadWait> wait;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      item = item_;
+      wait = wait_;
+    }
+    if (wait != nullptr) {
+      // gRPC cancels a call whose deadline passes, too.
+      const bool late = absl::Now() >= DeadlineOf(*context_);
+      wait->Cancel(late ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
+                   late ? "the request's deadline passed" : "the call was cancelled");
+    }
+    if (item == nullptr) return;
+    item->cancelled.store(true);
+    service_->queue()->Cancel(item.get());
   }
 
   void OnDone() override {
@@ -141,9 +160,74 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   }
 
  private:
+  // Validates and queues the request (GemmServiceImpl::Admit); the status
+  // to answer with at once when it is refused. The "admit" stage runs from
+  // `since`: the call's start, or the end of its wait for uploads.
+  absl::Status AdmitNow(absl::Time received, absl::Time since, absl::Duration* pushback) {
+    std::shared_ptr<WorkItem> item;
+    // Published before the queue has it: once queued, the item may complete
+    // and end this call at any moment, so nothing here runs after Admit.
+    absl::Status st = service_->Admit(
+        *context_, request_, &response_, DeadlineOf(*context_), received,
+        [this, received](const absl::Status& s) { Done(s, received); }, &item, pushback,
+        [this, since](const std::shared_ptr<WorkItem>& queued) {
+          service_->metrics()->RecordRequestStage("admit", absl::Now() - since);
+          absl::MutexLock lock(&mu_);
+          item_ = queued;
+          // OnCancel ran before the item existed: the queue drops it.
+          if (cancelled_) queued->cancelled.store(true);
+        });
+    if (!st.ok()) {
+      absl::MutexLock lock(&mu_);
+      item_.reset();
+    }
+    return st;
+  }
+
+  // Holds the request until `unfinished` are complete, then admits it. From
+  // here on the request is taken: its release_after_use operands go however
+  // it ends.
+  absl::Status Hold(std::vector<UploadWait::Operand> unfinished, absl::Time received,
+                    absl::Duration* pushback) {
+    if (absl::Status st = service_->StartWaiting(pushback); !st.ok()) return st;
+    std::shared_ptr<UploadWait> wait = std::make_shared<UploadWait>(
+        service_->residents(), caller_, std::move(unfinished),
+        [this, received](const absl::Status& s) { Resume(s, received); });
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      wait_ = wait;
+      cancelled = cancelled_;
+    }
+    // Either may end the wait (and so this call) before returning: nothing
+    // of this call is touched after it.
+    if (cancelled) {
+      wait->Cancel(absl::StatusCode::kCancelled, "the call was cancelled");
+    } else {
+      wait->Begin();
+    }
+    return absl::OkStatus();
+  }
+
+  // The wait ended: admit the request, or answer it with the wait's failure.
+  void Resume(const absl::Status& waited, absl::Time received) {
+    service_->StopWaiting();
+    absl::Status st = waited;
+    absl::Duration pushback;
+    if (st.ok()) st = AdmitNow(received, absl::Now(), &pushback);
+    if (st.ok()) return;  // the item's completion answers it (and releases)
+    service_->ReleaseAfterUse(caller_, request_);
+    if (st.code() == absl::StatusCode::kResourceExhausted && pushback != absl::ZeroDuration())
+      SetRetryPushback(context_, pushback);
+    Done(st, received);
+  }
+
   void Done(const absl::Status& status, absl::Time received) {
     // Requests that reached an executor: their responses' time on the way out.
-    ran_ = item_ != nullptr && item_->completed();
+    {
+      absl::MutexLock lock(&mu_);
+      ran_ = item_ != nullptr && item_->completed();
+    }
     answering_ = absl::Now();
     service_->Answered("Gemm", caller_, status, received);
     const grpc::Status answer =
@@ -158,11 +242,15 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   const std::string caller_;
   v1::GemmRequest request_;
   v1::GemmResponse response_;
-  std::shared_ptr<WorkItem> item_;
   // Real-time stamps for gemm_request_stage_seconds: the call's start, and
   // when its answer began (Done); OnDone follows Done.
   absl::Time arrived_, answering_;
   bool ran_ = false;
+
+  absl::Mutex mu_;
+  std::shared_ptr<WorkItem> item_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<UploadWait> wait_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // One GemmStream: reads requests, admits each, and writes responses in
@@ -484,12 +572,62 @@ void GemmServiceImpl::Answered(absl::string_view method, absl::string_view calle
   if (!status.ok() && call_log_ != nullptr) call_log_->Failed(method, caller, status);
 }
 
+std::vector<UploadWait::Operand> GemmServiceImpl::UnfinishedUploads(
+    absl::string_view caller, const v1::GemmRequest& request) const {
+  if (residents_ == nullptr || limits_.max_waiting_requests == 0) return {};
+  return UploadWait::Unfinished(*residents_, caller, request);
+}
+
+absl::Status GemmServiceImpl::StartWaiting(absl::Duration* pushback) {
+  const int limit = static_cast<int>(limits_.max_waiting_requests);
+  int now = waiting_.load();
+  do {
+    if (now >= limit) {
+      *pushback = queue_->RetryHint();
+      return WithLimit(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "max_waiting_requests: ", now, " requests already wait for their uploads (the "
+              "limit is ", limit, "); send this one once its uploads are complete")),
+          "max_waiting_requests");
+    }
+  } while (!waiting_.compare_exchange_weak(now, now + 1));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// The handles of `request` marked release_after_use.
+std::vector<std::string> HandlesToRelease(const v1::GemmRequest& request) {
+  std::vector<std::string> out;
+  for (const v1::GemmProblem& p : request.problems())
+    for (const v1::Matrix* m : {&p.a(), &p.b(), &p.c()})
+      if (m->release_after_use() && m->source_case() == v1::Matrix::kHandle)
+        out.push_back(m->handle());
+  return out;
+}
+
+// Releases `handles` of `caller`; one named twice, or released already (by
+// the client, or an abandoned upload), is skipped.
+void ReleaseHandles(ResidentStore* store, absl::string_view caller,
+                    const std::vector<std::string>& handles) {
+  if (store == nullptr) return;
+  for (const std::string& h : handles) store->Release(caller, h).IgnoreError();
+}
+
+}  // namespace
+
+void GemmServiceImpl::ReleaseAfterUse(absl::string_view caller, const v1::GemmRequest& request) {
+  ReleaseHandles(residents_, caller, HandlesToRelease(request));
+}
+
 absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
                                     const v1::GemmRequest& request, v1::GemmResponse* response,
                                     absl::Time deadline, absl::Time received,
                                     std::function<void(const absl::Status&)> on_done,
                                     std::shared_ptr<WorkItem>* item_out,
-                                    absl::Duration* pushback) {
+                                    absl::Duration* pushback,
+                                    const std::function<void(const std::shared_ptr<WorkItem>&)>&
+                                        on_item) {
   ResidentOperands residents;
   if (residents_ != nullptr) {
     // The caller is looked up only for requests that name a handle.
@@ -550,13 +688,17 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   ServiceMetrics* metrics = metrics_;
   WorkItem* raw = item.get();
   ResidentStore* store = keep_results ? residents_ : nullptr;
+  ResidentStore* residents_store = residents_;
   std::atomic<uint64_t>* finished = &finished_;
   item->done = [response, received, clock, metrics, raw, store, caller, deterministic, finished,
+                residents_store, release = HandlesToRelease(request),
                 on_done = std::move(on_done)](
                    const absl::Status& status, const ExecutionReport& report) {
     finished->fetch_add(1);
     absl::Status s = status;
     if (s.ok() && store != nullptr) s = KeepResults(store, caller, response);
+    // Before the answer: a client that has it may count the handles gone.
+    ReleaseHandles(residents_store, caller, release);
     if (!report.backend.empty()) {  // it reached an executor
       RecordStages(metrics, *raw, report);
       metrics->RecordQueueWait(report.queue_wait);
@@ -584,6 +726,7 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   if (absl::Status st = queue_->Precheck(*item, pushback); !st.ok()) return st;
   AttachResults(request, &item->problems, response);
   *item_out = item;
+  if (on_item) on_item(item);
   // The queue says when a refused request may retry (negative: never, e.g.
   // one predicted to outlast its deadline even on an idle server).
   absl::Status st = queue_->Push(item, pushback);
@@ -637,6 +780,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
   l->set_max_queued_bytes(limits_.max_inflight_bytes);
   l->set_max_resident_bytes(residents_ != nullptr ? limits_.max_resident_bytes : 0);
   l->set_max_chunk_bytes(MaxChunkBytes(limits_));
+  l->set_max_waiting_requests(residents_ != nullptr ? limits_.max_waiting_requests : 0);
   l->set_max_shared_memory_regions(shared_memory_ != nullptr ? limits_.max_shared_memory_regions
                                                              : 0);
   l->set_max_shared_memory_bytes(shared_memory_ != nullptr ? limits_.max_shared_memory_bytes : 0);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/call_log.h"
@@ -18,6 +19,7 @@
 #include "service/request_validation.h"
 #include "service/resident_store.h"
 #include "service/shared_memory_store.h"
+#include "service/upload_wait.h"
 
 namespace gemm {
 
@@ -117,12 +119,36 @@ class GemmServiceImpl final : public GemmServiceBase {
   // Validates `request` (handles resolved for the caller of `context`) and
   // admits a work item whose completion calls `on_done`; on failure returns
   // the status to answer with (and a retry pushback for RESOURCE_EXHAUSTED in
-  // *pushback). Called from a reaction of `context`'s call.
+  // *pushback). `on_item`, when given, gets the item just before the queue
+  // does (after that the item may complete at any time). Called from a
+  // reaction of `context`'s call, or from the end of its wait for uploads.
+  // Once admitted, the operands marked release_after_use are released when
+  // the item completes, before `on_done`.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      const v1::GemmRequest& request, v1::GemmResponse* response,
                      absl::Time deadline, absl::Time received,
                      std::function<void(const absl::Status&)> on_done,
-                     std::shared_ptr<WorkItem>* item, absl::Duration* pushback);
+                     std::shared_ptr<WorkItem>* item, absl::Duration* pushback,
+                     const std::function<void(const std::shared_ptr<WorkItem>&)>& on_item =
+                         nullptr);
+
+  // The operands of `request` of `caller` that name unfinished uploads, for
+  // a unary Gemm to wait for (none when waiting is off: no resident store,
+  // or max_waiting_requests 0).
+  std::vector<UploadWait::Operand> UnfinishedUploads(absl::string_view caller,
+                                                     const v1::GemmRequest& request) const;
+  // Counts a request that starts waiting for uploads, or refuses it
+  // RESOURCE_EXHAUSTED naming max_waiting_requests (with a pushback) when
+  // that many wait already. StopWaiting when its wait ends.
+  absl::Status StartWaiting(absl::Duration* pushback);
+  void StopWaiting() { waiting_.fetch_sub(1); }
+  // Requests held waiting for uploads now.
+  int waiting_requests() const { return waiting_.load(); }
+  // Releases the operands of `request` marked release_after_use (those
+  // already gone are skipped): for a request that ends without reaching
+  // its work item's completion, which releases them otherwise.
+  void ReleaseAfterUse(absl::string_view caller, const v1::GemmRequest& request);
+  ResidentStore* residents() const { return residents_; }
 
   // One answered call (or streamed request) of `method`: its metrics, and
   // its log line when it failed.
@@ -151,6 +177,7 @@ class GemmServiceImpl final : public GemmServiceBase {
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> finished_{0};
   std::atomic<uint64_t> refused_draining_{0};
+  std::atomic<int> waiting_{0};
 
   // DrainingError, counted.
   absl::Status RefuseDraining(absl::string_view what);

@@ -119,6 +119,9 @@ absl::Status CheckOperand(const v1::Matrix& m, uint64_t rows, uint64_t cols, DTy
   if (!bytes.ok()) return bytes.status();
   if (m.source_case() == v1::Matrix::kHandle)
     return CheckResident(m, rows, cols, t, index, name, residents, out);
+  if (m.release_after_use())
+    return BadField(index, absl::StrCat(name, ".release_after_use"),
+                    "only a matrix given by handle can be released");
   auto layout = ParseLayout(m.layout(), index, absl::StrCat(name, ".layout"));
   if (!layout.ok()) return layout.status();
   if (m.source_case() == v1::Matrix::kShared) {

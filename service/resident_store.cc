@@ -270,6 +270,7 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
                                               uint64_t size, bool written) {
   std::shared_ptr<ResidentMatrix> raw;  // a complete upload to quantize
   Fp8Quantization quantize;
+  std::vector<UploadWaiter> complete;  // run once the lock is released
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(handle);
@@ -284,33 +285,106 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
     it->second.last_used = clock_->Now();
     if (up.written != it->second.matrix->bytes()) return absl::OkStatus();
     if (!up.quantize) {
-      it->second.upload.reset();  // complete
-      return absl::OkStatus();
+      complete = TakeWaiters(it->second);
+      it->second.upload.reset();
+    } else {
+      // Every byte is claimed, so no chunk writes it any more; the entry
+      // stays an unfinished upload (Lookup refuses it) until it is quantized.
+      raw = up.writable;
+      quantize = *up.quantize;
     }
-    // Every byte is claimed, so no chunk writes it any more; the entry stays
-    // an unfinished upload (Lookup refuses it) until it is quantized.
-    raw = up.writable;
-    quantize = *up.quantize;
+  }
+  if (raw == nullptr) {
+    RunWaiters(std::move(complete), absl::OkStatus());
+    return absl::OkStatus();
   }
   // Outside the lock: quantizing a large matrix takes a while.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
       QuantizeToHostResident(raw->view(), quantize);
   raw.reset();
   std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
+  absl::Status outcome;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.upload == nullptr) return made.status();
+    dropped = std::move(it->second.matrix);
+    complete = TakeWaiters(it->second);
+    if (!made.ok()) {
+      entries_.erase(it);
+      outcome = absl::Status(made.status().code(),
+                             absl::StrCat(made.status().message(), " (the upload is released)"));
+    } else {
+      const uint64_t bytes = (*made)->held_bytes();
+      budget_->Add(bytes, it->second.tenant);
+      it->second.matrix = *Account(std::move(*made), bytes, it->second.tenant);
+      it->second.upload.reset();
+    }
+  }
+  RunWaiters(std::move(complete), outcome);
+  return outcome;
+}
+
+std::vector<ResidentStore::UploadWaiter> ResidentStore::TakeWaiters(Entry& entry) {
+  std::vector<UploadWaiter> out;
+  if (entry.upload == nullptr) return out;
+  for (auto& [ticket, done] : entry.upload->waiters) out.push_back(std::move(done));
+  entry.upload->waiters.clear();
+  return out;
+}
+
+void ResidentStore::RunWaiters(std::vector<UploadWaiter> waiters, const absl::Status& status) {
+  for (UploadWaiter& done : waiters) done(status);
+}
+
+bool ResidentStore::UploadPending(absl::string_view owner, absl::string_view handle) const {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(handle);
-  if (it == entries_.end() || it->second.upload == nullptr) return made.status();
-  dropped = std::move(it->second.matrix);
-  if (!made.ok()) {
+  return it != entries_.end() && it->second.owner == owner && it->second.upload != nullptr;
+}
+
+uint64_t ResidentStore::WhenUploaded(absl::string_view owner, absl::string_view handle,
+                                     UploadWaiter done) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.owner != owner || it->second.upload == nullptr)
+    return 0;
+  const uint64_t ticket = next_ticket_++;
+  it->second.upload->waiters.emplace(ticket, std::move(done));
+  return ticket;
+}
+
+void ResidentStore::CancelWait(absl::string_view handle, uint64_t ticket) {
+  UploadWaiter forgotten;  // destroyed after the lock: it may hold the last reference to a call
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(handle);
+  if (it == entries_.end() || it->second.upload == nullptr) return;
+  auto w = it->second.upload->waiters.find(ticket);
+  if (w == it->second.upload->waiters.end()) return;
+  forgotten = std::move(w->second);
+  it->second.upload->waiters.erase(w);
+}
+
+void ResidentStore::AbandonUpload(absl::string_view owner, absl::string_view handle,
+                                  const absl::Status& why) {
+  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
+  std::vector<UploadWaiter> waiters;
+  uint64_t written = 0, total = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.owner != owner || it->second.upload == nullptr) return;
+    written = it->second.upload->written;
+    total = it->second.matrix->bytes();
+    waiters = TakeWaiters(it->second);
+    dropped = std::move(it->second.matrix);
     entries_.erase(it);
-    return absl::Status(made.status().code(),
-                        absl::StrCat(made.status().message(), " (the upload is released)"));
   }
-  const uint64_t bytes = (*made)->held_bytes();
-  budget_->Add(bytes, it->second.tenant);
-  it->second.matrix = *Account(std::move(*made), bytes, it->second.tenant);
-  it->second.upload.reset();
-  return absl::OkStatus();
+  RunWaiters(std::move(waiters),
+             absl::AbortedError(absl::StrCat("the upload of \"", handle, "\" was abandoned after ",
+                                             written, " of ", total,
+                                             " bytes: its Transfer.Upload stream ended (",
+                                             why.message(), "); it is released")));
 }
 
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
@@ -328,6 +402,7 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
 
 size_t ResidentStore::ExpireIdle() {
   std::vector<std::shared_ptr<const ResidentMatrix>> dropped;  // freed after the lock
+  std::vector<std::pair<std::string, std::vector<UploadWaiter>>> waiting;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time cutoff = clock_->Now() - options_.idle_timeout;
@@ -342,6 +417,8 @@ size_t ResidentStore::ExpireIdle() {
       const Entry& e = it->second;
       const bool waited_for = e.upload == nullptr && uploading.contains(e.owner);
       if ((e.transient || e.upload != nullptr) && e.last_used <= cutoff && !waited_for) {
+        if (e.upload != nullptr && !e.upload->waiters.empty())
+          waiting.emplace_back(it->first, TakeWaiters(it->second));
         dropped.push_back(e.matrix);
         entries_.erase(it++);
       } else {
@@ -349,19 +426,30 @@ size_t ResidentStore::ExpireIdle() {
       }
     }
   }
+  for (auto& [handle, waiters] : waiting)
+    RunWaiters(std::move(waiters),
+               absl::AbortedError(absl::StrCat(
+                   "the upload of \"", handle, "\" was abandoned: no chunk arrived for ",
+                   absl::FormatDuration(options_.idle_timeout),
+                   " (the server's idle timeout); it is released")));
   return dropped.size();
 }
 
 absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view handle) {
   std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock is released
+  std::vector<UploadWaiter> waiters;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(handle);
     if (it == entries_.end()) return NotFound(handle);
     if (it->second.owner != owner) return NotOwner();
+    waiters = TakeWaiters(it->second);
     dropped = std::move(it->second.matrix);
     entries_.erase(it);
   }
+  RunWaiters(std::move(waiters),
+             absl::AbortedError(absl::StrCat("the upload of \"", handle,
+                                             "\" was released before all its bytes arrived")));
   return absl::OkStatus();
 }
 

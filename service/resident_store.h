@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -135,6 +136,30 @@ class ResidentStore {
   absl::StatusOr<Registration> Adopt(absl::string_view owner,
                                      std::shared_ptr<ResidentMatrix> matrix, bool transient);
 
+  // Completion of an unfinished upload, for a request that names it before
+  // all its bytes have arrived: `done` runs once, with OK when the last byte
+  // (and any quantization) is in, or with the reason the upload will never
+  // complete (ABORTED when it was released, expired idle or abandoned; the
+  // quantization's error). It runs on the thread that ended the upload, with
+  // no lock of the store held, so it may call the store.
+  using UploadWaiter = std::function<void(const absl::Status&)>;
+  // Whether `handle` names an unfinished upload of `owner`.
+  bool UploadPending(absl::string_view owner, absl::string_view handle) const;
+  // Registers `done` for the unfinished upload `handle` of `owner` and
+  // returns a ticket for CancelWait (never 0). Returns 0, and never calls
+  // `done`, when `handle` names no unfinished upload of `owner` (a complete
+  // matrix, or one Lookup refuses: Lookup then says why).
+  uint64_t WhenUploaded(absl::string_view owner, absl::string_view handle, UploadWaiter done);
+  // Waiters still registered when the store is destroyed are dropped without
+  // running: the server has cancelled the calls they belong to by then.
+  //
+  // Forgets the waiter of `ticket` (no-op if it has run or gone).
+  void CancelWait(absl::string_view handle, uint64_t ticket);
+  // Releases the unfinished upload `handle` of `owner` whose bytes will not
+  // all arrive (the client of a stream carrying them went away); its
+  // waiters get ABORTED saying so, with `why`. No-op for a complete matrix, or one not owner's.
+  void AbandonUpload(absl::string_view owner, absl::string_view handle, const absl::Status& why);
+
   // Frees transient matrices and unfinished uploads that have not been used
   // (looked up, written, adopted) for Options::idle_timeout; returns how many.
   // An owner's transient matrices are kept while any upload of that owner
@@ -170,6 +195,8 @@ class ResidentStore {
     uint64_t written = 0;
     // Set for an upload kept as FP8 once complete.
     std::optional<Fp8Quantization> quantize;
+    // WhenUploaded's callbacks, by ticket.
+    std::map<uint64_t, UploadWaiter> waiters;
   };
   struct Entry {
     std::string owner;
@@ -193,6 +220,10 @@ class ResidentStore {
   absl::Status NotFound(absl::string_view handle) const;
   // Files `entry` under a new handle.
   Registration Insert(Entry entry, uint64_t bytes);
+  // The waiters of an upload entry about to end, taken out to run after the
+  // lock is released (RunWaiters).
+  static std::vector<UploadWaiter> TakeWaiters(Entry& entry);
+  static void RunWaiters(std::vector<UploadWaiter> waiters, const absl::Status& status);
   // Byte accounting shared with the matrices' deleters, which may run after
   // the store is gone.
   struct Budget;
@@ -206,6 +237,7 @@ class ResidentStore {
   mutable absl::Mutex mu_;
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_ticket_ ABSL_GUARDED_BY(mu_) = 1;
   std::shared_ptr<const TenantsConfig> tenants_ ABSL_GUARDED_BY(mu_);
 };
 

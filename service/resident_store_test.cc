@@ -49,6 +49,69 @@ TEST_F(ResidentStoreTest, RegisterCopiesAndLookupFindsIt) {
   EXPECT_EQ(store.count(), 1u);
 }
 
+// Writes bytes [offset, offset + size) of upload `handle` (zeros).
+void Chunk(ResidentStore& store, const std::string& handle, uint64_t offset, uint64_t size) {
+  auto m = store.ClaimUpload("alice", handle, offset, size);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const std::string zeros(size, '\0');
+  ASSERT_TRUE((*m)->Write(offset, zeros.data(), size).ok());
+  ASSERT_TRUE(store.FinishUploadRange(handle, offset, size, true).ok());
+}
+
+TEST_F(ResidentStoreTest, UploadWaitersRunOnceWhenTheLastByteArrives) {
+  ResidentStore store(Budget(1 << 20), MakeHostResident);
+  auto r = store.BeginUpload("alice", Source(), /*transient=*/true);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(store.UploadPending("alice", r->handle));
+  EXPECT_FALSE(store.UploadPending("bob", r->handle));
+  // Another owner's upload is not waited on.
+  EXPECT_EQ(store.WhenUploaded("bob", r->handle, [](const absl::Status&) {}), 0u);
+  std::vector<absl::Status> heard;
+  const uint64_t ticket =
+      store.WhenUploaded("alice", r->handle, [&](const absl::Status& s) { heard.push_back(s); });
+  ASSERT_NE(ticket, 0u);
+  const uint64_t cancelled = store.WhenUploaded(
+      "alice", r->handle, [&](const absl::Status&) { ADD_FAILURE() << "cancelled waiter ran"; });
+  store.CancelWait(r->handle, cancelled);
+  Chunk(store, r->handle, 0, 64);
+  EXPECT_TRUE(heard.empty());
+  Chunk(store, r->handle, 64, 64);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_TRUE(heard[0].ok()) << heard[0];
+  // Complete: nothing left to wait for.
+  EXPECT_FALSE(store.UploadPending("alice", r->handle));
+  EXPECT_EQ(store.WhenUploaded("alice", r->handle, [](const absl::Status&) {}), 0u);
+}
+
+TEST_F(ResidentStoreTest, UploadWaitersHearWhyAnUploadWillNotComplete) {
+  ResidentStore store(Budget(1 << 20), MakeHostResident);
+  std::vector<absl::Status> heard;
+  auto wait = [&](const std::string& handle) {
+    return store.WhenUploaded("alice", handle,
+                              [&](const absl::Status& s) { heard.push_back(s); });
+  };
+  auto released = store.BeginUpload("alice", Source(), true);
+  auto abandoned = store.BeginUpload("alice", Source(), true);
+  ASSERT_TRUE(released.ok() && abandoned.ok());
+  ASSERT_NE(wait(released->handle), 0u);
+  ASSERT_NE(wait(abandoned->handle), 0u);
+  Chunk(store, abandoned->handle, 0, 32);
+  ASSERT_TRUE(store.Release("alice", released->handle).ok());
+  // Another owner cannot abandon it.
+  store.AbandonUpload("bob", abandoned->handle, absl::CancelledError("gone"));
+  EXPECT_EQ(store.count(), 1u);
+  store.AbandonUpload("alice", abandoned->handle, absl::CancelledError("the client went away"));
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_EQ(heard[0].code(), absl::StatusCode::kAborted);
+  EXPECT_NE(heard[0].message().find("released before all its bytes arrived"),
+            absl::string_view::npos) << heard[0];
+  EXPECT_EQ(heard[1].code(), absl::StatusCode::kAborted);
+  EXPECT_NE(heard[1].message().find("abandoned after 32 of 128 bytes"), absl::string_view::npos)
+      << heard[1];
+  EXPECT_EQ(store.count(), 0u);
+  EXPECT_EQ(store.bytes(), 0u);
+}
+
 // An upload kept as FP8: 4 x 8 fp32 (128 bytes) arriving in two chunks, quantized by
 // the chunk that completes it.
 TEST_F(ResidentStoreTest, AQuantizedUploadBecomesFp8WhenComplete) {

@@ -211,6 +211,9 @@ ABSL_FLAG(uint64_t, max_inflight_bytes, kLimits.max_inflight_bytes,
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint32_t, max_stream_inflight, kLimits.max_stream_inflight,
           "unanswered requests one GemmStream may hold before the server stops reading it");
+ABSL_FLAG(uint32_t, max_waiting_requests, kLimits.max_waiting_requests,
+          "Gemm requests held at once waiting for the uploads they name to complete; past it "
+          "RESOURCE_EXHAUSTED; 0: requests never wait");
 ABSL_FLAG(uint64_t, max_resident_bytes, kLimits.max_resident_bytes,
           "bytes of all matrices stored with RegisterMatrix (GPU memory on the CUDA backend); "
           "0 turns resident operands off");
@@ -410,6 +413,7 @@ int main(int argc, char** argv) {
   l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
   l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
   l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
+  l.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
   l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
   l.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
   l.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);

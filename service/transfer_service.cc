@@ -7,6 +7,7 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "gemm/v1/gemm.pb.h"
@@ -74,6 +75,8 @@ class UploadCall final : public TransferCall {
     absl::Status st = Take();
     in_.Clear();
     if (!st.ok()) {
+      // A refused chunk takes no range: the client, told why, may send it
+      // again on another stream, so its uploads stay.
       End(st);
       return;
     }
@@ -81,7 +84,11 @@ class UploadCall final : public TransferCall {
   }
 
   void OnWriteDone(bool ok) override {
-    End(ok ? absl::OkStatus() : absl::CancelledError("the client went away"));
+    if (!ok) {
+      Abandon(absl::CancelledError("the client went away"));
+      return;
+    }
+    End(absl::OkStatus());
   }
 
 
@@ -91,6 +98,7 @@ class UploadCall final : public TransferCall {
     if (absl::Status st = chunk.Parse(in_); !st.ok()) return st;
     if (chunk.handle().empty())
       return absl::InvalidArgumentError("handle: required on every chunk");
+    touched_.insert(std::string(chunk.handle()));
     // Within one stream a matrix's chunks run contiguously: that is how a
     // client stripes a matrix over streams, and a gap here means a lost or
     // reordered chunk.
@@ -119,7 +127,18 @@ class UploadCall final : public TransferCall {
     return absl::OkStatus();
   }
 
+  // A stream whose client went away takes with it the unfinished uploads it
+  // carried chunks of: nobody is left to send their missing bytes, and a
+  // Gemm waiting on one must hear it now rather than at the idle timeout.
+  void Abandon(const absl::Status& st) {
+    for (const std::string& handle : touched_)
+      service_->residents()->AbandonUpload(caller_, handle, st);
+    End(st);
+  }
+
   absl::flat_hash_map<std::string, uint64_t> next_offset_;
+  // Handles this stream has sent chunks of (or tried to).
+  absl::flat_hash_set<std::string> touched_;
   uint64_t bytes_ = 0;
   uint64_t chunks_ = 0;
 };

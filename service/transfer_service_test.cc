@@ -51,7 +51,15 @@ struct DownloadOutcome {
 
 class TransferServiceTest : public ::testing::Test {
  protected:
-  TransferServiceTest() : h_(fake::SmallLimits(), /*tokens=*/true) {}
+  TransferServiceTest() : h_(Limits(), /*tokens=*/true) {}
+
+  // Requests here never wait for uploads (max_waiting_requests 0), so an
+  // unfinished upload is seen as it is; pipelined_gemm_test.cc covers waiting.
+  static ServiceLimits Limits() {
+    ServiceLimits l = fake::SmallLimits();
+    l.max_waiting_requests = 0;
+    return l;
+  }
 
   void SetUp() override {
     ASSERT_TRUE(h_.started());
