@@ -117,6 +117,14 @@ struct ClientOptions {
   // defaults). Requests that would not fit in max_message_bytes always go
   // this way; 0 sends everything as one message where it fits.
   uint64_t chunked_threshold_bytes = uint64_t{4} << 20;
+  // Such a Gemm is sent while its operands are still uploading, with
+  // Matrix.release_after_use on them (pipelined requests, docs/api.md): the
+  // server holds it until the uploads complete and releases the operands
+  // when it ends, so neither a wait for the uploads nor ReleaseMatrix calls
+  // stand between the request and its answer. A server that does not wait
+  // (FAILED_PRECONDITION: unfinished) gets the Gemm again once the uploads
+  // are done. False: upload, then Gemm, then release, one after another.
+  bool pipelined_uploads = true;
   // Bytes per chunk message.
   uint64_t chunk_bytes = uint64_t{1} << 20;
   // Connections (channels with distinct arguments, so gRPC does not share

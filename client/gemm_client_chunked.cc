@@ -5,9 +5,11 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/gemm_client.h"
 #include "common/grpc_status.h"
@@ -245,15 +247,13 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
                                          registered.status().message()));
       handles.push_back(registered->handle());
       out->set_handle(registered->handle());
+      out->set_release_after_use(options_.pipelined_uploads);
       uploads.push_back({registered->handle(), in.data().data(), in.data().size()});
     }
   }
-  // Every operand's chunks at once, over all the transfer channels.
-  if (absl::Status st = route.replica->transfer().UploadAll(
-          uploads,
-          [&](grpc::ClientContext* ctx) { PrepareContext(ctx, within, deadline, route.key); });
-      !st.ok())
-    return st;
+  const ChunkedTransfer::PrepareContext prepare = [&](grpc::ClientContext* ctx) {
+    PrepareContext(ctx, within, deadline, route.key);
+  };
   // Kept because the caller asked (the handles are theirs: returned as they
   // are), or because they are large (downloaded and released here).
   const bool caller_keeps = request.keep_results();
@@ -265,9 +265,44 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
   v1::GemmResponse response;
   // Its operands are on this replica now: no failing over from here (the
   // request as a whole may still run again elsewhere, see RunRequest).
-  absl::Status status = CallWithRetry(within, route, [&](grpc::ClientContext* ctx) {
-    return route.replica->stub->Gemm(ctx, light, &response);
-  });
+  const auto gemm = [&] {
+    return CallWithRetry(within, route, [&](grpc::ClientContext* ctx) {
+      return route.replica->stub->Gemm(ctx, light, &response);
+    });
+  };
+  absl::Status status;
+  if (!options_.pipelined_uploads || uploads.empty()) {
+    // Every operand's chunks at once, over all the transfer channels.
+    if (absl::Status st = route.replica->transfer().UploadAll(uploads, prepare); !st.ok())
+      return st;
+    status = gemm();
+  } else {
+    absl::Status uploaded;
+    std::thread uploader([&] {
+      uploaded = route.replica->transfer().UploadAll(uploads, prepare);
+      // The Gemm may be held on these: releasing them ends it (ABORTED)
+      // now rather than at its deadline.
+      if (!uploaded.ok()) {
+        CallOptions once = within;
+        once.retry = false;
+        for (const ChunkedTransfer::UploadJob& u : uploads)
+          ReleaseOn(route, u.handle, once).IgnoreError();
+      }
+    });
+    status = gemm();
+    uploader.join();
+    if (!uploaded.ok()) return uploaded;
+    // A server that does not hold requests for uploads refused it before
+    // they were done; they are now.
+    const bool waited = !(status.code() == absl::StatusCode::kFailedPrecondition &&
+                          absl::StrContains(status.message(), "is unfinished"));
+    if (!waited) status = gemm();
+    // The server released the operands with the request (release_after_use).
+    // One that did not wait may predate the field: those are released below.
+    if (status.ok() && waited)
+      for (const ChunkedTransfer::UploadJob& u : uploads)
+        handles.erase(std::remove(handles.begin(), handles.end(), u.handle), handles.end());
+  }
   if (!status.ok()) return status;
   if (caller_keeps)
     for (const v1::GemmResult& r : response.results())
