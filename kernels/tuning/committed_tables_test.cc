@@ -10,10 +10,10 @@ namespace gemm_kernels {
 namespace tuning {
 namespace {
 
-TEST(CommittedTablesTest, H200TableParsesAndNamesRunnableMembers) {
-  absl::StatusOr<TuningTable> t = ReadTuningTable("kernels/tuning/tables/nvidia_h200.table");
+void ExpectRunnable(const std::string& path, const std::string& gpu) {
+  absl::StatusOr<TuningTable> t = ReadTuningTable(path);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(t->key().gpu, "NVIDIA H200");
+  EXPECT_EQ(t->key().gpu, gpu);
   EXPECT_FALSE(t->key().driver.empty());
   EXPECT_FALSE(t->key().cublas.empty());
   EXPECT_GT(t->size(), 0u);
@@ -22,7 +22,21 @@ TEST(CommittedTablesTest, H200TableParsesAndNamesRunnableMembers) {
                                 e.choice.family == CandidateFamily::kCublasGrouped;
     EXPECT_EQ(grouped_member, e.shape.kind == LaunchKind::kGrouped) << ClassToString(e.shape);
     EXPECT_GT(e.sustained_us, 0) << ClassToString(e.shape);
+    // cuBLAS takes FP8 only through cuBLASLt.
+    if (::gemm::IsFp8(e.shape.in_dtype)) {
+      EXPECT_TRUE(e.choice.family == CandidateFamily::kOurs ||
+                  e.choice.family == CandidateFamily::kCublasLt)
+          << ClassToString(e.shape);
+    }
   }
+}
+
+TEST(CommittedTablesTest, H200TableParsesAndNamesRunnableMembers) {
+  ExpectRunnable("kernels/tuning/tables/nvidia_h200.table", "NVIDIA H200");
+}
+
+TEST(CommittedTablesTest, H100TableParsesAndNamesRunnableMembers) {
+  ExpectRunnable("kernels/tuning/tables/nvidia_h100.table", "NVIDIA H100 80GB HBM3");
 }
 
 }  // namespace
