@@ -204,11 +204,14 @@ absl::Status RequestQueue::AdmitLocked(const WorkItem& item, const std::string& 
   return absl::OkStatus();
 }
 
-RequestQueue::Entry RequestQueue::ProbeLocked(const WorkItem& item, const Probe& probe) const {
-  auto queued = queued_per_client_.find(item.client);
-  Entry entry{item.priority, item.deadline,
-              queued == queued_per_client_.end() ? 0 : queued->second, next_seq_, nullptr,
-              probe.predicted_s};
+RequestQueue::Entry RequestQueue::ProbeLocked(const WorkItem& item, const std::string& tenant,
+                                              const Probe& probe) const {
+  auto client = clients_.find(item.client);
+  auto owner = tenants_.find(tenant);
+  const uint64_t round =
+      std::max(client == clients_.end() ? 0 : client->second.next_round,
+               owner == tenants_.end() ? 0 : owner->second.served_round);
+  Entry entry{item.priority, item.deadline, round, next_seq_, nullptr, probe.predicted_s};
   entry.cost_s = probe.cost_s;
   return entry;
 }
@@ -233,7 +236,7 @@ absl::Status RequestQueue::Precheck(const WorkItem& item, absl::Duration* retry_
   const Probe probe = Predict(item);
   absl::MutexLock lock(&mu_);
   auto [tenant, spec] = ResolveLocked(item.client);
-  return AdmitLocked(item, tenant, spec, ProbeLocked(item, probe), now, retry_after);
+  return AdmitLocked(item, tenant, spec, ProbeLocked(item, tenant, probe), now, retry_after);
 }
 
 absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* retry_after) {
@@ -244,7 +247,7 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
   const Probe probe = Predict(*item);
   absl::MutexLock lock(&mu_);
   auto [name, spec] = ResolveLocked(item->client);
-  Entry entry = ProbeLocked(*item, probe);
+  Entry entry = ProbeLocked(*item, name, probe);
   if (absl::Status st = AdmitLocked(*item, name, spec, entry, now, retry_after); !st.ok())
     return st;
 
@@ -270,7 +273,9 @@ absl::Status RequestQueue::Push(std::shared_ptr<WorkItem> item, absl::Duration* 
   item->enqueued = now;
   item->stamps.queued = absl::Now();
   item->tenant = name;
-  ++queued_per_client_[item->client];
+  ClientQueue& client = clients_[item->client];
+  ++client.queued;
+  client.next_round = entry.round + 1;
   ++next_seq_;
   ++queued_;
   entry.item = std::move(item);
@@ -323,8 +328,8 @@ double RequestQueue::BacklogAheadLocked(const std::string& tenant, const Entry& 
 
 std::set<RequestQueue::Entry>::iterator RequestQueue::EraseLocked(Tenant& tenant,
                                                                   std::set<Entry>::iterator it) {
-  auto count = queued_per_client_.find(it->item->client);
-  if (count != queued_per_client_.end() && --count->second == 0) queued_per_client_.erase(count);
+  auto client = clients_.find(it->item->client);
+  if (client != clients_.end() && --client->second.queued == 0) clients_.erase(client);
   --queued_;
   return tenant.entries.erase(it);
 }
@@ -429,6 +434,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
       bytes += item.bytes;
       it->item->report.queue_wait = now - it->item->enqueued;
       it->item->stamps.dispatched = absl::Now();
+      tenant->served_round = std::max(tenant->served_round, it->round);
       if (it->predicted_s > 0) {
         running_.emplace(it->item.get(), it->predicted_s);
         running_s_ += it->predicted_s;
@@ -494,7 +500,7 @@ void RequestQueue::Abandon(const absl::Status& status) {
       tenant.entries.clear();
     }
     queued_ = 0;
-    queued_per_client_.clear();
+    clients_.clear();
     ready_.SignalAll();
   }
   CompleteAll(dropped);

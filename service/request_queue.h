@@ -151,7 +151,12 @@ class RequestQueue {
   struct Entry {
     int priority;
     absl::Time deadline;
-    uint64_t round;  // how many of its client's requests were queued before it
+    // Its client's round: requests of one priority and deadline are served
+    // round by round, one per client a round. A client's next request takes
+    // the round after its previous one, or the tenant's current round if
+    // that is later, so a client that was idle or had few queued gains no
+    // credit over one that kept the queue full.
+    uint64_t round;
     uint64_t seq;
     std::shared_ptr<WorkItem> item;
     double predicted_s = 0;  // run time alone, from Options::predict_run_time
@@ -170,6 +175,7 @@ class RequestQueue {
     std::string name;
     std::set<Entry> entries;
     double vtime = 0;  // virtual time: predicted seconds handed out / weight
+    uint64_t served_round = 0;  // the round of the latest entry handed out
     uint64_t inflight_bytes = 0;
     uint32_t inflight_requests = 0;
     // FLOPs token bucket (max_flops_per_s): its level at `refilled`.
@@ -219,7 +225,7 @@ class RequestQueue {
                            const TenantSpec* spec, const Entry& entry, absl::Time now,
                            absl::Duration* retry_after) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The entry `item` would have if queued now (no item attached).
-  Entry ProbeLocked(const WorkItem& item, const Probe& probe) const
+  Entry ProbeLocked(const WorkItem& item, const std::string& tenant, const Probe& probe) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Predicted run time (0 when admission does not predict) and fair-queueing
   // cost, in seconds.
@@ -245,7 +251,13 @@ class RequestQueue {
   // The start virtual time of the latest item handed out.
   double virtual_time_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<std::string, uint64_t> queued_per_client_ ABSL_GUARDED_BY(mu_);
+  // Per client with requests queued: how many, and the round its next one
+  // takes at the earliest (Entry::round).
+  struct ClientQueue {
+    uint64_t queued = 0;
+    uint64_t next_round = 0;
+  };
+  absl::flat_hash_map<std::string, ClientQueue> clients_ ABSL_GUARDED_BY(mu_);
   uint64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t inflight_high_water_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;

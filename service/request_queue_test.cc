@@ -446,5 +446,42 @@ TEST(RequestQueueFairnessTest, ClientsInterleaveWithinAPriority) {
                                              "flood"}));
 }
 
+// Two clients that each keep requests queued, one replacing each of its
+// requests as it is taken: both are served alike, each in the order it sent.
+// (A client whose queue runs short must not gain rounds over one whose
+// requests were queued when it had many.)
+TEST(RequestQueueFairnessTest, ClientsThatKeepTheQueueFullAreServedAlikeAndInOrder) {
+  FakeClock clock;
+  RequestQueue queue(RequestQueue::Options{}, &clock);
+  std::map<std::string, int> sent, served;
+  std::map<WorkItem*, std::pair<std::string, int>> tags;
+  auto push = [&](const std::string& client) {
+    auto item = std::make_shared<WorkItem>();
+    item->client = client;
+    item->bytes = 1;
+    item->done = [](const absl::Status&, const ExecutionReport&) {};
+    item->problems.emplace_back();
+    tags[item.get()] = {client, sent[client]++};
+    ASSERT_TRUE(queue.Push(item).ok());
+  };
+  // "deep" starts with 32 queued, "shallow" with 2; each pop of either is
+  // replaced by a new request of the same client.
+  for (int i = 0; i < 32; ++i) push("deep");
+  for (int i = 0; i < 2; ++i) push("shallow");
+  std::map<std::string, int> last = {{"deep", -1}, {"shallow", -1}};
+  for (int i = 0; i < 2000; ++i) {
+    auto popped = queue.Pop(1, absl::ZeroDuration());
+    ASSERT_EQ(popped.size(), 1u);
+    const auto [client, number] = tags[popped[0].get()];
+    EXPECT_GT(number, last[client]) << client << " served out of order";
+    last[client] = number;
+    ++served[client];
+    popped[0]->Complete(absl::OkStatus());
+    push(client);
+  }
+  EXPECT_NEAR(served["deep"], 1000, 20);
+  EXPECT_NEAR(served["shallow"], 1000, 20);
+}
+
 }  // namespace
 }  // namespace gemm
