@@ -96,7 +96,7 @@ absl::Status CudaExecutor::Init() {
 
 absl::Status CudaExecutor::InitPortfolio(const std::string& gpu_name) {
   namespace gb = gemm_kernels::cublas;
-  const gpu::PortfolioSettings& settings = options_.portfolio;
+  const gpu::PortfolioSettings settings = gpu::ForDevice(options_.portfolio, gpu_name);
   gemm_kernels::tuning::TableKey key;
   key.gpu = gpu_name;
   int driver = 0, runtime = 0;

@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "kernels/tuning/tuning_table.h"
@@ -133,10 +134,11 @@ ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
           "CUDA backend: stream-K / split-K for problems of at least --large_problem_flops "
           "where the kernel's heuristic prefers them (run one at a time)");
 ABSL_FLAG(std::string, tuning_table, "",
-          "CUDA backend: a kernel portfolio tuning table (bench/gpu.sh run tune makes one; "
-          "kernels/tuning/tables/ holds the committed ones); a malformed file refuses start "
-          "naming its line; one made for another GPU, driver, CUDA, cuBLAS or build is ignored "
-          "with a warning naming the field, and the heuristic runs");
+          "CUDA backend: kernel portfolio tuning tables, comma-separated (bench/gpu.sh run tune "
+          "makes one; kernels/tuning/tables/ holds the committed ones); each GPU uses the first "
+          "made for its model; a malformed file refuses start naming its line; a table made for "
+          "another driver, CUDA, cuBLAS or build, or none for the GPU's model, is ignored with a "
+          "warning naming the field, and the heuristic runs");
 ABSL_FLAG(std::string, kernel_policy, "table",
           "CUDA backend: which kernel each launch runs: 'table' (the --tuning_table's choice "
           "for its shape class, our heuristic where it has none), 'heuristic' (our kernels "
@@ -359,17 +361,23 @@ int main(int argc, char** argv) {
   options.cuda.portfolio.policy =
       *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");
   options.cuda.portfolio.cublas_library = absl::GetFlag(FLAGS_cublas_library);
-  if (const std::string path = absl::GetFlag(FLAGS_tuning_table); !path.empty()) {
-    // Parsed here so that a bad file stops the start; its key is compared
-    // with the process's by each CUDA executor, which knows the device.
+  for (absl::string_view listed :
+       absl::StrSplit(absl::GetFlag(FLAGS_tuning_table), ',', absl::SkipEmpty())) {
+    // Parsed here so that a bad file stops the start; each CUDA executor,
+    // which knows its device, picks the table of its model and compares the
+    // rest of the key with the process's.
+    const std::string path(listed);
     auto table = gemm_kernels::tuning::ReadTuningTable(path);
     if (!table.ok()) {
       spdlog::critical("--tuning_table: {}", std::string(table.status().message()));
       return 2;
     }
-    options.cuda.portfolio.table =
-        std::make_shared<const gemm_kernels::tuning::TuningTable>(*std::move(table));
-    options.cuda.portfolio.table_path = path;
+    auto shared = std::make_shared<const gemm_kernels::tuning::TuningTable>(*std::move(table));
+    if (options.cuda.portfolio.table == nullptr) {
+      options.cuda.portfolio.table = shared;
+      options.cuda.portfolio.table_path = path;
+    }
+    options.cuda.portfolio.tables.emplace_back(path, shared);
   }
   options.cuda.watchdog = absl::GetFlag(FLAGS_gpu_watchdog);
   if (options.cuda.watchdog < absl::ZeroDuration()) {

@@ -87,6 +87,13 @@ rc=$?
 [ "$rc" -eq 2 ] || fail "--tuning_table of a malformed file exited $rc, want 2"
 grep -q -- "--tuning_table: tuning table $work/bad.table: line 8" "$work/table" \
   || fail "malformed table refusal does not name line 8: $(cat "$work/table")"
+# Several tables, comma-separated: every one is parsed at start.
+"$server_bin" --tuning_table="$work/empty.table,$work/bad.table" --listen=127.0.0.1:0 \
+  --metrics_listen= --backend=cpu >"$work/table" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "--tuning_table with a malformed second file exited $rc, want 2"
+grep -q -- "--tuning_table: tuning table $work/bad.table: line 8" "$work/table" \
+  || fail "malformed second table refusal does not name it: $(cat "$work/table")"
 
 echo "alice 0123456789abcdef0123456789abcdef" >"$work/tokens"
 "$server_bin" --listen=0.0.0.0:0 --metrics_listen= --backend=cpu \

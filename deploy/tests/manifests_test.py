@@ -35,9 +35,10 @@ def load_all(path):
         return [d for d in yaml.safe_load_all(f) if d is not None]
 
 
-# The table the deploy files pass: the image's copy of
-# kernels/tuning/tables/nvidia_h200.table.
-COMMITTED_TABLE = "/opt/gemm/tables/nvidia_h200.table"
+# The tables the deploy files pass: the image's copies of
+# kernels/tuning/tables/nvidia_h200.table and nvidia_h100.table (each GPU
+# uses its model's).
+COMMITTED_TABLE = "/opt/gemm/tables/nvidia_h200.table,/opt/gemm/tables/nvidia_h100.table"
 
 
 def flag_value(args, name):

@@ -71,6 +71,18 @@ bool NamesCublasMember(const gt::TuningTable& table) {
 }
 }  // namespace
 
+PortfolioSettings ForDevice(const PortfolioSettings& settings, const std::string& gpu) {
+  PortfolioSettings out = settings;
+  for (const auto& [path, table] : settings.tables) {
+    if (table != nullptr && table->key().gpu == gpu) {
+      out.table = table;
+      out.table_path = path;
+      break;
+    }
+  }
+  return out;
+}
+
 LaunchPolicy::LaunchPolicy(const PortfolioSettings& settings, const gt::TableKey& current,
                            const std::string& table_unusable)
     : policy_(settings.policy), table_path_(settings.table_path) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -55,11 +56,21 @@ struct PortfolioSettings {
   std::shared_ptr<const gemm_kernels::tuning::TuningTable> table;
   // Where it came from, for the log line and GetServerInfo.
   std::string table_path;
+  // Every table given, with its path, `table` the first: a host's
+  // executors may see different GPU models, and each keeps the table made
+  // for its own (ForDevice).
+  std::vector<std::pair<std::string, std::shared_ptr<const gemm_kernels::tuning::TuningTable>>>
+      tables;
   // The cuBLAS library cuBLAS members open (a name the dynamic loader
   // resolves, or a path); empty: the one the build is made against. Opened
   // only where the policy or the table names a cuBLAS member.
   std::string cublas_library;
 };
+
+// `settings` with `table` and `table_path` set to the first of `tables`
+// made for the GPU model `gpu` (its key's gpu field), or unchanged where
+// none is (the LaunchPolicy then logs the first table's mismatch).
+PortfolioSettings ForDevice(const PortfolioSettings& settings, const std::string& gpu);
 
 // The executor's choice of portfolio member per launch. Immutable once made
 // except for the fallback count; shared by the executor's lanes, which call

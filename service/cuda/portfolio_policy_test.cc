@@ -78,6 +78,32 @@ TEST(LaunchPolicyTest, MatchingTableIsConsultedAndDescribed) {
             "13000, cuda_runtime 13000, cublas 130100, build 0.1.0; 1 entries)");
 }
 
+// With tables of several GPU models, each executor keeps its model's; with
+// none for its model, the first stays (and its mismatch is reported).
+TEST(LaunchPolicyTest, EachGpuModelUsesItsOwnTable) {
+  gt::TableKey h100 = H200Key();
+  h100.gpu = "NVIDIA H100 80GB HBM3";
+  PortfolioSettings s = Settings(KernelPolicy::kTable, TableWithLt(H200Key()));
+  s.tables = {{"tables/h200.table", s.table}, {"tables/h100.table", TableWithLt(h100)}};
+
+  const PortfolioSettings on_h100 = ForDevice(s, h100.gpu);
+  EXPECT_EQ(on_h100.table_path, "tables/h100.table");
+  EXPECT_EQ(on_h100.table->key().gpu, h100.gpu);
+  const LaunchPolicy p(on_h100, h100);
+  EXPECT_NE(p.table(), nullptr);
+  EXPECT_EQ(p.Choose(Dense(4096, 4096, 4096), false), Lt());
+
+  EXPECT_EQ(ForDevice(s, "NVIDIA H200").table_path, "tables/h200.table");
+  gt::TableKey other = H200Key();
+  other.gpu = "NVIDIA A100-SXM4-80GB";
+  const PortfolioSettings on_other = ForDevice(s, other.gpu);
+  EXPECT_EQ(on_other.table_path, "tables/h200.table");
+  const LaunchPolicy ignored(on_other, other);
+  EXPECT_EQ(ignored.table(), nullptr);
+  EXPECT_NE(ignored.table_ignored_reason().find("gpu"), std::string::npos)
+      << ignored.table_ignored_reason();
+}
+
 TEST(LaunchPolicyTest, DeterministicLaunchesNeverTakeTheTablesChoice) {
   const LaunchPolicy p(Settings(KernelPolicy::kTable, TableWithLt(H200Key())), H200Key());
   EXPECT_EQ(p.Choose(Dense(4096, 4096, 4096), true), gt::CandidateId::Heuristic());
