@@ -727,13 +727,16 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   AttachResults(request, &item->problems, response);
   *item_out = item;
   if (on_item) on_item(item);
+  // Counted before the push: once queued it may run and finish (and be
+  // counted finished) before Push returns, and the drain summary must never
+  // see more finished than admitted.
+  admitted_.fetch_add(1);
   // The queue says when a refused request may retry (negative: never, e.g.
   // one predicted to outlast its deadline even on an idle server).
   absl::Status st = queue_->Push(item, pushback);
   if (!st.ok()) {
+    admitted_.fetch_sub(1);
     item_out->reset();
-  } else {
-    admitted_.fetch_add(1);
   }
   return st;
 }

@@ -437,7 +437,6 @@ void GemmServer::Shutdown(absl::Duration drain) {
   if (shut_down_) return;
   shut_down_ = true;
   const absl::Time deadline = absl::Now() + drain;
-  spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
   // Balancers and health-checking clients move new traffic first.
   SetServing(false);
   // No fault report after this reaches the server as it goes away.
@@ -448,6 +447,9 @@ void GemmServer::Shutdown(absl::Duration drain) {
   // included: until nothing transient is left or the deadline.
   const GemmServiceImpl::CallCounts before = service_->counts();
   service_->StartDrain();
+  // Logged once new work is refused: a reader of the log (an operator, a
+  // test) that sees it knows the next call gets UNAVAILABLE.
+  spdlog::info("shutting down: draining for up to {}", absl::FormatDuration(drain));
   while (!Drained() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
   const GemmServiceImpl::CallCounts after = service_->counts();
   if (!Drained())
