@@ -91,14 +91,6 @@ absl::StatusOr<void*> RandomInput(DataType dtype, int64_t elems, uint64_t seed) 
   return ::gemm::IsFp8(dtype) ? RandomFp8Buffer(elems, seed) : RandomBuffer(dtype, elems, seed);
 }
 
-// A cuBLASLt member with no configuration: cuBLASLt's own heuristic's first
-// algorithm (the FP8 baseline, as the service's cublas policy runs it).
-bool IsLtHeuristic(const CandidateId& c) {
-  CandidateId h;
-  h.family = CandidateFamily::kCublasLt;
-  return c == h;
-}
-
 absl::StatusOr<void*> PoisonedBuffer(size_t bytes) {
   void* p = nullptr;
   if (cudaMalloc(&p, std::max<size_t>(bytes, 16)) != cudaSuccess) {
@@ -453,7 +445,8 @@ absl::Status PortfolioRunner::Prepare(const CandidateId& c) {
       GEMM_RETURN_IF_ERROR(CublasGemm::CanImplement(method, d.single[0]));
       for (int set = 0; set < d.sets; ++set) {
         auto g = std::make_unique<CublasGemm>();
-        const bool configured = method == CublasMethod::kLt && !IsLtHeuristic(c);
+        const bool configured =
+            method == CublasMethod::kLt && c != CandidateId::CublasLtHeuristic();
         GEMM_RETURN_IF_ERROR(g->Initialize(ctx_, method, d.single[set], configured ? &c.lt : nullptr));
         m->kernel = g->kernel_name();
         m->cublas.push_back(std::move(g));

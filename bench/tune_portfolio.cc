@@ -147,11 +147,8 @@ std::string UtcNow() {
 // cuBLASLt with its heuristic's first algorithm (a kCublasLt member with no
 // configuration).
 CandidateId CublasFor(const ShapeClass& c) {
+  if (::gemm::IsFp8(c.in_dtype)) return CandidateId::CublasLtHeuristic();
   CandidateId id;
-  if (::gemm::IsFp8(c.in_dtype)) {
-    id.family = CandidateFamily::kCublasLt;
-    return id;
-  }
   id.family = c.kind == gemm_kernels::tuning::LaunchKind::kGrouped
                   ? CandidateFamily::kCublasGrouped
                   : (c.batch > 1 ? CandidateFamily::kCublasStridedBatched

@@ -123,8 +123,8 @@ class ServiceMetrics {
   // gemm_tenant_requests_total{tenant,code}.
   void RecordTenantRequest(absl::string_view tenant, int grpc_code);
   // One request of `tenant` that reached an executor: the FLOPs it did (0
-  // when it failed), its device time (the launches attributed to it,
-  // ExecutionReport::launches) and its queue wait.
+  // when it failed), its device time (its part of the launches that ran it,
+  // ExecutionReport::device_share) and its queue wait.
   void RecordTenantWork(absl::string_view tenant, double flops, absl::Duration device,
                         absl::Duration queue_wait);
   // One call of `tenant` refused RESOURCE_EXHAUSTED by `limit` (the
@@ -141,6 +141,8 @@ class ServiceMetrics {
   prometheus::Family<prometheus::Histogram>& request_seconds_;
   prometheus::Histogram& queue_wait_seconds_;
   prometheus::Family<prometheus::Histogram>& request_stage_seconds_;
+  // One per kRequestStages entry, in its order.
+  std::vector<prometheus::Histogram*> stage_histograms_;
   prometheus::Histogram& batch_requests_;
   prometheus::Histogram& batch_problems_;
   prometheus::Family<prometheus::Counter>& launches_;

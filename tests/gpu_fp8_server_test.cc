@@ -119,10 +119,22 @@ class GpuFp8ServerTest : public ::testing::Test {
   void SetUp() override {
     if (CudaExecutor::DeviceCount() == 0)
       GTEST_SKIP() << "no CUDA device visible: the CUDA executor is tested on the GPU box";
+    Start(gpu::PortfolioSettings());
+    if (HasFatalFailure()) return;
+    hopper_ = server_->backend().devices.front().compute_capability == "9.0";
+  }
+
+  void TearDown() override { Stop(); }
+
+  // (Re)starts server_ and client_ with `portfolio` as the kernel policy
+  // and tuning table.
+  void Start(const gpu::PortfolioSettings& portfolio) {
+    Stop();
     ServerOptions o;
     o.listen_address = "127.0.0.1:0";
     o.backend = "cuda";
     o.cuda.calibrate = false;
+    o.cuda.portfolio = portfolio;
     o.limits.max_resident_bytes = 64 << 20;
     auto server = GemmServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -133,12 +145,12 @@ class GpuFp8ServerTest : public ::testing::Test {
     auto client = Client::Create(co);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = std::move(*client);
-    hopper_ = server_->backend().devices.front().compute_capability == "9.0";
   }
 
-  void TearDown() override {
+  void Stop() {
     client_.reset();
     if (server_) server_->Shutdown(absl::Seconds(10));
+    server_.reset();
   }
 
   void SkipUnlessHopper() {
@@ -219,18 +231,9 @@ TEST_F(GpuFp8ServerTest, EveryFormatPairAndScaleModePair) {
 // against float64 of the dequantized operands.
 TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProblem) {
   SkipUnlessHopper();
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cuda";
-  o.cuda.calibrate = false;
-  o.cuda.portfolio.policy = gpu::KernelPolicy::kCublas;
-  auto server = GemmServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClientOptions co;
-  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
-  co.default_timeout = absl::Seconds(120);
-  auto client = Client::Create(co);
-  ASSERT_TRUE(client.ok()) << client.status();
+  gpu::PortfolioSettings cublas;
+  cublas.policy = gpu::KernelPolicy::kCublas;
+  Start(cublas);
   std::mt19937 rng(11);
   struct Expect {
     Fp8Case c;
@@ -274,14 +277,12 @@ TEST_F(GpuFp8ServerTest, CublasPolicyRunsFp8ThroughCublasLtWhereItTakesTheProble
     std::unique_ptr<BuiltProblem> built = Build(e.c, &rng);
     v1::GemmRequest request;
     *request.add_problems() = built->problem;
-    GemmResult r = (*client)->Gemm(request);
+    GemmResult r = client_->Gemm(request);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_THAT(r->kernel(), HasSubstr(e.kernel));
     EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(e.c.out)) << r->kernel();
     EXPECT_EQ(r->results(0).a_precision().scale_mode(), ToProto(e.c.sa));
   }
-  client->reset();
-  (*server)->Shutdown(absl::Seconds(10));
 }
 
 namespace gk = gemm_kernels;
@@ -347,20 +348,11 @@ TEST_F(GpuFp8ServerTest, TablePolicyRunsTheTableChoiceForFp8Classes) {
   ASSERT_TRUE(table.Put(ours).ok());
   ASSERT_NE(gt::ClassOf(KMajorArgs(unlisted), 4), lt.shape);
 
-  ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.backend = "cuda";
-  o.cuda.calibrate = false;
-  o.cuda.portfolio.policy = gpu::KernelPolicy::kTable;
-  o.cuda.portfolio.table = std::make_shared<const gt::TuningTable>(table);
-  o.cuda.portfolio.table_path = "fp8 test table";
-  auto server = GemmServer::Start(o);
-  ASSERT_TRUE(server.ok()) << server.status();
-  ClientOptions co;
-  co.target = absl::StrCat("127.0.0.1:", (*server)->port());
-  co.default_timeout = absl::Seconds(120);
-  auto client = Client::Create(co);
-  ASSERT_TRUE(client.ok()) << client.status();
+  gpu::PortfolioSettings tabled;
+  tabled.policy = gpu::KernelPolicy::kTable;
+  tabled.table = std::make_shared<const gt::TuningTable>(table);
+  tabled.table_path = "fp8 test table";
+  Start(tabled);
   std::mt19937 rng(23);
   const std::pair<const Fp8Case*, std::string> cases[] = {
       {&to_lt, gt::CandidateToString(lt.choice)},
@@ -372,15 +364,13 @@ TEST_F(GpuFp8ServerTest, TablePolicyRunsTheTableChoiceForFp8Classes) {
     std::unique_ptr<BuiltProblem> built = Build(*c, &rng);
     v1::GemmRequest request;
     *request.add_problems() = built->problem;
-    GemmResult r = (*client)->Gemm(request);
+    GemmResult r = client_->Gemm(request);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_THAT(r->kernel(), HasSubstr(kernel));
     EXPECT_LE(ErrorAgainst(built->problem, r->results(0)), Tolerance(c->out)) << r->kernel();
   }
-  const std::string metrics = (*server)->metrics()->Scrape();
+  const std::string metrics = server_->metrics()->Scrape();
   EXPECT_THAT(metrics, HasSubstr("kernel_kind=\"single/cublaslt_fp8\""));
-  client->reset();
-  (*server)->Shutdown(absl::Seconds(10));
 }
 
 TEST_F(GpuFp8ServerTest, BlockScalesWithRaggedK) {

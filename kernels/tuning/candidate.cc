@@ -93,6 +93,12 @@ absl::StatusOr<CandidateId> ParseLt(const std::string& text,
 
 CandidateId CandidateId::Heuristic() { return CandidateId{}; }
 
+CandidateId CandidateId::CublasLtHeuristic() {
+  CandidateId c;
+  c.family = CandidateFamily::kCublasLt;
+  return c;
+}
+
 CandidateId CandidateId::OursGroupedHeuristic() {
   CandidateId c;
   c.family = CandidateFamily::kOursGrouped;

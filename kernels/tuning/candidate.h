@@ -58,6 +58,10 @@ struct CandidateId {
   // table has no entry.
   static CandidateId Heuristic();
   static CandidateId OursGroupedHeuristic();
+  // cuBLASLt with no algorithm configuration: its own heuristic's first
+  // algorithm for the problem (FP8 under the cublas policy, and FP8's
+  // baseline in the tuner); a table names a configured algorithm instead.
+  static CandidateId CublasLtHeuristic();
 
   bool operator==(const CandidateId& o) const;
   bool operator!=(const CandidateId& o) const { return !(*this == o); }

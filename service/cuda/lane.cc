@@ -137,11 +137,7 @@ gt::CandidateId Lane::ChooseSingle(const gk::GemmArguments& args, bool determini
     // where cuBLASLt does not take the problem, our FP8 kernel runs.
     if (!gb::CublasGemm::CanImplement(gb::CublasMethod::kLt, args).ok())
       return gt::CandidateId::Heuristic();
-    if (policy_->policy() == KernelPolicy::kCublas) {
-      gt::CandidateId lt;
-      lt.family = gt::CandidateFamily::kCublasLt;
-      return lt;
-    }
+    if (policy_->policy() == KernelPolicy::kCublas) return gt::CandidateId::CublasLtHeuristic();
     const gt::CandidateId chosen =
         policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
     return chosen.family == gt::CandidateFamily::kCublasLt ? chosen : gt::CandidateId::Heuristic();
@@ -179,13 +175,12 @@ absl::Status Lane::PrepareCublas(LaunchState& ls) {
       return absl::InvalidArgumentError("the member is not a cuBLAS form of a single launch");
   }
   auto blas = std::make_unique<gb::CublasGemm>();
-  // A table names the cuBLASLt algorithm of its classes; FP8 under the
-  // cublas policy takes cuBLASLt's own first choice.
-  const bool table_algo =
-      method == gb::CublasMethod::kLt &&
-      !(IsFp8(ls.args.a.dtype) && policy_->policy() == KernelPolicy::kCublas);
+  // A table names a configured cuBLASLt algorithm; the unconfigured member
+  // takes cuBLASLt's own first choice.
+  const bool configured = method == gb::CublasMethod::kLt &&
+                          ls.member != gt::CandidateId::CublasLtHeuristic();
   GEMM_RETURN_IF_ERROR(
-      blas->Initialize(cublas_.get(), method, ls.args, table_algo ? &ls.member.lt : nullptr));
+      blas->Initialize(cublas_.get(), method, ls.args, configured ? &ls.member.lt : nullptr));
   ls.blas = std::move(blas);
   return absl::OkStatus();
 }
