@@ -321,6 +321,7 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
       it->second.upload.reset();
     }
   }
+  dropped.reset();  // before the waiters: their callers see the memory given back
   RunWaiters(std::move(complete), outcome);
   return outcome;
 }
@@ -380,6 +381,7 @@ void ResidentStore::AbandonUpload(absl::string_view owner, absl::string_view han
     dropped = std::move(it->second.matrix);
     entries_.erase(it);
   }
+  dropped.reset();  // before the waiters: their callers see the memory given back
   RunWaiters(std::move(waiters),
              absl::AbortedError(absl::StrCat("the upload of \"", handle, "\" was abandoned after ",
                                              written, " of ", total,
@@ -426,13 +428,15 @@ size_t ResidentStore::ExpireIdle() {
       }
     }
   }
+  const size_t expired = dropped.size();
+  dropped.clear();  // before the waiters: their callers see the memory given back
   for (auto& [handle, waiters] : waiting)
     RunWaiters(std::move(waiters),
                absl::AbortedError(absl::StrCat(
                    "the upload of \"", handle, "\" was abandoned: no chunk arrived for ",
                    absl::FormatDuration(options_.idle_timeout),
                    " (the server's idle timeout); it is released")));
-  return dropped.size();
+  return expired;
 }
 
 absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view handle) {
@@ -447,6 +451,7 @@ absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view h
     dropped = std::move(it->second.matrix);
     entries_.erase(it);
   }
+  dropped.reset();  // before the waiters: their callers see the memory given back
   RunWaiters(std::move(waiters),
              absl::AbortedError(absl::StrCat("the upload of \"", handle,
                                              "\" was released before all its bytes arrived")));
