@@ -137,7 +137,7 @@ def counting_releases(client):
     return released
 
 
-def slow_uploads(client, seconds=0.3):
+def slow_uploads(client, seconds=1.0):
     """Each upload stream starts `seconds` late, so that the Gemm is sure to
     reach the server while its operands are unfinished."""
     upload = client._stream_upload
