@@ -1,6 +1,7 @@
 #include "client/chunked_transfer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -20,6 +21,9 @@ namespace {
 
 constexpr char kUploadMethod[] = "/gemm.v1.Transfer/Upload";
 constexpr char kDownloadMethod[] = "/gemm.v1.Transfer/Download";
+// A Download stream's trailing metadata key for release_after_download
+// (gemm.v1.DownloadRequest).
+constexpr char kReleaseAfterDownloadKey[] = "gemm-release-after-download";
 
 // Waits for a set of streams and keeps the first error.
 class Outcome {
@@ -141,18 +145,23 @@ class ChunkedTransfer::UploadStream final : public StripeStream {
 // to its place as it arrives.
 class ChunkedTransfer::DownloadStream final : public StripeStream {
  public:
+  // With `uncounted` non-null the stream asks for release_after_download and
+  // decrements *counted when the server says it counted the stream's bytes.
   DownloadStream(grpc::GenericStub* stub, const std::string& handle, char* dst, Range range,
-                 uint64_t chunk_bytes, const PrepareContext& prepare, Outcome* outcome)
+                 uint64_t chunk_bytes, const PrepareContext& prepare, Outcome* outcome,
+                 std::atomic<int>* uncounted)
       : StripeStream("download", outcome),
         dst_(dst),
         begin_(range.begin),
         next_(range.begin),
-        end_(range.end) {
+        end_(range.end),
+        uncounted_(uncounted) {
     v1::DownloadRequest request;
     request.set_handle(handle);
     request.set_offset(range.begin);
     request.set_length(range.end - range.begin);
     request.set_chunk_bytes(chunk_bytes);
+    request.set_release_after_download(uncounted != nullptr);
     bool own;
     grpc::SerializationTraits<v1::DownloadRequest>::Serialize(request, &request_, &own);
     Prepare(stub, kDownloadMethod, prepare);
@@ -181,6 +190,9 @@ class ChunkedTransfer::DownloadStream final : public StripeStream {
     if (st.ok() && next_ != end_)
       st = absl::DataLossError(absl::StrCat("the download ended at byte ", next_, " of [", begin_,
                                             ", ", end_, ")"));
+    if (st.ok() && uncounted_ != nullptr &&
+        context_.GetServerTrailingMetadata().count(kReleaseAfterDownloadKey) > 0)
+      uncounted_->fetch_sub(1);
     return st;
   }
 
@@ -204,6 +216,7 @@ class ChunkedTransfer::DownloadStream final : public StripeStream {
   grpc::ByteBuffer request_;
   grpc::ByteBuffer in_;
   absl::Status error_;  // set by a reaction before cancelling; read in OnDone
+  std::atomic<int>* const uncounted_;
 };
 
 ChunkedTransfer::ChunkedTransfer(std::vector<std::shared_ptr<grpc::Channel>> channels,
@@ -249,13 +262,18 @@ absl::Status ChunkedTransfer::UploadAll(const std::vector<UploadJob>& jobs,
 }
 
 absl::Status ChunkedTransfer::Download(const std::string& handle, void* dst, uint64_t bytes,
-                                       const PrepareContext& prepare) const {
+                                       const PrepareContext& prepare, bool* released) const {
   const std::vector<Range> ranges = Stripes(bytes, options_.chunk_bytes, options_.stripes);
-  return RunStripes(channels_, ranges.size(),
-                    [&](grpc::GenericStub* stub, size_t i, Outcome* outcome) {
-                      new DownloadStream(stub, handle, static_cast<char*>(dst), ranges[i],
-                                         options_.chunk_bytes, prepare, outcome);
-                    });
+  // Streams whose bytes the server has not (yet) said it counted.
+  std::atomic<int> uncounted(static_cast<int>(ranges.size()));
+  absl::Status st = RunStripes(channels_, ranges.size(),
+                               [&](grpc::GenericStub* stub, size_t i, Outcome* outcome) {
+                                 new DownloadStream(stub, handle, static_cast<char*>(dst),
+                                                    ranges[i], options_.chunk_bytes, prepare,
+                                                    outcome, released ? &uncounted : nullptr);
+                               });
+  if (released != nullptr) *released = st.ok() && !ranges.empty() && uncounted.load() == 0;
+  return st;
 }
 
 }  // namespace gemm

@@ -56,9 +56,13 @@ class ChunkedTransfer {
   absl::Status UploadAll(const std::vector<UploadJob>& jobs, const PrepareContext& prepare) const;
 
   // Reads bytes [0, bytes) of resident matrix `handle` into `dst`.
-  // DATA_LOSS if the server sends less or out of order.
+  // DATA_LOSS if the server sends less or out of order. With `released`
+  // non-null the streams ask for DownloadRequest.release_after_download,
+  // and *released says whether the server released the matrix (every
+  // stream ended OK and said it counted its bytes; an older server does
+  // not).
   absl::Status Download(const std::string& handle, void* dst, uint64_t bytes,
-                        const PrepareContext& prepare) const;
+                        const PrepareContext& prepare, bool* released = nullptr) const;
 
   const Options& options() const { return options_; }
 

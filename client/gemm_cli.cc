@@ -43,6 +43,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/gemm_client.h"
+#include "client/cli/shared_requests.h"
 #include "client/cli/size_check.h"
 #include "client/matrix_view.h"
 #include "common/dtype.h"
@@ -100,6 +101,10 @@ ABSL_FLAG(int64_t, max_consecutive_failures, 20,
 ABSL_FLAG(bool, stream, false,
           "bench: send the requests over one GemmStream (--concurrency in flight) instead of "
           "unary calls");
+ABSL_FLAG(bool, shared_memory, false,
+          "run, bench: operands and results in same-host shared memory instead of gRPC "
+          "messages (the server on this host, reached over loopback or a Unix socket); the "
+          "bytes go in messages when the server refuses the region");
 ABSL_FLAG(bool, json, false, "bench: print one JSON document with the figures instead of text");
 ABSL_FLAG(std::string, sizes, "",
           "bench: a sweep, comma-separated square sizes (--sizes=256,512,1024 runs M=N=K=256, "
@@ -448,6 +453,23 @@ int Info() {
 // ---------------------------------------------------------------------------
 // run
 
+// With --shared_memory, `request` placed in a new shared-memory region with
+// `slots` copies (one per request in flight); null without the flag, or
+// after saying why on stderr when the region could not be set up (the
+// bytes then go in messages).
+std::unique_ptr<cli::SharedRequests> SharedOrNull(Client* client, const v1::GemmRequest& request,
+                                                  int slots) {
+  if (!absl::GetFlag(FLAGS_shared_memory)) return nullptr;
+  absl::StatusOr<std::unique_ptr<cli::SharedRequests>> shared =
+      cli::SharedRequests::Create(client, request, slots);
+  if (!shared.ok()) {
+    absl::FPrintF(stderr, "note: shared memory not used (%s); sending the bytes in messages\n",
+                  shared.status().ToString());
+    return nullptr;
+  }
+  return std::move(*shared);
+}
+
 int Run() {
   const uint64_t m = absl::GetFlag(FLAGS_m), n = absl::GetFlag(FLAGS_n), k = absl::GetFlag(FLAGS_k);
   absl::StatusOr<cli::Shape> shape = FlagShape(m, n, k, /*references=*/true);
@@ -474,12 +496,20 @@ int Run() {
   // Connect first so that the client time below is the call's alone.
   (*client)->channel()->WaitForConnected(
       absl::ToChronoTime(absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms))));
+  std::unique_ptr<cli::SharedRequests> shared = SharedOrNull(client->get(), *request, 1);
+  if (shared != nullptr)
+    absl::PrintF("transport shared memory, one region of %d bytes\n", shared->bytes());
   const absl::Time start = absl::Now();
-  GemmResult response = (*client)->Gemm(*request);
+  GemmResult response = (*client)->Gemm(shared != nullptr ? *shared->request(0) : *request);
   const absl::Duration wall = absl::Now() - start;
   if (!response.ok()) {
     absl::FPrintF(stderr, "error: %s\n", FlagNames(response.status()).ToString());
     return kExitRpc;
+  }
+  if (shared != nullptr) response = shared->WithResults(0, *response);
+  if (!response.ok()) {
+    absl::FPrintF(stderr, "error: %s\n", response.status().ToString());
+    return kExitMismatch;
   }
   if (response->results_size() != request->problems_size()) {
     absl::FPrintF(stderr, "error: %d results for %d problems\n", response->results_size(),
@@ -622,13 +652,21 @@ struct Figures {
 class Bench {
  public:
   // `checked` is `request` with every operand's bytes (they differ when B is
-  // resident); checks read its shapes and types.
+  // resident); checks read its shapes and types. With `shared`, slot i sends
+  // shared->request(i) instead of `request`.
   Bench(Client* client, std::shared_ptr<const v1::GemmRequest> request,
         std::shared_ptr<const v1::GemmRequest> checked,
-        std::vector<std::vector<double>> references, Transport transport)
+        std::vector<std::vector<double>> references, Transport transport,
+        const cli::SharedRequests* shared = nullptr)
       : client_(client), request_(std::move(request)), checked_(std::move(checked)),
-        references_(std::move(references)), transport_(transport),
-        request_bytes_(request_->ByteSizeLong()), flops_(RequestFlops(*request_)) {}
+        references_(std::move(references)), transport_(transport), shared_(shared),
+        request_bytes_(shared_ != nullptr ? shared_->request(0)->ByteSizeLong()
+                                          : request_->ByteSizeLong()),
+        flops_(RequestFlops(*request_)) {
+    const int slots = absl::GetFlag(FLAGS_concurrency);
+    for (int i = 0; i < slots; ++i)
+      slot_requests_.push_back(shared_ != nullptr ? shared_->request(i) : request_);
+  }
 
   Figures Main() {
     const int concurrency = absl::GetFlag(FLAGS_concurrency);
@@ -644,7 +682,7 @@ class Bench {
     slots_ = concurrency;
     std::vector<std::thread> threads;
     if (transport_ == Transport::kChunked) {
-      for (int i = 0; i < concurrency; ++i) threads.emplace_back([this] { BlockingSlot(); });
+      for (int i = 0; i < concurrency; ++i) threads.emplace_back([this, i] { BlockingSlot(i); });
     } else {
       if (transport_ == Transport::kStream) {
         CallOptions stream_options;
@@ -655,11 +693,13 @@ class Bench {
             limit_ > 0 ? start_ + per_call * (limit_ / concurrency + 1) : end_ + per_call;
         stream_ = client_->OpenStream(stream_options);
         // The session fills in unique ids; a fixed one would collide.
-        auto copy = std::make_shared<v1::GemmRequest>(*request_);
-        copy->clear_request_id();
-        request_ = std::move(copy);
+        for (std::shared_ptr<const v1::GemmRequest>& r : slot_requests_) {
+          auto copy = std::make_shared<v1::GemmRequest>(*r);
+          copy->clear_request_id();
+          r = std::move(copy);
+        }
       }
-      for (int i = 0; i < concurrency; ++i) Issue();
+      for (int i = 0; i < concurrency; ++i) Issue(i);
     }
     while (!all_done_.WaitForNotificationWithTimeout(absl::Milliseconds(500))) Progress();
     for (std::thread& t : threads) t.join();
@@ -684,38 +724,40 @@ class Bench {
     if (--slots_ == 0) all_done_.Notify();
   }
 
-  // Starts the next request of this slot, or retires the slot.
-  void Issue() {
+  // Starts the next request of `slot`, or retires the slot. A slot sends its
+  // next request only once its previous one is recorded (its shared-memory
+  // outputs read).
+  void Issue(int slot) {
     if (!More()) return Retire();
     const absl::Time sent = absl::Now();
-    auto done = [this, sent](GemmResult result) {
-      Record(absl::Now() - sent, result);
-      Issue();
+    auto done = [this, sent, slot](GemmResult result) {
+      Record(absl::Now() - sent, result, slot);
+      Issue(slot);
     };
     if (transport_ == Transport::kAsync) {
-      client_->GemmAsync(request_, {}, std::move(done));
+      client_->GemmAsync(slot_requests_[slot], {}, std::move(done));
       return;
     }
-    absl::Status s = stream_->Send(*request_, std::move(done));
+    absl::Status s = stream_->Send(*slot_requests_[slot], std::move(done));
     if (!s.ok()) {
       // The stream has ended (its failure was counted per request) or
       // refused the request: this slot is done.
-      Record(absl::Now() - sent, GemmResult(s));
+      Record(absl::Now() - sent, GemmResult(s), slot);
       Retire();
     }
   }
 
   // One --concurrency slot of the chunked transport.
-  void BlockingSlot() {
+  void BlockingSlot(int slot) {
     while (More()) {
       const absl::Time sent = absl::Now();
-      GemmResult result = client_->Gemm(*request_);
-      Record(absl::Now() - sent, result);
+      GemmResult result = client_->Gemm(*slot_requests_[slot]);
+      Record(absl::Now() - sent, result, slot);
     }
     Retire();
   }
 
-  void Record(absl::Duration latency, const GemmResult& result) {
+  void Record(absl::Duration latency, const GemmResult& result, int slot) {
     int64_t n;
     {
       absl::MutexLock lock(&mu_);
@@ -736,11 +778,14 @@ class Bench {
       latencies_ms_.push_back(absl::ToDoubleMilliseconds(latency));
       response_bytes_ += result->ByteSizeLong();
     }
-    if (verify_every_ > 0 && n % verify_every_ == 0) Verify(*result);
+    if (verify_every_ > 0 && n % verify_every_ == 0) Verify(*result, slot);
   }
 
-  void Verify(const v1::GemmResponse& response) {
-    bool ok = response.results_size() == request_->problems_size();
+  void Verify(const v1::GemmResponse& received, int slot) {
+    GemmResult read = received;
+    if (shared_ != nullptr) read = shared_->WithResults(slot, received);
+    const v1::GemmResponse& response = read.ok() ? *read : received;
+    bool ok = read.ok() && response.results_size() == request_->problems_size();
     for (int i = 0; ok && i < response.results_size(); ++i) {
       absl::StatusOr<Check> c = CheckResult(checked_->problems(i), response.results(i), references_[i]);
       ok = c.ok() && c->ok();
@@ -784,7 +829,8 @@ class Bench {
     f.workload = absl::StrFormat("%dx%dx%d %s -> %s, batch %d, concurrency %d", p0.m(), p0.n(),
                                  p0.k(), Name(p0.input_dtype()), Name(p0.output_dtype()),
                                  request_->problems_size(), absl::GetFlag(FLAGS_concurrency));
-    f.transport = TransportName(transport_);
+    f.transport =
+        absl::StrCat(TransportName(transport_), shared_ != nullptr ? " + shared memory" : "");
     f.requests_per_s = f.ok / f.seconds;
     f.gflops = flops_ * f.ok / f.seconds / 1e9;
     f.request_mb_per_s = req_mb / f.seconds;
@@ -804,6 +850,8 @@ class Bench {
   const std::shared_ptr<const v1::GemmRequest> checked_;
   const std::vector<std::vector<double>> references_;
   const Transport transport_;
+  const cli::SharedRequests* const shared_;
+  std::vector<std::shared_ptr<const v1::GemmRequest>> slot_requests_;
   const size_t request_bytes_;
   const double flops_;
   std::unique_ptr<GemmStreamSession> stream_;
@@ -952,8 +1000,11 @@ std::optional<Figures> BenchOne(Client* client, const CheckLimits& limits, uint6
   // The transfer path of `run`: what Client::Gemm would send in chunks goes
   // through it.
   Transport transport = absl::GetFlag(FLAGS_stream) ? Transport::kStream : Transport::kAsync;
-  if (transport == Transport::kAsync && client->NeedsChunks(*sent)) transport = Transport::kChunked;
-  Bench bench(client, sent, full, std::move(refs), transport);
+  std::unique_ptr<cli::SharedRequests> shared =
+      SharedOrNull(client, *sent, absl::GetFlag(FLAGS_concurrency));
+  if (shared == nullptr && transport == Transport::kAsync && client->NeedsChunks(*sent))
+    transport = Transport::kChunked;
+  Bench bench(client, sent, full, std::move(refs), transport, shared.get());
   Figures f = bench.Main();
   for (const ResidentHandle& h : residents) client->ReleaseMatrix(h).IgnoreError();
   return f;

@@ -346,8 +346,11 @@ class Client {
                                             absl::string_view label, const CallOptions& options);
   absl::Status ReleaseOn(const Route& route, const std::string& handle,
                          const CallOptions& options);
+  // With `released` non-null, asks the server to release the matrix once
+  // read (ChunkedTransfer::Download) and says whether it did.
   absl::Status DownloadOn(const Route& route, const std::string& handle, void* dst,
-                          uint64_t bytes, const CallOptions& options);
+                          uint64_t bytes, const CallOptions& options,
+                          bool* released = nullptr);
 
   void StartAttempt(const std::shared_ptr<AsyncCall>& call);
   void OnAttemptDone(const std::shared_ptr<AsyncCall>& call, const grpc::Status& status);

@@ -159,11 +159,12 @@ absl::Status Client::DownloadMatrix(const std::string& handle, void* dst, uint64
 }
 
 absl::Status Client::DownloadOn(const Route& route, const std::string& handle, void* dst,
-                                uint64_t bytes, const CallOptions& options) {
+                                uint64_t bytes, const CallOptions& options, bool* released) {
   const absl::Time deadline = DeadlineFor(options);
-  return route.replica->transfer().Download(handle, dst, bytes, [&](grpc::ClientContext* ctx) {
-    PrepareContext(ctx, options, deadline, route.key);
-  });
+  return route.replica->transfer().Download(
+      handle, dst, bytes,
+      [&](grpc::ClientContext* ctx) { PrepareContext(ctx, options, deadline, route.key); },
+      released);
 }
 
 GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& request,
@@ -316,8 +317,13 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
         return absl::DataLossError("keep_results: a result came back without its handle");
       std::string* data = r.mutable_data();
       data->resize(r.rows() * r.cols() * SizeOf(*dtype));
-      status = DownloadOn(route, r.handle(), data->data(), data->size(), within);
+      // Released by the server as it is read (release_after_download); one
+      // that does not is released below.
+      bool released = false;
+      status = DownloadOn(route, r.handle(), data->data(), data->size(), within, &released);
       if (!status.ok()) return status;
+      if (released) handles.erase(std::remove(handles.begin(), handles.end(), r.handle()),
+                                  handles.end());
       r.clear_handle();
     }
   }

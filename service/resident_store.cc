@@ -458,6 +458,24 @@ absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view h
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> ResidentStore::CountDownloaded(absl::string_view owner,
+                                                    absl::string_view handle, uint64_t bytes) {
+  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock is released
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end()) return NotFound(handle);
+    Entry& e = it->second;
+    if (e.owner != owner) return NotOwner();
+    e.downloaded += bytes;
+    e.last_used = clock_->Now();
+    if (e.upload != nullptr || e.downloaded < e.matrix->bytes()) return false;
+    dropped = std::move(e.matrix);
+    entries_.erase(it);
+  }
+  return true;
+}
+
 absl::StatusOr<std::shared_ptr<const ResidentMatrix>> ResidentStore::Lookup(
     absl::string_view owner, absl::string_view handle) const {
   absl::MutexLock lock(&mu_);

@@ -170,6 +170,13 @@ class ResidentStore {
   // remains. NOT_FOUND / PERMISSION_DENIED as described above.
   absl::Status Release(absl::string_view owner, absl::string_view handle);
 
+  // Counts `bytes` of `handle` read by a Download that asked for
+  // release_after_download; once the bytes counted reach the matrix's size
+  // the matrix is released (as by Release) and this returns true. NOT_FOUND
+  // / PERMISSION_DENIED as for Release.
+  absl::StatusOr<bool> CountDownloaded(absl::string_view owner, absl::string_view handle,
+                                       uint64_t bytes);
+
   // The matrix behind `handle`, kept alive while the result is held.
   absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Lookup(absl::string_view owner,
                                                                 absl::string_view handle) const;
@@ -204,6 +211,7 @@ class ResidentStore {
     std::shared_ptr<const ResidentMatrix> matrix;
     bool transient = false;
     mutable absl::Time last_used;  // Lookup (const) refreshes it
+    uint64_t downloaded = 0;  // CountDownloaded's tally
     std::unique_ptr<Upload> upload;  // set while bytes are still arriving
   };
 

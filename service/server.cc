@@ -293,6 +293,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->service_->set_deterministic_by_default(options.deterministic_by_default);
   s->service_->set_call_log(s->call_log_.get());
   s->service_->set_shared_memory(shared);
+  s->metrics_->AddProbe(
+      "gemm_waiting_requests",
+      "Unary Gemm requests held waiting for uploads they name (max_waiting_requests).", {},
+      [service = s->service_.get()] { return static_cast<double>(service->waiting_requests()); });
 
   // Before the main port, whose start must not fail after it (a server_
   // without a batcher cannot be shut down): NOT_SERVING until SetServing.

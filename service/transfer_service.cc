@@ -31,6 +31,7 @@ class TransferCall : public grpc::ServerGenericBidiReactor {
   TransferCall(TransferService* service, grpc::GenericCallbackServerContext* context,
                const char* method)
       : service_(service),
+        context_(context),
         caller_(CallerIdentity(*context)),
         started_(service->clock()->Now()),
         method_(method) {
@@ -46,6 +47,7 @@ class TransferCall : public grpc::ServerGenericBidiReactor {
   }
 
   TransferService* const service_;
+  grpc::GenericCallbackServerContext* const context_;
   const std::string caller_;
   const absl::Time started_;
   const char* const method_;
@@ -197,6 +199,10 @@ class DownloadCall final : public TransferCall {
           absl::StrCat("length: bytes [", request.offset(), ", ", request.offset() + request.length(),
                        ") run past the matrix's ", size, " bytes"));
     position_ = request.offset();
+    if (request.release_after_download()) {
+      release_handle_ = request.handle();
+      release_bytes_ = end_ - position_;
+    }
     const uint64_t max_chunk = MaxChunkBytes(service_->limits());
     chunk_bytes_ = request.chunk_bytes() == 0
                        ? std::min(TransferService::kDefaultDownloadChunkBytes, max_chunk)
@@ -211,7 +217,7 @@ class DownloadCall final : public TransferCall {
       // holds it too).
       out_.Clear();
       matrix_.reset();
-      End(absl::OkStatus());
+      End(CountForRelease());
       return;
     }
     const uint64_t n = std::min(chunk_bytes_, end_ - position_);
@@ -232,7 +238,23 @@ class DownloadCall final : public TransferCall {
     StartWrite(&out_);
   }
 
+  // release_after_download: this stream's bytes count toward the release,
+  // and the trailing metadata says the request was honoured.
+  absl::Status CountForRelease() {
+    if (release_handle_.empty()) return absl::OkStatus();
+    absl::StatusOr<bool> released =
+        service_->residents()->CountDownloaded(caller_, release_handle_, release_bytes_);
+    // Released by the client meanwhile: the bytes were sent all the same.
+    if (!released.ok() && released.status().code() != absl::StatusCode::kNotFound)
+      return released.status();
+    context_->AddTrailingMetadata(TransferService::kReleaseAfterDownloadKey,
+                                  released.ok() && *released ? "released" : "counted");
+    return absl::OkStatus();
+  }
+
   std::shared_ptr<const ResidentMatrix> matrix_;
+  std::string release_handle_;  // set when the request asked for release_after_download
+  uint64_t release_bytes_ = 0;
   uint64_t position_ = 0;
   uint64_t end_ = 0;
   uint64_t chunk_bytes_ = 0;

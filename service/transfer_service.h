@@ -32,6 +32,9 @@ class TransferService final : public grpc::CallbackGenericService {
  public:
   static constexpr char kUploadMethod[] = "/gemm.v1.Transfer/Upload";
   static constexpr char kDownloadMethod[] = "/gemm.v1.Transfer/Download";
+  // Trailing metadata of a Download stream that honoured
+  // DownloadRequest.release_after_download.
+  static constexpr char kReleaseAfterDownloadKey[] = "gemm-release-after-download";
   // Chunk size of a Download that asks for none.
   static constexpr uint64_t kDefaultDownloadChunkBytes = uint64_t{4} << 20;
 

@@ -47,6 +47,8 @@ struct DownloadOutcome {
   grpc::Status status;
   std::string bytes;
   std::vector<uint64_t> offsets;  // of each chunk received
+  // The stream's "gemm-release-after-download" trailer; empty when absent.
+  std::string release_trailer;
 };
 
 class TransferServiceTest : public ::testing::Test {
@@ -143,6 +145,9 @@ class TransferServiceTest : public ::testing::Test {
     }
     call->Finish(&out.status, nullptr);
     cq.Next(&tag, &ok);
+    auto trailer = ctx->GetServerTrailingMetadata().find(TransferService::kReleaseAfterDownloadKey);
+    if (trailer != ctx->GetServerTrailingMetadata().end())
+      out.release_trailer.assign(trailer->second.data(), trailer->second.size());
     return out;
   }
 
@@ -210,6 +215,48 @@ TEST_F(TransferServiceTest, InOrderChunksUploadAMatrixThatDownloadsInChunks) {
   down = Download(range);
   ASSERT_TRUE(down.status.ok());
   EXPECT_EQ(down.bytes, data.substr(5, 7));
+}
+
+TEST_F(TransferServiceTest, ReleaseAfterDownloadReleasesOnceEveryByteIsRead) {
+  std::string h;
+  ASSERT_TRUE(Begin(4, 4, &h).ok());  // 64 bytes
+  const std::string data = Bytes(64);
+  v1::DownloadRequest r;
+  r.set_handle(h);
+  r.set_release_after_download(true);
+  // An unfinished upload cannot be read: nothing counts.
+  EXPECT_EQ(Download(r).status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  ASSERT_TRUE(Upload({{h, 0, data}}).status.ok());
+  // Two stripes, as a client reads one matrix over two streams, with a read
+  // that does not ask for the release between them.
+  r.set_offset(32);
+  r.set_length(32);
+  DownloadOutcome down = Download(r);
+  ASSERT_TRUE(down.status.ok()) << down.status.error_message();
+  EXPECT_EQ(down.bytes, data.substr(32));
+  EXPECT_EQ(down.release_trailer, "counted");
+  EXPECT_EQ(h_.residents_->count(), 1u);
+  down = DownloadAll(h);
+  ASSERT_TRUE(down.status.ok());
+  EXPECT_EQ(down.release_trailer, "");
+  EXPECT_EQ(h_.residents_->count(), 1u);
+  r.set_offset(0);
+  down = Download(r);
+  ASSERT_TRUE(down.status.ok()) << down.status.error_message();
+  EXPECT_EQ(down.bytes, data.substr(0, 32));
+  EXPECT_EQ(down.release_trailer, "released");
+  EXPECT_EQ(h_.residents_->count(), 0u);
+  EXPECT_EQ(h_.residents_->bytes(), 0u);
+  EXPECT_EQ(DownloadAll(h).status.error_code(), grpc::StatusCode::NOT_FOUND);
+  // Another caller's matrix is not counted, nor read.
+  std::string bobs;
+  ASSERT_TRUE(Begin(4, 4, &bobs, kBobToken).ok());
+  ASSERT_TRUE(Upload({{bobs, 0, data}}, kBobToken).status.ok());
+  r.set_handle(bobs);
+  r.set_offset(0);
+  r.set_length(0);
+  EXPECT_EQ(Download(r).status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(h_.residents_->count(), 1u);
 }
 
 TEST_F(TransferServiceTest, StreamsCanEachCarryPartOfOneMatrix) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -141,8 +142,8 @@ TEST_F(ChunkedTransferTest, ChunkedGemmMatchesTheReferenceForEverySizeAndType) {
 }
 
 // The client's large-request path both ways: the Gemm sent beside its
-// uploads with release_after_use (the default, above), and upload, Gemm,
-// release one after another (an older client's order, which the server
+// uploads with release_after_use and results released as they are read (the
+// default, above), and upload, Gemm, download, release one after another (an older client's order, which the server
 // serves unchanged).
 TEST_F(ChunkedTransferTest, PipelinedAndSequentialLargeRequestsAgree) {
   std::mt19937 rng(49);
@@ -158,6 +159,12 @@ TEST_F(ChunkedTransferTest, PipelinedAndSequentialLargeRequestsAgree) {
       EXPECT_TRUE(test::ResponseMatches(request, *response)) << pipelined;
     }
     EXPECT_TRUE(NothingResident()) << pipelined;
+    // Pipelined, the operands go with the request (release_after_use) and
+    // the downloaded results with their reads (release_after_download): no
+    // ReleaseMatrix round trip at all.
+    if (pipelined)
+      EXPECT_EQ(Metric("gemm_requests_total", {"method=\"ReleaseMatrix\""}), 0);
+    EXPECT_GT(Metric("gemm_requests_total", {"method=\"Download\""}), 0);
   }
 }
 
@@ -304,9 +311,24 @@ TEST_F(RawTransferTest, BadChunkStreamsAreRefusedNamingTheField) {
   CallOptions once;
   once.retry = false;
   CallOptions short_once = once;
-  short_once.timeout = absl::Milliseconds(200);  // well within the 1 s idle timeout
-  auto response = client->Gemm(request, short_once);
+  short_once.timeout = absl::Milliseconds(500);  // well within the 1 s idle timeout
+  GemmResult response;
+  std::thread waiter([&] { response = client->Gemm(request, short_once); });
+  // Seen waiting on /metrics while held.
+  double seen = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (seen == 0 && absl::Now() < give_up) {
+    seen = Metric("gemm_waiting_requests");
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  waiter.join();
+  EXPECT_EQ(seen, 1);
   EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded) << response.status();
+  // The server ends the wait at the same deadline, a moment after the client.
+  const absl::Time settle = absl::Now() + absl::Seconds(5);
+  while (Metric("gemm_waiting_requests") != 0 && absl::Now() < settle)
+    absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_EQ(Metric("gemm_waiting_requests"), 0);
 
   // The rest of the bytes, out of order across streams, completes it.
   EXPECT_TRUE(RawUpload({Chunk(h, 48, 16), Chunk(h, 16, 8)}).ok() == false);  // gap in stream

@@ -51,10 +51,11 @@ cd "$(dirname "$0")/.."
 asan_targets=(//service/... //client/... //tests/... //common/...)
 tsan_targets=("${asan_targets[@]}" -//tests:large_transfer_test -//tests:e2e_test
   -//tests:tls_e2e_test -//tests:replica_process_test)
-# tests:cli_limits_test, tests:server_flags_test and tests:fp8_cli_test drive
-# the gemm_server (and gemm_cli) binaries too (as e2e_test does, for the same
-# reason above).
-tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test -//tests:fp8_cli_test)
+# tests:cli_limits_test, tests:server_flags_test, tests:fp8_cli_test and
+# tests:shared_memory_cli_test drive the gemm_server (and gemm_cli) binaries
+# too (as e2e_test does, for the same reason above).
+tsan_targets+=(-//tests:cli_limits_test -//tests:server_flags_test -//tests:fp8_cli_test
+  -//tests:shared_memory_cli_test)
 # The Python client's tests start the gemm_server binary too.
 tsan_targets+=(-//client/python/...)
 
