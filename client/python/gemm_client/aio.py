@@ -165,16 +165,17 @@ class AsyncClient(ClientBase):
             await asyncio.sleep(delay)
             avoid = route.replica
 
-    async def _call(self, route, method, request, deadline, fail_over=False):
+    async def _call(self, route, method, request, deadline, fail_over=False, retry=True,
+                    first_attempt=1):
         fail_over = fail_over and self._replicas.usable_count(route.replica) > 0
-        for attempt in itertools.count(1):
+        for attempt in itertools.count(first_attempt):
             call = method(request, timeout=self._remaining(deadline),
                           metadata=self._metadata(route),
                           wait_for_ready=self._settings.wait_for_ready)
             try:
                 return await call
             except grpc.RpcError as e:
-                delay = self._retry_delay(e, attempt, deadline, fail_over)
+                delay = self._retry_delay(e, attempt, deadline, fail_over) if retry else None
                 if delay is None:
                     raise GemmError.from_rpc_error(e) from None
             await asyncio.sleep(delay)
@@ -210,10 +211,17 @@ class AsyncClient(ClientBase):
                 release.append(handle)
                 uploaded[(i, name)] = handle
                 jobs.append((handle, op))
-            await self._upload_all(route, jobs, deadline, limits)
-            request = planning.encode(plan, prepared, uploaded)
-            results = await self._call(route, route.replica.gemm, request, deadline,
-                                        fail_over=fail_over and not jobs)
+            pipelined = self._settings.pipelined_uploads and bool(jobs)
+            request = planning.encode(plan, prepared, uploaded, release_after_use=pipelined)
+            if pipelined:
+                results, held = await self._gemm_while_uploading(route, request, jobs,
+                                                                 deadline, limits)
+                if held:
+                    release = [h for h in release if h not in uploaded.values()]
+            else:
+                await self._upload_all(route, jobs, deadline, limits)
+                results = await self._call(route, route.replica.gemm, request, deadline,
+                                            fail_over=fail_over and not jobs)
             if not plan.keep_results:
                 return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
             out = []
@@ -230,6 +238,43 @@ class AsyncClient(ClientBase):
             cleanup = max(deadline, time.monotonic() + 5.0)
             for h in release:
                 await self._release_quietly(route, h, cleanup)
+
+    async def _gemm_while_uploading(self, route, request, jobs, deadline, limits):
+        """Client._gemm_while_uploading: the Gemm and the uploads run
+        concurrently on the event loop; (results, held)."""
+        uploading = asyncio.ensure_future(
+            self._upload_or_release(route, jobs, deadline, limits))
+        first = None
+        try:
+            results = await self._call(route, route.replica.gemm, request, deadline,
+                                       retry=False)
+        except GemmError as e:
+            first = e
+        except BaseException:
+            uploading.cancel()
+            raise
+        await uploading
+        if first is None:
+            return results, True
+        delay = self._pipelined_gemm_again(first, deadline)
+        if delay is None:
+            raise first
+        await asyncio.sleep(delay)
+        try:
+            return await self._call(route, route.replica.gemm, request, deadline,
+                                    first_attempt=1 if planning.not_held(first) else 2), False
+        except GemmError as e:
+            raise self._pipelined_gemm_error(first, e) from None
+
+    async def _upload_or_release(self, route, jobs, deadline, limits):
+        """The jobs' uploads; on failure they are released (a Gemm held on
+        them ends then) and the upload's error raised."""
+        try:
+            await self._upload_all(route, jobs, deadline, limits)
+        except GemmError:
+            cleanup = max(deadline, time.monotonic() + 5.0)
+            await asyncio.gather(*[self._release_quietly(route, h, cleanup) for h, _ in jobs])
+            raise
 
     async def _begin_upload(self, route, op, transient, label, deadline, fail_over):
         response = await self._call(route, route.replica.stub.BeginUpload,

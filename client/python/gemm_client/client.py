@@ -10,6 +10,7 @@ threads at once.
 
 import concurrent.futures
 import itertools
+import threading
 import time
 
 import grpc
@@ -186,16 +187,18 @@ class Client(ClientBase):
             time.sleep(delay)
             avoid = route.replica
 
-    def _call(self, route, method, request, deadline, fail_over=False):
-        """One unary call with retries; GemmError on failure."""
+    def _call(self, route, method, request, deadline, fail_over=False, retry=True,
+              first_attempt=1):
+        """One unary call with retries (none unless `retry`; `first_attempt`
+        counts attempts made before); GemmError on failure."""
         fail_over = fail_over and self._replicas.usable_count(route.replica) > 0
-        for attempt in itertools.count(1):
+        for attempt in itertools.count(first_attempt):
             try:
                 return method(request, timeout=self._remaining(deadline),
                               metadata=self._metadata(route),
                               wait_for_ready=self._settings.wait_for_ready)
             except grpc.RpcError as e:
-                delay = self._retry_delay(e, attempt, deadline, fail_over)
+                delay = self._retry_delay(e, attempt, deadline, fail_over) if retry else None
                 if delay is None:
                     raise GemmError.from_rpc_error(e) from None
             time.sleep(delay)
@@ -231,10 +234,17 @@ class Client(ClientBase):
                 release.append(handle)
                 uploaded[(i, name)] = handle
                 jobs.append((handle, op))
-            self._upload_all(route, jobs, deadline, limits)
-            request = planning.encode(plan, prepared, uploaded)
-            results = self._call(route, route.replica.gemm, request, deadline,
-                                  fail_over=fail_over and not jobs)
+            pipelined = self._settings.pipelined_uploads and bool(jobs)
+            request = planning.encode(plan, prepared, uploaded, release_after_use=pipelined)
+            if pipelined:
+                results, held = self._gemm_while_uploading(route, request, jobs, deadline,
+                                                           limits)
+                if held:
+                    release = [h for h in release if h not in uploaded.values()]
+            else:
+                self._upload_all(route, jobs, deadline, limits)
+                results = self._call(route, route.replica.gemm, request, deadline,
+                                      fail_over=fail_over and not jobs)
             if not plan.keep_results:
                 return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
             out = []
@@ -257,6 +267,50 @@ class Client(ClientBase):
                     self._release_once(route, h, cleanup)
                 except GemmError:
                     pass
+
+    def _gemm_while_uploading(self, route, request, jobs, deadline, limits):
+        """The Gemm on this thread while the jobs upload on the pool, the
+        request naming them with release_after_use. Returns (results, held):
+        held when the first attempt was answered, the server having released
+        the uploads with it. Otherwise (a server that would not wait, or a
+        retryable refusal) it is sent again once they are done, and they stay
+        for the caller to release. An upload's error is raised before the
+        Gemm's, and releases the uploads at once so that a held Gemm ends
+        (ABORTED) then, not at its deadline."""
+        first_failure = threading.Lock()
+        cleanup = max(deadline, time.monotonic() + 5.0)
+
+        def on_done(task):
+            if task.cancelled() or task.exception() is None:
+                return
+            if not first_failure.acquire(blocking=False):
+                return
+            for handle, _ in jobs:
+                try:
+                    self._release_once(route, handle, cleanup)
+                except GemmError:
+                    pass  # the caller releases again at the end
+
+        tasks = self._start_uploads(route, jobs, deadline, limits)
+        for t in tasks:
+            t.add_done_callback(on_done)
+        first = None
+        try:
+            results = self._call(route, route.replica.gemm, request, deadline, retry=False)
+        except GemmError as e:
+            first = e
+        self._wait_all(tasks)
+        if first is None:
+            return results, True
+        delay = self._pipelined_gemm_again(first, deadline)
+        if delay is None:
+            raise first
+        time.sleep(delay)
+        try:
+            return self._call(route, route.replica.gemm, request, deadline,
+                              first_attempt=1 if planning.not_held(first) else 2), False
+        except GemmError as e:
+            raise self._pipelined_gemm_error(first, e) from None
 
     def _begin_upload(self, route, op, transient, label, deadline, fail_over):
         response = self._call(route, route.replica.stub.BeginUpload,
@@ -298,8 +352,12 @@ class Client(ClientBase):
 
     def _upload_all(self, route, jobs, deadline, limits):
         """Every job's stripes at once over the replica's transfer channels."""
+        self._wait_all(self._start_uploads(route, jobs, deadline, limits))
+
+    def _start_uploads(self, route, jobs, deadline, limits):
+        """The futures of every job's stripes, started on the pool."""
         if not jobs:
-            return
+            return []
         calls = route.replica.transfer()
         tasks = []
         for handle, op in jobs:
@@ -309,7 +367,7 @@ class Client(ClientBase):
                 chunks = chunks_of(handle, data, begin, end, limits.chunk_bytes)
                 tasks.append(self._pool.submit(self._stream_upload, upload, chunks, route,
                                                deadline))
-        self._wait_all(tasks)
+        return tasks
 
     def _stream_upload(self, upload, chunks, route, deadline):
         try:

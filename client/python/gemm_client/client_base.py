@@ -137,6 +137,31 @@ class ClientBase:
             self._count_retry()
         return delay
 
+    def _pipelined_gemm_again(self, err, deadline):
+        """After a pipelined Gemm's first attempt failed with `err` and its
+        uploads are done: the seconds to wait before sending it again (0 for
+        one the server would not hold), or None to raise `err`. It is sent
+        once before any retry because a request the server took (held) and
+        then refused has released its operands: a retry of it would find
+        them gone (see _pipelined_gemm_error)."""
+        if planning.not_held(err):
+            return 0.0
+        delay = next_retry_delay(self._settings.retry, 1, err.code,
+                                 parse_pushback(err.trailing_metadata), time.monotonic(),
+                                 deadline, random.random())
+        if delay is not None:
+            self._count_retry()
+        return delay
+
+    @staticmethod
+    def _pipelined_gemm_error(first, err):
+        """The error to raise when a pipelined Gemm sent again (after `first`)
+        failed with `err`: `first` when the operands were gone by then (the
+        server had taken the first attempt, refused it, and released them)."""
+        if err.code == grpc.StatusCode.NOT_FOUND and not planning.not_held(first):
+            return first
+        return err
+
     def _limits(self, replica):
         return planning.effective_limits(self._settings, replica.limits)
 

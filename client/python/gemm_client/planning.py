@@ -114,16 +114,20 @@ def plan(prepared, base, limits):
     return Plan(request, uploads, keep)
 
 
-def encode(plan_, prepared, uploaded):
+def encode(plan_, prepared, uploaded, release_after_use=False):
     """The serialized request: operands by bytes or by handle (`uploaded` maps
-    (problem index, operand name) to the handle of its upload)."""
+    (problem index, operand name) to the handle of its upload). With
+    release_after_use the uploaded operands carry Matrix.release_after_use
+    (the server releases them when the request ends); the caller's own
+    resident matrices never do."""
     problems = []
     for i, p in enumerate(prepared):
         operands = {}
         for name, op in p.operands.items():
-            handle = uploaded.get((i, name)) or op.handle
+            upload = uploaded.get((i, name))
+            handle = upload or op.handle
             operands[name] = (op.layout, handle, None if handle else op.flat_bytes(),
-                              op.scales_proto())
+                              op.scales_proto(), bool(upload and release_after_use))
         problems.append((p.proto, operands))
     return wire.encode_request(plan_.request, problems)
 
@@ -148,3 +152,13 @@ def moved(err):
     request's own uploads missing: the whole request can run again."""
     return (err.code == grpc.StatusCode.FAILED_PRECONDITION and
             "belongs to another server" in err.message)
+
+
+def not_held(err):
+    """A Gemm sent while its uploads were still under way was refused rather
+    than held until they completed (a server that predates pipelined requests,
+    or one run with --max_waiting_requests=0): it goes again once they are
+    done, and the client releases the uploads itself (such a server may not
+    know Matrix.release_after_use)."""
+    return (err.code == grpc.StatusCode.FAILED_PRECONDITION and
+            "is unfinished" in err.message)

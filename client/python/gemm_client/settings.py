@@ -28,6 +28,15 @@ class Settings:
     affinity_header: bool = True
     max_message_bytes: int = (1 << 30) + (16 << 20)
     chunked_threshold_bytes: int = 4 << 20
+    # A chunked request's Gemm is sent while its operands are still
+    # uploading, with Matrix.release_after_use on them (pipelined requests,
+    # docs/api.md): the server holds it until the uploads complete and
+    # releases the operands when it ends, so neither a wait for the uploads
+    # nor ReleaseMatrix calls stand between the request and its answer. A
+    # server that does not wait (FAILED_PRECONDITION: unfinished) gets the
+    # Gemm again once the uploads are done. False: upload, then Gemm, then
+    # release, one after another.
+    pipelined_uploads: bool = True
     chunk_bytes: int = 1 << 20
     transfer_channels: int = 8
     max_reconnect_backoff: float = 2.0
@@ -54,6 +63,9 @@ class Settings:
         if not (isinstance(self.transfer_channels, int) and 1 <= self.transfer_channels <= 64):
             raise ValueError(f"transfer_channels: must be in [1, 64], got "
                              f"{self.transfer_channels!r}")
+        if not isinstance(self.pipelined_uploads, bool):
+            raise ValueError(f"pipelined_uploads: must be True or False, got "
+                             f"{self.pipelined_uploads!r}")
         if (self.certificate_chain is None) != (self.private_key is None):
             raise ValueError("certificate_chain and private_key go together")
         if not self.tls and (self.root_certificates or self.certificate_chain):

@@ -82,12 +82,13 @@ def encode_request(base, problems):
     """A serialized GemmRequest: `base`'s request-wide fields, then each of
     `problems`, a list of (shape-only GemmProblem, {"a"|"b"|"c": (layout,
     handle or None, stored bytes as a memoryview or None, gemm.v1 Scales or
-    None)})."""
+    None, release_after_use)})."""
     parts = [base.SerializeToString()]
     for shape, operands in problems:
         body = [shape.SerializeToString()]
-        for name, (layout, handle, data, scales) in operands.items():
-            small = gemm_pb2.Matrix(layout=layout, handle=handle or "")
+        for name, (layout, handle, data, scales, release) in operands.items():
+            small = gemm_pb2.Matrix(layout=layout, handle=handle or "",
+                                    release_after_use=bool(handle and release))
             if scales is not None:
                 small.scales.CopyFrom(scales)
             matrix = [small.SerializeToString()]

@@ -3,11 +3,14 @@ over several connections, against the real gemm_server started with a small
 --max_message_bytes (256 KiB) so that modest matrices exceed one message:
 requests over the server's message limit, operands over the client's
 chunked_threshold_bytes, results kept and downloaded, resident matrices
-uploaded in chunks, and the same through AsyncClient."""
+uploaded in chunks, and the same through AsyncClient; pipelined uploads
+against a server that holds the Gemm for them and one that does not."""
 
 import asyncio
+import time
 import unittest
 
+import grpc
 import numpy as np
 
 import gemm_client
@@ -108,6 +111,165 @@ class ChunkedTest(unittest.TestCase):
                     np.testing.assert_array_equal(await w_dev.to_numpy(), w)
 
         asyncio.run(main())
+
+
+RESIDENT = 8 << 20
+
+
+def counting_releases(client):
+    """Counts the client's own ReleaseMatrix calls for the request's matrices
+    (Client._release_once, AsyncClient._release_quietly): a list of handles."""
+    released = []
+    if isinstance(client, gemm_client.AsyncClient):
+        release = client._release_quietly
+
+        async def counted(route, handle, deadline):
+            released.append(handle)
+            await release(route, handle, deadline)
+        client._release_quietly = counted
+    else:
+        release = client._release_once
+
+        def counted(route, handle, deadline):
+            released.append(handle)
+            release(route, handle, deadline)
+        client._release_once = counted
+    return released
+
+
+def slow_uploads(client, seconds=1.0):
+    """Each upload stream starts `seconds` late, so that the Gemm is sure to
+    reach the server while its operands are unfinished."""
+    upload = client._stream_upload
+    if isinstance(client, gemm_client.AsyncClient):
+        async def slow(*args):
+            await asyncio.sleep(seconds)
+            await upload(*args)
+    else:
+        def slow(*args):
+            time.sleep(seconds)
+            upload(*args)
+    client._stream_upload = slow
+
+
+class PipelinedTest(unittest.TestCase):
+    """Pipelined uploads (the default): the Gemm goes out while its operands
+    upload and the server releases them with the request, against a server
+    that holds such a request and one that refuses it (--max_waiting_requests=0).
+    Both have --max_resident_bytes=8 MiB, and an 8 MiB matrix registers
+    afterwards only if the request left nothing resident."""
+
+    @classmethod
+    def setUpClass(cls):
+        flags = (f"--max_message_bytes={MAX_MESSAGE}",
+                 f"--max_receive_buffer_bytes={64 * MAX_MESSAGE}",
+                 f"--max_resident_bytes={RESIDENT}")
+        cls.holding = server_process.ServerProcess(SERVER, *flags)
+        cls.refusing = server_process.ServerProcess(SERVER, *flags, "--max_waiting_requests=0")
+        cls.holding.__enter__()
+        cls.refusing.__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.holding.__exit__()
+        cls.refusing.__exit__()
+
+    def setUp(self):
+        self.rng = np.random.default_rng(12)
+        # 800 KB operands and a 1 MB result: over the server's message limit,
+        # so uploaded, kept and downloaded in chunks: 2.6 MB resident per request.
+        self.a = rand(self.rng, 512, 400)
+        self.b = rand(self.rng, 400, 512, order="F")
+        self.ref = f64(self.a) @ f64(self.b)
+
+    def assert_nothing_resident(self, client):
+        """A matrix of the whole max_resident_bytes registers (the memory of
+        released matrices is given back as their last user lets go)."""
+        self.assertEqual(client.server_info().limits.max_resident_bytes, RESIDENT)
+        whole = np.zeros((RESIDENT // 4 // 1024, 1024), dtype=np.float32)
+        deadline = time.monotonic() + 3
+        while True:
+            try:
+                client.release(client.register(whole))
+                return
+            except gemm_client.GemmError as e:
+                if (e.code != grpc.StatusCode.RESOURCE_EXHAUSTED or
+                        time.monotonic() > deadline):
+                    raise
+            time.sleep(0.05)
+
+    def test_nothing_resident_probe_sees_a_leftover(self):
+        with gemm_client.Client(self.holding.target) as client:
+            with client.register(np.zeros((8, 8), np.float32)):
+                with self.assertRaises(gemm_client.GemmError) as caught:
+                    client.register(np.zeros((RESIDENT // 4 // 1024, 1024), np.float32),
+                                    timeout=2)
+                self.assertEqual(caught.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+            self.assert_nothing_resident(client)
+
+    def run_sync(self, server, expected_releases, **settings):
+        with gemm_client.Client(server.target, **settings) as client:
+            released = counting_releases(client)
+            slow_uploads(client)
+            d = client.matmul(self.a, self.b)
+            self.assertEqual(d.shape, (512, 512))
+            self.assertLess(rel(d, self.ref), 1e-5)
+            # The kept result, and the operands unless the server released them.
+            self.assertEqual(len(released), expected_releases, released)
+            self.assert_nothing_resident(client)
+
+    def run_async(self, server, expected_releases, **settings):
+        async def main():
+            async with gemm_client.AsyncClient(server.target, **settings) as client:
+                released = counting_releases(client)
+                slow_uploads(client)
+                results = await asyncio.gather(client.matmul(self.a, self.b),
+                                               client.matmul(self.b, self.a))
+                return results, released
+        (ab, ba), released = asyncio.run(main())
+        self.assertLess(rel(ab, self.ref), 1e-5)
+        self.assertLess(rel(ba, f64(self.b) @ f64(self.a)), 1e-5)
+        self.assertEqual(len(released), 2 * expected_releases, released)
+        with gemm_client.Client(server.target) as client:
+            self.assert_nothing_resident(client)
+
+    def test_held_by_the_server(self):
+        self.assertTrue(gemm_client.Client(self.holding.target).settings.pipelined_uploads)
+        self.run_sync(self.holding, expected_releases=1)
+
+    def test_held_by_the_server_asyncio(self):
+        self.run_async(self.holding, expected_releases=1)
+
+    def test_refused_as_unfinished_goes_again(self):
+        self.run_sync(self.refusing, expected_releases=3)
+
+    def test_refused_as_unfinished_goes_again_asyncio(self):
+        self.run_async(self.refusing, expected_releases=3)
+
+    def test_not_pipelined(self):
+        self.run_sync(self.holding, expected_releases=3, pipelined_uploads=False)
+        self.run_async(self.refusing, expected_releases=3, pipelined_uploads=False)
+
+    def test_failed_upload_ends_the_held_request_at_once(self):
+        with gemm_client.Client(self.holding.target) as client:
+            upload = client._stream_upload
+            broken = []
+
+            def break_first(upload_call, chunks, route, deadline):
+                if not broken:
+                    broken.append(True)
+                    time.sleep(0.3)
+                    raise gemm_client.GemmError(grpc.StatusCode.DATA_LOSS, "stream broke")
+                upload(upload_call, chunks, route, deadline)
+            client._stream_upload = break_first
+            start = time.monotonic()
+            with self.assertRaises(gemm_client.GemmError) as caught:
+                client.matmul(self.a, self.b, timeout=30)
+            self.assertEqual(caught.exception.code, grpc.StatusCode.DATA_LOSS)
+            self.assertEqual(caught.exception.message, "stream broke")
+            # Released, the upload ended the held Gemm: not its 30 s deadline.
+            self.assertLess(time.monotonic() - start, 10)
+            self.assert_nothing_resident(client)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """The client's pure parts, without a server: the retry policy and pushback
 parsing, bf16 rounding, the hand-written Chunk wire format (checked against
-protobuf's own), stripes, target parsing, and settings validation."""
+protobuf's own), stripes, target parsing, settings validation, and the
+decisions of a pipelined Gemm with its calls faked."""
 
 import struct
+import threading
+import time
 import unittest
 
 import grpc
@@ -12,6 +15,8 @@ from gemm.v1 import gemm_pb2
 
 import gemm_client
 from gemm_client import RetryPolicy, chunk_wire, retry, wire
+from gemm_client.client_base import Route
+from gemm_client.errors import GemmError
 from gemm_client.replicas import handle_instance, split_target
 from gemm_client.settings import Settings
 
@@ -126,11 +131,11 @@ class WireTest(unittest.TestCase):
         c = b"\x01" * 24
         scales = gemm_pb2.Scales(mode=gemm_pb2.SCALE_MODE_CHANNEL, data=b"\0\0\x80\x3f" * 3)
         raw = wire.encode_request(base, [
-            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a), None),
-                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None, scales),
-                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c, None)}),
-            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4, None),
-                                                   "b": (0, None, b"\0" * 4, None)})])
+            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a), None, True),
+                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None, scales, True),
+                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c, None, False)}),
+            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4, None, False),
+                                                   "b": (0, "h-x", None, None, False)})])
         want = gemm_pb2.GemmRequest()
         want.CopyFrom(base)
         p = want.problems.add()
@@ -138,9 +143,10 @@ class WireTest(unittest.TestCase):
         p.a.layout, p.a.data = gemm_pb2.LAYOUT_COL_MAJOR, a
         p.b.layout, p.b.handle = gemm_pb2.LAYOUT_ROW_MAJOR, "h-b"
         p.b.scales.CopyFrom(scales)
+        p.b.release_after_use = True  # a's is dropped: it goes by data
         p.c.layout, p.c.data = gemm_pb2.LAYOUT_ROW_MAJOR, c
         q = want.problems.add(m=1, n=1, k=1)
-        q.a.data, q.b.data = b"\0" * 4, b"\0" * 4
+        q.a.data, q.b.handle = b"\0" * 4, "h-x"
         self.assertEqual(gemm_pb2.GemmRequest.FromString(raw), want)
 
     def test_decode_response_reads_protobufs_response(self):
@@ -204,11 +210,121 @@ class SettingsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "replica_policy"):
             gemm_client.Client("localhost:1", replica_policy="random")
 
+    def test_pipelined_uploads_is_on_by_default_and_a_bool(self):
+        self.assertTrue(Settings().pipelined_uploads)
+        with self.assertRaisesRegex(ValueError, "pipelined_uploads"):
+            Settings(pipelined_uploads="no").validate()
+
     def test_metadata(self):
         s = Settings(token="abc")
         self.assertEqual(s.metadata("k1"), (("authorization", "Bearer abc"),
                                             ("gemm-affinity", "k1")))
         self.assertEqual(Settings(affinity_header=False).metadata("k1"), ())
+
+
+class PipelinedGemmTest(unittest.TestCase):
+    """Client._gemm_while_uploading with its uploads and calls faked: the
+    Gemm goes out while the uploads run; held, it is answered and the server
+    has released them; refused as unfinished, it goes again after them; an
+    upload's failure releases them and is what is raised."""
+
+    def setUp(self):
+        self.client = gemm_client.Client("127.0.0.1:1")
+        self.route = Route(self.client._replicas.all()[0], "")
+        self.events = []
+        self.released = []
+        self.client._release_once = lambda route, handle, deadline: self.released.append(handle)
+
+    def tearDown(self):
+        self.client.close()
+
+    def run_request(self, answers, upload_error=None):
+        """The Gemm's answers in turn (an exception is raised); the upload
+        starts only once the first Gemm is out, so it cannot run before it."""
+        answers = list(answers)
+        gemm_sent = threading.Event()
+
+        def upload():
+            self.assertTrue(gemm_sent.wait(5), "the Gemm was not sent during the upload")
+            self.events.append("uploaded")
+            if upload_error is not None:
+                raise upload_error
+
+        def call(route, method, request, deadline, fail_over=False, retry=True,
+                 first_attempt=1):
+            self.assertFalse(fail_over)
+            # The first attempt alone: a retry of a request the server took
+            # would find its operands released.
+            self.assertEqual(retry, bool(self.events))
+            self.events.append("gemm")
+            gemm_sent.set()
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        self.client._start_uploads = lambda *args: [self.client._pool.submit(upload)]
+        self.client._call = call
+        return self.client._gemm_while_uploading(
+            self.route, b"request", [("h1", None), ("h2", None)], time.monotonic() + 10, None)
+
+    def test_held(self):
+        self.assertEqual(self.run_request(["results"]), ("results", True))
+        self.assertEqual(self.events, ["gemm", "uploaded"])
+        self.assertEqual(self.released, [])
+
+    def test_not_held_goes_again_after_the_uploads(self):
+        unfinished = GemmError(grpc.StatusCode.FAILED_PRECONDITION,
+                               'problems[0].a.handle: the upload of "h1" is unfinished: '
+                               '0 of 4096 bytes have arrived')
+        self.assertEqual(self.run_request([unfinished, "results"]), ("results", False))
+        self.assertEqual(self.events, ["gemm", "uploaded", "gemm"])
+        self.assertEqual(self.released, [])  # the caller releases them
+
+    def test_other_errors_are_raised(self):
+        moved = GemmError(grpc.StatusCode.FAILED_PRECONDITION,
+                          "problems[0].a.handle: belongs to another server")
+        with self.assertRaises(GemmError) as caught:
+            self.run_request([moved, "results"])
+        self.assertIs(caught.exception, moved)
+        self.assertEqual(self.events, ["gemm", "uploaded"])
+
+    def test_refused_at_the_door_goes_again_after_the_uploads(self):
+        full = GemmError(grpc.StatusCode.RESOURCE_EXHAUSTED, "max_waiting_requests: 64 wait")
+        self.assertEqual(self.run_request([full, "results"]), ("results", False))
+        self.assertEqual(self.events, ["gemm", "uploaded", "gemm"])
+        self.assertEqual(self.client.retries, 1)
+
+    def test_refused_once_taken_raises_the_refusal(self):
+        # Taken (held), then refused when the wait ended: the server released
+        # the operands, so the second attempt finds them gone.
+        full = GemmError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the queue is full")
+        gone = GemmError(grpc.StatusCode.NOT_FOUND,
+                         'problems[0].a.handle: no resident matrix has handle "h1"')
+        with self.assertRaises(GemmError) as caught:
+            self.run_request([full, gone])
+        self.assertIs(caught.exception, full)
+
+    def test_not_retryable_is_raised_after_the_uploads(self):
+        no = GemmError(grpc.StatusCode.RESOURCE_EXHAUSTED, "max_resident_bytes",
+                       trailing_metadata=(("grpc-retry-pushback-ms", "-1"),))
+        with self.assertRaises(GemmError) as caught:
+            self.run_request([no, "results"])
+        self.assertIs(caught.exception, no)
+        self.assertEqual(self.events, ["gemm", "uploaded"])
+
+    def test_a_failed_upload_releases_the_uploads_and_is_raised(self):
+        lost = GemmError(grpc.StatusCode.DATA_LOSS, "upload stream broke")
+        aborted = GemmError(grpc.StatusCode.ABORTED, "the upload of \"h1\" was released")
+        with self.assertRaises(GemmError) as caught:
+            self.run_request([aborted], upload_error=lost)
+        self.assertIs(caught.exception, lost)
+        # Released by the pool thread whose upload failed, as it failed.
+        deadline = time.monotonic() + 5
+        while len(self.released) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(sorted(self.released), ["h1", "h2"])
+        self.assertEqual(self.events, ["gemm", "uploaded"])
 
 
 if __name__ == "__main__":
