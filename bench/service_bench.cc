@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, backend, "auto", "in-process server: auto, cuda or cpu");
 ABSL_FLAG(bool, compare_unbatched, false,
           "in-process: also run a second server that batches nothing (one request per "
           "batch) and print the batched/unbatched ratio");
+ABSL_FLAG(bool, dispatch_on_arrival, gemm::BatcherOptions().dispatch_on_arrival,
+          "in-process server: an idle backend gets a request from the receiving thread "
+          "(gemm_server --dispatch_on_arrival)");
 ABSL_FLAG(bool, stages, true,
           "in-process: after each case, the mean time per server-side stage of its Gemm "
           "requests (gemm_request_stage_seconds)");
@@ -184,6 +187,7 @@ int Main() {
     options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
     options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
     if (!batching) options.batcher.budget.max_requests = 1;
+    options.batcher.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
     return GemmServer::Start(options);
   };
   std::unique_ptr<GemmServer> gemm_server, unbatched_server;

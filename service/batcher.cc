@@ -13,6 +13,8 @@ absl::Status BatcherOptions::Validate() const {
     return absl::InvalidArgumentError("plan.large_problem_flops must be positive");
   if (plan.min_strided_batch < 2)
     return absl::InvalidArgumentError("plan.min_strided_batch must be at least 2");
+  if (run_on_arrival_max < absl::ZeroDuration())
+    return absl::InvalidArgumentError("run_on_arrival_max must not be negative");
   return absl::OkStatus();
 }
 
@@ -62,24 +64,64 @@ void Batcher::Run() {
       while (!stopping_ && in_flight_ >= slots) changed_.Wait(&mu_);
       if (stopping_) return;
     }
+    // DispatchIfIdle may take the last slot while this thread waits for
+    // work: then the work stays queued (asked under the queue's lock, just
+    // before items are taken).
+    auto slot_free = [this, slots] {
+      absl::MutexLock lock(&mu_);
+      return in_flight_ < slots;
+    };
     // A short wait so that Stop() is noticed promptly.
     std::vector<std::shared_ptr<WorkItem>> items =
-        queue_->PopBatch(options_.budget, absl::Milliseconds(50), linger);
+        queue_->PopBatch(options_.budget, absl::Milliseconds(50), linger, slot_free);
     if (items.empty()) continue;
-
-    Batch batch;
-    batch.launches = PlanLaunches(items, options_.plan);
-    batch.items = std::move(items);
-    batch.on_done = [this] { OnBatchDone(); };
-    size_t problems = 0;
-    for (const auto& item : batch.items) problems += item->problems.size();
-    metrics_->RecordBatch(batch.items.size(), problems);
     {
+      // A DispatchIfIdle that took the slot between slot_free and here
+      // dispatches what it found first; these items wait for its slot.
+      // When stopping they go at once (Stop waits for them).
       absl::MutexLock lock(&mu_);
+      while (!stopping_ && in_flight_ >= slots) changed_.Wait(&mu_);
       ++in_flight_;
     }
-    const absl::Time executing = absl::Now();
-    for (const auto& item : batch.items) item->stamps.executing = executing;
+    Dispatch(std::move(items), /*here=*/false);
+  }
+}
+
+void Batcher::DispatchIfIdle() {
+  if (!options_.dispatch_on_arrival) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || in_flight_ != 0) return;
+    ++in_flight_;
+  }
+  // The batching thread may have taken the request meanwhile: then there is
+  // nothing here to dispatch.
+  std::vector<std::shared_ptr<WorkItem>> items =
+      queue_->PopBatch(options_.budget, absl::ZeroDuration(), absl::ZeroDuration());
+  if (items.empty()) {
+    OnBatchDone();
+    return;
+  }
+  absl::Duration predicted;
+  for (const auto& item : items) predicted += executor_->PredictRunTime(*item);
+  const bool here = options_.run_on_arrival_max > absl::ZeroDuration() &&
+                    predicted <= options_.run_on_arrival_max;
+  Dispatch(std::move(items), here);
+}
+
+void Batcher::Dispatch(std::vector<std::shared_ptr<WorkItem>> items, bool here) {
+  Batch batch;
+  batch.launches = PlanLaunches(items, options_.plan);
+  batch.items = std::move(items);
+  batch.on_done = [this] { OnBatchDone(); };
+  size_t problems = 0;
+  for (const auto& item : batch.items) problems += item->problems.size();
+  metrics_->RecordBatch(batch.items.size(), problems);
+  const absl::Time executing = absl::Now();
+  for (const auto& item : batch.items) item->stamps.executing = executing;
+  if (here) {
+    executor_->ExecuteHere(std::move(batch));
+  } else {
     executor_->Execute(std::move(batch));
   }
 }

@@ -8,6 +8,12 @@
 // everything queued within the batch budget, lingering up to max_queue_delay
 // (counted from the oldest queued request) for the batch to fill. So batches
 // grow exactly when the load makes them worth it, and the delay bound holds.
+//
+// An idle executor need not wait for the batching thread at all: the thread
+// that queued a request dispatches it itself (DispatchIfIdle), and a batch
+// predicted to be short runs right there (Executor::ExecuteHere), so a lone
+// small request is answered from the thread that received it, with no
+// hand-off between threads on its way.
 #ifndef GEMM_SERVICE_BATCHER_H_
 #define GEMM_SERVICE_BATCHER_H_
 
@@ -29,6 +35,12 @@ struct BatcherOptions {
   // Dispatch at once when no batch is in flight (see above). Off, every batch
   // lingers up to max_queue_delay.
   bool dispatch_when_idle = true;
+  // DispatchIfIdle dispatches on the calling thread (off: it does nothing
+  // and the batching thread dispatches everything).
+  bool dispatch_on_arrival = true;
+  // A batch DispatchIfIdle forms whose items the executor predicts to take
+  // at most this long runs on the calling thread (ExecuteHere). Zero: never.
+  absl::Duration run_on_arrival_max = absl::Milliseconds(1);
   // What one batch may hold.
   BatchBudget budget;
   // How batches become launches.
@@ -54,9 +66,20 @@ class Batcher {
 
   int in_flight() const;
 
+  // Called right after a request is queued, on the thread that queued it:
+  // when no batch is in flight, takes what is queued (within the batch
+  // budget, without lingering) and dispatches it from this thread, running
+  // it here when it is predicted to be short (run_on_arrival_max). The
+  // request may then be answered before this returns. Otherwise (a batch in
+  // flight, or stopping) leaves the request to the batching thread.
+  void DispatchIfIdle();
+
  private:
   void Run();
   void OnBatchDone();
+  // Plans `items` into a batch and hands it to the executor, which runs it
+  // on this thread when `here`. Its slot (in_flight_) is already taken.
+  void Dispatch(std::vector<std::shared_ptr<WorkItem>> items, bool here);
 
   const BatcherOptions options_;
   RequestQueue* const queue_;

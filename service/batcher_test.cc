@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +21,20 @@ class FakeExecutor : public Executor {
   const BackendInfo& info() const override { return info_; }
   std::vector<PeakRate> peak_rates() const override { return {}; }
   int max_concurrent_batches() const override { return slots_; }
+  absl::Duration PredictRunTime(const WorkItem&) const override { return predicted_; }
+  void set_predicted(absl::Duration d) { predicted_ = d; }
+  // Records the calling thread, then holds or finishes the batch as Execute.
+  void ExecuteHere(Batch batch) override {
+    {
+      absl::MutexLock lock(&mu_);
+      here_threads_.push_back(std::this_thread::get_id());
+    }
+    Execute(std::move(batch));
+  }
+  std::vector<std::thread::id> here_threads() {
+    absl::MutexLock lock(&mu_);
+    return here_threads_;
+  }
   void Execute(Batch batch) override {
     {
       absl::MutexLock lock(&mu_);
@@ -82,6 +97,8 @@ class FakeExecutor : public Executor {
  private:
   const int slots_;
   BackendInfo info_;
+  absl::Duration predicted_;
+  std::vector<std::thread::id> here_threads_ ABSL_GUARDED_BY(mu_);
   absl::Mutex mu_;
   std::deque<Batch> batches_ ABSL_GUARDED_BY(mu_);
   int held_ ABSL_GUARDED_BY(mu_) = 0;
@@ -286,6 +303,84 @@ TEST_F(BatcherTest, KeepsAtMostTheExecutorsSlotsInFlight) {
   EXPECT_EQ(executor_->most_held(), 2) << "more batches in flight than slots";
 }
 
+// Requests queued one at a time on an idle backend, each followed by
+// DispatchIfIdle as the service calls it: every one runs exactly once, those
+// dispatched on arrival on the calling thread, and never more batches at
+// once than the executor's slots. The batching thread, woken by each push,
+// races the caller for the request; the caller, already running, nearly
+// always wins, so most go the short way.
+TEST_F(BatcherTest, AnIdleBackendRunsAShortRequestOnTheThreadThatQueuedIt) {
+  BatcherOptions o;
+  o.run_on_arrival_max = absl::Milliseconds(1);
+  Start(o, 1);
+  executor_->set_predicted(absl::Microseconds(50));
+  executor_->FinishAll();
+  constexpr int kRequests = 50;
+  for (int i = 0; i < kRequests; ++i) {
+    auto item = Push(16);
+    batcher_->DispatchIfIdle();
+    // Finished by whichever thread dispatched it before the next one.
+    ASSERT_EQ(executor_->WaitBatch(i), 1u) << i;
+    auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return statuses_.size() == static_cast<size_t>(i + 1);
+    };
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&answered));
+  }
+  EXPECT_EQ(executor_->batch_count(), static_cast<size_t>(kRequests));
+  const std::vector<std::thread::id> here = executor_->here_threads();
+  EXPECT_GT(here.size(), 0u) << "no request was dispatched on arrival";
+  for (const std::thread::id& t : here) EXPECT_EQ(t, std::this_thread::get_id());
+  EXPECT_EQ(executor_->most_held(), 1);
+  EXPECT_EQ(batcher_->in_flight(), 0);
+}
+
+TEST_F(BatcherTest, ALongRequestIsDispatchedOnArrivalButRunsOnTheExecutorsThreads) {
+  BatcherOptions o;
+  o.run_on_arrival_max = absl::Milliseconds(1);
+  Start(o, 1);
+  executor_->set_predicted(absl::Milliseconds(5));
+  executor_->FinishAll();
+  for (int i = 0; i < 20; ++i) {
+    Push(16);
+    batcher_->DispatchIfIdle();
+    ASSERT_EQ(executor_->WaitBatch(i), 1u);
+  }
+  EXPECT_TRUE(executor_->here_threads().empty());
+}
+
+TEST_F(BatcherTest, DispatchOnArrivalWaitsItsTurnBehindABusyBackend) {
+  BatcherOptions o;
+  o.max_queue_delay = absl::Seconds(5);  // never reached: the clock stays put
+  Start(o, 1);
+  executor_->set_predicted(absl::Microseconds(50));
+  Push(8);
+  ASSERT_EQ(executor_->WaitBatch(0), 1u);  // held: the backend is busy
+  Push(8);
+  batcher_->DispatchIfIdle();  // not idle: leaves it queued
+  EXPECT_EQ(executor_->batch_count(), 1u);
+  EXPECT_EQ(queue_.queued(), 1u);
+  EXPECT_TRUE(executor_->here_threads().empty());
+  // With the slot back, the batching thread takes it.
+  executor_->Finish(0);
+  EXPECT_EQ(executor_->WaitBatch(1), 1u);
+  EXPECT_EQ(executor_->most_held(), 1);
+}
+
+TEST_F(BatcherTest, DispatchOnArrivalOffLeavesEverythingToTheBatchingThread) {
+  BatcherOptions o;
+  o.dispatch_on_arrival = false;
+  Start(o, 1);
+  executor_->set_predicted(absl::Microseconds(50));
+  executor_->FinishAll();
+  for (int i = 0; i < 10; ++i) {
+    Push(8);
+    batcher_->DispatchIfIdle();
+    ASSERT_EQ(executor_->WaitBatch(i), 1u);
+  }
+  EXPECT_TRUE(executor_->here_threads().empty());
+}
+
 TEST(BatcherOptionsTest, ValidateNamesTheField) {
   BatcherOptions o;
   EXPECT_TRUE(o.Validate().ok());
@@ -294,6 +389,9 @@ TEST(BatcherOptionsTest, ValidateNamesTheField) {
   o = BatcherOptions();
   o.max_queue_delay = -absl::Milliseconds(1);
   EXPECT_NE(o.Validate().message().find("max_queue_delay"), absl::string_view::npos);
+  o = BatcherOptions();
+  o.run_on_arrival_max = -absl::Milliseconds(1);
+  EXPECT_NE(o.Validate().message().find("run_on_arrival_max"), absl::string_view::npos);
 }
 
 }  // namespace

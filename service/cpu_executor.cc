@@ -270,6 +270,20 @@ void CpuExecutor::Execute(Batch batch) {
   pending_.push_back(std::move(batch));
 }
 
+void CpuExecutor::ExecuteHere(Batch batch) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (measuring_) {
+      pending_.push_back(std::move(batch));
+      return;
+    }
+    ++running_;
+  }
+  RunBatch(batch);
+  absl::MutexLock lock(&mu_);
+  --running_;
+}
+
 void CpuExecutor::RunThread() {
   while (true) {
     Batch batch;

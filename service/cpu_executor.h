@@ -62,6 +62,9 @@ class CpuExecutor : public Executor {
   // FP8 operands are decoded with their scales and run through sgemm.
   Fp8Support fp8_support() const override { return {true, true, true}; }
   void Execute(Batch batch) override;
+  // Runs the batch on the calling thread, counted among the running ones;
+  // while the peaks are measured it is queued as by Execute.
+  void ExecuteHere(Batch batch) override;
   // Every dtype runs through sgemm: FLOPs over the calibrated sgemm rate,
   // plus the fp16/bf16 widening and narrowing at the calibrated memory rate.
   // Zero without calibration.

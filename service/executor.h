@@ -135,6 +135,12 @@ class Executor {
   // Returns without waiting for the work (it runs on the executor's threads
   // or devices). Thread-safe.
   virtual void Execute(Batch batch) = 0;
+  // The same, run on the calling thread where this executor can (the
+  // batcher's choice for a short batch on an idle executor: the requests are
+  // then answered from the thread that received them, with no hand-off).
+  // Returns once the work is done where it ran here. The default hands the
+  // batch over as Execute does. Thread-safe.
+  virtual void ExecuteHere(Batch batch) { Execute(std::move(batch)); }
 
   // Fault containment. A device that faulted (a sticky CUDA error, which
   // leaves its context unusable) goes out of service for good: its executor answers what it holds and

@@ -737,7 +737,9 @@ absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
   if (!st.ok()) {
     admitted_.fetch_sub(1);
     item_out->reset();
+    return st;
   }
+  if (on_queued_) on_queued_();
   return st;
 }
 

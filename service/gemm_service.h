@@ -5,6 +5,7 @@
 #define GEMM_SERVICE_GEMM_SERVICE_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,10 @@ class GemmServiceImpl final : public GemmServiceBase {
   // shared-memory calls are UNIMPLEMENTED and Matrix.shared is refused).
   // Set before serving; `store` must outlive the service.
   void set_shared_memory(SharedMemoryStore* store) { shared_memory_ = store; }
+  // Called on the receiving thread right after each request is queued (the
+  // server's Batcher::DispatchIfIdle); it may run and answer the request
+  // before it returns. Unset: nothing is called. Set before serving.
+  void set_on_queued(std::function<void()> on_queued) { on_queued_ = std::move(on_queued); }
 
   // Counts since start, for the drain summary.
   struct CallCounts {
@@ -174,6 +179,7 @@ class GemmServiceImpl final : public GemmServiceBase {
   std::atomic<bool> draining_{false};
   bool deterministic_by_default_ = false;
   CallLog* call_log_ = nullptr;
+  std::function<void()> on_queued_;
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> finished_{0};
   std::atomic<uint64_t> refused_draining_{0};

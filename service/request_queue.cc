@@ -391,7 +391,7 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(const BatchBudget&
 
 std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
     const BatchBudget& budget, absl::Duration wait,
-    const std::function<absl::Duration()>& linger_for) {
+    const std::function<absl::Duration()>& linger_for, const std::function<bool()>& may_take) {
   std::vector<std::shared_ptr<WorkItem>> out;
   Dropped dropped;
   {
@@ -421,7 +421,8 @@ std::vector<std::shared_ptr<WorkItem>> RequestQueue::PopBatch(
     double flops = 0;
     uint64_t bytes = 0;
     double predicted_s = 0;
-    while (queued_ > 0 && out.size() < budget.max_requests) {
+    const bool taking = queued_ > 0 && (may_take == nullptr || may_take());
+    while (taking && queued_ > 0 && out.size() < budget.max_requests) {
       Tenant* tenant = NextLocked();
       auto it = tenant->entries.begin();
       const WorkItem& item = *it->item;

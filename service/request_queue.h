@@ -115,10 +115,14 @@ class RequestQueue {
   std::vector<std::shared_ptr<WorkItem>> PopBatch(const BatchBudget& budget, absl::Duration wait,
                                                   absl::Duration linger);
   // The same, with the linger decided once the first item is there (by then
-  // the caller may know better whether waiting for company is worth it).
-  // `linger` runs under the queue's lock and must not call into the queue.
+  // the caller may know better whether waiting for company is worth it),
+  // and, when `may_take` is given, asked last whether the caller may take
+  // items at all: false returns none and leaves them queued (another thread
+  // took the caller's slot meanwhile). Both run under the queue's lock and
+  // must not call into the queue.
   std::vector<std::shared_ptr<WorkItem>> PopBatch(const BatchBudget& budget, absl::Duration wait,
-                                                  const std::function<absl::Duration()>& linger);
+                                                  const std::function<absl::Duration()>& linger,
+                                                  const std::function<bool()>& may_take = nullptr);
 
   // Removes `item` if still queued and completes it (CANCELLED, or
   // DEADLINE_EXCEEDED if its deadline has passed). Safe to call at any time.

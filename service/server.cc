@@ -293,6 +293,10 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->service_->set_deterministic_by_default(options.deterministic_by_default);
   s->service_->set_call_log(s->call_log_.get());
   s->service_->set_shared_memory(shared);
+  s->service_->set_on_queued([server = s.get()] {
+    if (Batcher* batcher = server->dispatcher_.load(std::memory_order_acquire))
+      batcher->DispatchIfIdle();
+  });
   s->metrics_->AddProbe(
       "gemm_waiting_requests",
       "Unary Gemm requests held waiting for uploads they name (max_waiting_requests).", {},
@@ -357,6 +361,7 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   batcher.plan.grouped_supported = s->executor_->supports_grouped();
   s->batcher_ = std::make_unique<Batcher>(batcher, s->queue_.get(), s->executor_.get(),
                                           s->metrics_.get());
+  s->dispatcher_.store(s->batcher_.get(), std::memory_order_release);
   LogFields started =
       StartupFields(options, s->executor_->info(), s->executor_->max_concurrent_batches(),
                     s->port_, s->metrics_->exposer_port());

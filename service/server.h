@@ -5,6 +5,7 @@
 #ifndef GEMM_SERVICE_SERVER_H_
 #define GEMM_SERVICE_SERVER_H_
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -150,6 +151,9 @@ class GemmServer {
   std::unique_ptr<GemmServiceImpl> service_;
   std::unique_ptr<TransferService> transfer_;
   std::unique_ptr<Batcher> batcher_;
+  // batcher_ once it exists (it starts after the port, while requests may
+  // already arrive): what the service calls after queueing a request.
+  std::atomic<Batcher*> dispatcher_{nullptr};
   // Frees idle transient matrices (ResidentStore::ExpireIdle) until stopped.
   absl::Notification stop_reaper_;
   absl::Notification no_device_left_;

@@ -161,6 +161,12 @@ ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
           "while the backend is busy, how long a request may wait for its batch to fill");
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
           "an idle backend gets queued requests at once instead of after max_queue_delay");
+ABSL_FLAG(bool, dispatch_on_arrival, kDefaults.batcher.dispatch_on_arrival,
+          "an idle backend gets a request from the thread that received it, not through the "
+          "batching thread");
+ABSL_FLAG(absl::Duration, run_on_arrival_max, kDefaults.batcher.run_on_arrival_max,
+          "with --dispatch_on_arrival, a batch predicted to take at most this long runs on "
+          "the receiving thread where the backend can (CPU); 0 never");
 ABSL_FLAG(uint32_t, batch_max_requests, kDefaults.batcher.budget.max_requests,
           "most requests in one batch");
 ABSL_FLAG(double, batch_max_flops, kDefaults.batcher.budget.max_flops,
@@ -339,6 +345,8 @@ int main(int argc, char** argv) {
   }
   options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
+  options.batcher.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
+  options.batcher.run_on_arrival_max = absl::GetFlag(FLAGS_run_on_arrival_max);
   options.batcher.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
   options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
   options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);

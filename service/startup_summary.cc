@@ -57,6 +57,8 @@ LogFields StartupFields(const ServerOptions& options, const BackendInfo& backend
       {"batches_in_flight", std::to_string(max_concurrent_batches)},
       {"max_queue_delay", absl::FormatDuration(b.max_queue_delay)},
       {"dispatch_when_idle", b.dispatch_when_idle ? "true" : "false"},
+      {"dispatch_on_arrival", b.dispatch_on_arrival ? "true" : "false"},
+      {"run_on_arrival_max", absl::FormatDuration(b.run_on_arrival_max)},
       {"batch_max_requests", std::to_string(b.budget.max_requests)},
       {"batch_max_flops", absl::StrCat(b.budget.max_flops)},
       {"batch_max_bytes", std::to_string(b.budget.max_bytes)},
