@@ -12,6 +12,8 @@ Client is blocking (and thread-safe); AsyncClient is the same on asyncio
 bf16 matrices are uint16 arrays of bf16 bits (to_bf16 / from_bf16 convert).
 FP8 operands are Fp8Matrix objects (uint8 codes with float32 scales);
 quantize_fp8 makes one by the server's rule, dequantize_fp8 reads one back.
+A client on the server's host may name matrices in a SharedMemory region
+instead of sending them (shared_memory.py, or the shared_memory setting).
 """
 
 from gemm_client.aio import AsyncClient
@@ -25,10 +27,11 @@ from gemm_client.planning import supports_deterministic
 from gemm_client.problems import Problem
 from gemm_client.resident import ResidentMatrix
 from gemm_client.retry import RetryPolicy
+from gemm_client.shared_memory import SharedMemory
 
 __all__ = [
     "AsyncClient", "BF16", "Client", "DType", "Fp8Matrix", "Fp8Quantization", "GemmError",
     "GemmResult", "InvalidArgumentError", "Precision", "Problem", "ResidentMatrix",
-    "RetryPolicy", "dequantize_fp8", "from_bf16", "quantize_fp8", "supports_deterministic",
-    "to_bf16",
+    "RetryPolicy", "SharedMemory", "dequantize_fp8", "from_bf16", "quantize_fp8",
+    "supports_deterministic", "to_bf16",
 ]

@@ -19,7 +19,8 @@ from gemm.v1 import gemm_pb2, gemm_pb2_grpc
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.client_base import ClientBase, check_download, decode, downloaded
+from gemm_client.client_base import (ClientBase, check_download, decode, downloaded,
+                                     released_by_server)
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError
 from gemm_client.problems import Problem, shaped
@@ -40,6 +41,8 @@ class AsyncClient(ClientBase):
                          **settings)
 
     async def close(self):
+        for region, region_id in self._auto.drain():
+            await self._drop_auto(region, region_id)
         for r in self._replicas.all():
             for ch in r.channels():
                 await ch.close()
@@ -54,17 +57,17 @@ class AsyncClient(ClientBase):
 
     async def matmul(self, a, b, *, c=None, alpha=1.0, beta=0.0, transpose_a=False,
                      transpose_b=False, out_dtype=None, allow_tf32=False, quantize_partner=False,
-                     deterministic=None, priority=0, timeout=None):
+                     out=None, deterministic=None, priority=0, timeout=None):
         """Client.matmul as a coroutine."""
         problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32,
-                          quantize_partner)
+                          quantize_partner, out)
         results = await self.matmul_many([problem], deterministic=deterministic,
                                           priority=priority, timeout=timeout)
         return results[0]
 
     async def matmul_many(self, problems, *, deterministic=None, priority=0, timeout=None):
         """Client.matmul_many as a coroutine."""
-        prepared = planning.prepare_all(problems)
+        prepared = self._prepare(problems)
         base = planning.request_base(priority, deterministic)
         handles = planning.handles_of(prepared)
         deadline = self._deadline(timeout)
@@ -106,6 +109,31 @@ class AsyncClient(ClientBase):
                 handle, nbytes = response.handle, response.bytes
             return self._resident(route, handle, op, nbytes)
         return await self._run_request([], deadline, body)
+
+    async def register_shared_memory(self, region, *, label=None, timeout=None):
+        """Client.register_shared_memory as a coroutine."""
+        request = self._shared_register_request(region, label)
+        deadline = self._deadline(timeout)
+
+        async def body(route):
+            response = await self._call(route, route.replica.stub.RegisterSharedMemory,
+                                        request, deadline, fail_over=True)
+            self._note_shared(route, region, response.region)
+            return response.region
+        return await self._run_request([], deadline, body)
+
+    async def unregister_shared_memory(self, region, *, timeout=None):
+        """Client.unregister_shared_memory as a coroutine."""
+        deadline = self._deadline(timeout)
+        for region_id in self._shared_ids(region):
+            async def body(route, region_id=region_id):
+                try:
+                    await self._call(route, route.replica.stub.UnregisterSharedMemory,
+                                     gemm_pb2.UnregisterSharedMemoryRequest(region=region_id),
+                                     deadline)
+                finally:
+                    self._forget_shared(region_id)
+            await self._run_request([region_id], deadline, body)
 
     async def release(self, matrix, *, timeout=None):
         handle = matrix.handle if isinstance(matrix, ResidentMatrix) else str(matrix)
@@ -195,6 +223,48 @@ class AsyncClient(ClientBase):
         return self._limits(replica)
 
     async def _gemm_on(self, route, prepared, base, deadline, fail_over):
+        need = self._auto_bytes(route, prepared)
+        entry = await self._auto_region(route, need, deadline) if need else None
+        if entry is None:
+            return await self._gemm_prepared(route, prepared, base, deadline, fail_over)
+        try:
+            shared = planning.into_region(prepared, *entry)
+            return await self._gemm_prepared(route, shared, base, deadline, fail_over)
+        finally:
+            self._auto_put(entry)
+
+    async def _auto_region(self, route, need, deadline):
+        """Client._auto_region as a coroutine."""
+        entry, stale = self._auto_take(need)
+        for region, region_id in stale:
+            await self._drop_auto(region, region_id)
+        if entry is not None:
+            return entry
+        region = self._auto_new(need)
+        try:
+            response = await self._call(route, route.replica.stub.RegisterSharedMemory,
+                                        self._shared_register_request(region, "gemm_client"),
+                                        deadline, retry=False)
+        except GemmError as e:
+            self._auto_refused(region, e)
+            return None
+        self._note_handle(route, response.region)
+        return self._auto_registered(region, response.region)
+
+    async def _drop_auto(self, region, region_id):
+        self._auto_dropped()
+        try:
+            route = self._route_for_handles([region_id], self._ask_instance)
+            await route.replica.stub.UnregisterSharedMemory(
+                gemm_pb2.UnregisterSharedMemoryRequest(region=region_id), timeout=5.0,
+                metadata=self._metadata(route))
+        except (grpc.RpcError, GemmError):
+            pass  # the server unmaps it when this process ends
+        finally:
+            self._forget_handle(region_id)
+            region.close()
+
+    async def _gemm_prepared(self, route, prepared, base, deadline, fail_over):
         limits = await self._server_limits(route, deadline, fail_over)
         plan = planning.plan(prepared, base, limits)
         release = []
@@ -223,7 +293,7 @@ class AsyncClient(ClientBase):
                 results = await self._call(route, route.replica.gemm, request, deadline,
                                             fail_over=fail_over and not jobs)
             if not plan.keep_results:
-                return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
+                return [decode(r, i, prepared) for i, r in enumerate(results)]
             out = []
             for r in results:
                 if not r.handle:
@@ -231,7 +301,10 @@ class AsyncClient(ClientBase):
                                     "keep_results: a result came back without its handle")
                 release.append(r.handle)
                 flat = np.empty(r.rows * r.cols, dtype=DType.from_proto(r.dtype).numpy)
-                await self._download_into(route, r.handle, flat, deadline, limits)
+                if await self._download_into(route, r.handle, flat, deadline, limits,
+                                             release=True):
+                    release.remove(r.handle)  # the server released it
+                    self._forget_handle(r.handle)
                 out.append(downloaded(r, flat))
             return out
         finally:
@@ -314,34 +387,44 @@ class AsyncClient(ClientBase):
         except grpc.RpcError as e:
             raise GemmError.from_rpc_error(e) from None
 
-    async def _download_into(self, route, handle, flat, deadline, limits):
+    async def _download_into(self, route, handle, flat, deadline, limits, release=False):
+        """Client._download_into as a coroutine: whether the server released
+        the matrix (release_after_download)."""
         dst = memoryview(flat).cast("B")
         calls = route.replica.transfer()
-        await _gather_all([
+        trailers = await _gather_all([
             self._stream_download(calls[i % len(calls)][1], handle, dst, begin, end, route,
-                                  deadline, limits.chunk_bytes)
+                                  deadline, limits.chunk_bytes, release)
             for i, (begin, end) in enumerate(stripes(len(dst), limits.chunk_bytes, len(calls)))])
+        return release and released_by_server(trailers)
 
-    async def _stream_download(self, download, handle, dst, begin, end, route, deadline, chunk):
+    async def _stream_download(self, download, handle, dst, begin, end, route, deadline, chunk,
+                               release=False):
+        """One stripe; returns the stream's trailing metadata."""
         request = gemm_pb2.DownloadRequest(handle=handle, offset=begin, length=end - begin,
-                                           chunk_bytes=chunk)
+                                           chunk_bytes=chunk, release_after_download=release)
         pos = begin
         try:
-            async for offset, data in download(request, timeout=self._remaining(deadline),
-                                               metadata=self._metadata(route)):
+            call = download(request, timeout=self._remaining(deadline),
+                            metadata=self._metadata(route))
+            async for offset, data in call:
                 check_download(offset, data, pos, end, handle)
                 dst[offset:offset + len(data)] = data
                 pos += len(data)
+            trailers = await call.trailing_metadata()
         except grpc.RpcError as e:
             raise GemmError.from_rpc_error(e) from None
         if pos != end:
             raise GemmError(grpc.StatusCode.DATA_LOSS,
                             f"download of {handle}: ended at byte {pos} of [{begin}, {end})")
+        return tuple(trailers or ())
 
 
 async def _gather_all(coroutines):
-    """Runs all to their end (none is cancelled) and raises the first error."""
+    """Runs all to their end (none is cancelled) and raises the first error;
+    else returns their results."""
     results = await asyncio.gather(*coroutines, return_exceptions=True)
     for r in results:
         if isinstance(r, BaseException):
             raise r
+    return results

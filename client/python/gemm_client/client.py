@@ -20,7 +20,8 @@ from gemm.v1 import gemm_pb2
 
 from gemm_client import planning
 from gemm_client.chunk_wire import chunks_of, stripes
-from gemm_client.client_base import ClientBase, check_download, decode, downloaded
+from gemm_client.client_base import (ClientBase, check_download, decode, downloaded,
+                                     released_by_server)
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError
 from gemm_client.problems import Problem, shaped
@@ -51,6 +52,8 @@ class Client(ClientBase):
             thread_name_prefix="gemm-transfer")
 
     def close(self):
+        for region, region_id in self._auto.drain():
+            self._drop_auto(region, region_id)
         self._pool.shutdown(wait=True)
         for r in self._replicas.all():
             for ch in r.channels():
@@ -66,7 +69,7 @@ class Client(ClientBase):
 
     def matmul(self, a, b, *, c=None, alpha=1.0, beta=0.0, transpose_a=False,
                transpose_b=False, out_dtype=None, allow_tf32=False, quantize_partner=False,
-               deterministic=None, priority=0, timeout=None):
+               out=None, deterministic=None, priority=0, timeout=None):
         """D = alpha * op(a) @ op(b) + beta * c as a new numpy array.
 
         a, b, c: 2-D float32, float16 or uint16 (bf16 bits) arrays, C- or
@@ -82,10 +85,13 @@ class Client(ClientBase):
         deterministic: ask for bitwise reproducible results (needs the API's
         GemmRequest.deterministic). The result of an FP8 problem is an
         fp8.GemmResult: an array with a_precision and b_precision (what each
-        input ran as).
+        input ran as). Operands in a shared-memory region registered with
+        register_shared_memory are named there, not sent; out: an M x N array
+        of the output type in such a region, C- or Fortran-ordered, that the
+        server writes D into (returned as the result).
         """
         problem = Problem(a, b, c, alpha, beta, transpose_a, transpose_b, out_dtype, allow_tf32,
-                          quantize_partner)
+                          quantize_partner, out)
         return self.matmul_many([problem], deterministic=deterministic, priority=priority,
                                 timeout=timeout)[0]
 
@@ -93,7 +99,7 @@ class Client(ClientBase):
         """Several problems (Problem objects, or (a, b) tuples, or dicts of
         matmul's keywords) in one request, batched or grouped on the server;
         returns their results in order."""
-        prepared = planning.prepare_all(problems)
+        prepared = self._prepare(problems)
         base = planning.request_base(priority, deterministic)
         handles = planning.handles_of(prepared)
         deadline = self._deadline(timeout)
@@ -135,6 +141,37 @@ class Client(ClientBase):
                 handle, nbytes = response.handle, response.bytes
             return self._resident(route, handle, op, nbytes)
         return self._run_request([], deadline, body)
+
+    def register_shared_memory(self, region, *, label=None, timeout=None):
+        """Registers a SharedMemory (shared_memory.py) with the server and
+        returns its region id; from then on arrays in it are named, not
+        sent. The client must be on the server's host (PERMISSION_DENIED
+        otherwise; FAILED_PRECONDITION where the server has shared memory
+        off; RESOURCE_EXHAUSTED over its region limits)."""
+        request = self._shared_register_request(region, label)
+        deadline = self._deadline(timeout)
+
+        def body(route):
+            response = self._call(route, route.replica.stub.RegisterSharedMemory, request,
+                                  deadline, fail_over=True)
+            self._note_shared(route, region, response.region)
+            return response.region
+        return self._run_request([], deadline, body)
+
+    def unregister_shared_memory(self, region, *, timeout=None):
+        """Unregisters a SharedMemory (every registration of it by this
+        client) or a region id; the server unmaps it once requests using it
+        end. NOT_FOUND if unknown or unregistered already."""
+        deadline = self._deadline(timeout)
+        for region_id in self._shared_ids(region):
+            def body(route, region_id=region_id):
+                try:
+                    self._call(route, route.replica.stub.UnregisterSharedMemory,
+                               gemm_pb2.UnregisterSharedMemoryRequest(region=region_id),
+                               deadline)
+                finally:
+                    self._forget_shared(region_id)
+            self._run_request([region_id], deadline, body)
 
     def release(self, matrix, *, timeout=None):
         """Frees a ResidentMatrix (or a handle string). NOT_FOUND if unknown or
@@ -219,6 +256,49 @@ class Client(ClientBase):
         return self._limits(replica)
 
     def _gemm_on(self, route, prepared, base, deadline, fail_over):
+        need = self._auto_bytes(route, prepared)
+        entry = self._auto_region(route, need, deadline) if need else None
+        if entry is None:
+            return self._gemm_prepared(route, prepared, base, deadline, fail_over)
+        try:
+            shared = planning.into_region(prepared, *entry)
+            return self._gemm_prepared(route, shared, base, deadline, fail_over)
+        finally:
+            self._auto_put(entry)
+
+    def _auto_region(self, route, need, deadline):
+        """A registered region of the client's own with `need` usable bytes,
+        or None to send bytes."""
+        entry, stale = self._auto_take(need)
+        for region, region_id in stale:
+            self._drop_auto(region, region_id)
+        if entry is not None:
+            return entry
+        region = self._auto_new(need)
+        try:
+            response = self._call(route, route.replica.stub.RegisterSharedMemory,
+                                  self._shared_register_request(region, "gemm_client"),
+                                  deadline, retry=False)
+        except GemmError as e:
+            self._auto_refused(region, e)
+            return None
+        self._note_handle(route, response.region)
+        return self._auto_registered(region, response.region)
+
+    def _drop_auto(self, region, region_id):
+        self._auto_dropped()
+        try:
+            route = self._route_for_handles([region_id], self._ask_instance)
+            route.replica.stub.UnregisterSharedMemory(
+                gemm_pb2.UnregisterSharedMemoryRequest(region=region_id), timeout=5.0,
+                metadata=self._metadata(route))
+        except (grpc.RpcError, GemmError):
+            pass  # the server unmaps it when this process ends
+        finally:
+            self._forget_handle(region_id)
+            region.close()
+
+    def _gemm_prepared(self, route, prepared, base, deadline, fail_over):
         limits = self._server_limits(route, deadline, fail_over)
         plan = planning.plan(prepared, base, limits)
         release = []
@@ -246,7 +326,7 @@ class Client(ClientBase):
                 results = self._call(route, route.replica.gemm, request, deadline,
                                       fail_over=fail_over and not jobs)
             if not plan.keep_results:
-                return [decode(r, i, len(prepared)) for i, r in enumerate(results)]
+                return [decode(r, i, prepared) for i, r in enumerate(results)]
             out = []
             for r in results:
                 if not r.handle:
@@ -255,7 +335,9 @@ class Client(ClientBase):
                 release.append(r.handle)
                 dtype = DType.from_proto(r.dtype)
                 flat = np.empty(r.rows * r.cols, dtype=dtype.numpy)
-                self._download_into(route, r.handle, flat, deadline, limits)
+                if self._download_into(route, r.handle, flat, deadline, limits, release=True):
+                    release.remove(r.handle)  # the server released it
+                    self._forget_handle(r.handle)
                 out.append(downloaded(r, flat))
             return out
         finally:
@@ -375,30 +457,39 @@ class Client(ClientBase):
         except grpc.RpcError as e:
             raise GemmError.from_rpc_error(e) from None
 
-    def _download_into(self, route, handle, flat, deadline, limits):
+    def _download_into(self, route, handle, flat, deadline, limits, release=False):
+        """Downloads the matrix into `flat`, its stripes at once; with
+        `release` the streams ask the server to release it once read
+        (release_after_download). Returns whether the server did so."""
         dst = memoryview(flat).cast("B")
         calls = route.replica.transfer()
         tasks = [self._pool.submit(self._stream_download, calls[i % len(calls)][1], handle, dst,
-                                   begin, end, route, deadline, limits.chunk_bytes)
+                                   begin, end, route, deadline, limits.chunk_bytes, release)
                  for i, (begin, end) in enumerate(stripes(len(dst), limits.chunk_bytes,
                                                           len(calls)))]
         self._wait_all(tasks)
+        return release and released_by_server([t.result() for t in tasks])
 
-    def _stream_download(self, download, handle, dst, begin, end, route, deadline, chunk):
+    def _stream_download(self, download, handle, dst, begin, end, route, deadline, chunk,
+                         release=False):
+        """One stripe; returns the stream's trailing metadata."""
         request = gemm_pb2.DownloadRequest(handle=handle, offset=begin, length=end - begin,
-                                           chunk_bytes=chunk)
+                                           chunk_bytes=chunk, release_after_download=release)
         pos = begin
         try:
-            for offset, data in download(request, timeout=self._remaining(deadline),
-                                         metadata=self._metadata(route)):
+            call = download(request, timeout=self._remaining(deadline),
+                            metadata=self._metadata(route))
+            for offset, data in call:
                 check_download(offset, data, pos, end, handle)
                 dst[offset:offset + len(data)] = data
                 pos += len(data)
+            trailers = call.trailing_metadata()
         except grpc.RpcError as e:
             raise GemmError.from_rpc_error(e) from None
         if pos != end:
             raise GemmError(grpc.StatusCode.DATA_LOSS,
                             f"download of {handle}: ended at byte {pos} of [{begin}, {end})")
+        return tuple(trailers or ())
 
     @staticmethod
     def _wait_all(tasks):

@@ -3,6 +3,8 @@ routing and affinity keys, and the decisions that follow a failed call
 (retry here after a delay, run the request again on another replica, or
 give up). Neither I/O nor waiting happens here, so one copy serves both."""
 
+import logging
+import os
 import random
 import threading
 import time
@@ -15,10 +17,22 @@ from gemm_client import fp8, planning
 from gemm_client.dtypes import DType
 from gemm_client.errors import GemmError, invalid_argument
 from gemm_client.problems import decode_result, operand, shaped
+from gemm_client.shared_memory import FIRST_OFFSET, SharedMemory
 from gemm_client.replicas import ReplicaSet, handle_instance, split_target
 from gemm_client.resident import ResidentMatrix
 from gemm_client.retry import RetryPolicy, next_retry_delay, parse_pushback
 from gemm_client.settings import Settings
+
+_log = logging.getLogger("gemm_client")
+
+# A Download stream's trailer from a server that honoured
+# DownloadRequest.release_after_download.
+RELEASE_AFTER_DOWNLOAD_KEY = "gemm-release-after-download"
+
+# Refusals of the client's own region after which a request still goes as
+# bytes but later ones try again.
+_TRANSIENT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+              grpc.StatusCode.CANCELLED)
 
 
 class Route:
@@ -52,6 +66,9 @@ class ClientBase:
         self._lock = threading.Lock()
         self._handle_keys = {}
         self._retries = 0
+        # Registered shared-memory regions: region id -> SharedMemory.
+        self._shared = {}
+        self._auto = _AutoRegions()
 
     @property
     def settings(self):
@@ -162,6 +179,114 @@ class ClientBase:
             return first
         return err
 
+    # Shared memory.
+
+    def _note_shared(self, route, region, region_id):
+        self._note_handle(route, region_id)
+        with self._lock:
+            self._shared[region_id] = region
+
+    def _shared_ids(self, region):
+        """The region ids to unregister for `region` (a SharedMemory, or an id)."""
+        if isinstance(region, SharedMemory):
+            with self._lock:
+                ids = [rid for rid, r in self._shared.items() if r is region]
+            if not ids:
+                raise invalid_argument("region: is not registered with this client")
+            return ids
+        return [str(region)]
+
+    def _forget_shared(self, region_id):
+        self._forget_handle(region_id)
+        with self._lock:
+            self._shared.pop(region_id, None)
+
+    @staticmethod
+    def _shared_register_request(region, label):
+        if not isinstance(region, SharedMemory):
+            raise invalid_argument("region: must be a gemm_client.SharedMemory")
+        if region.closed:
+            raise invalid_argument("region: is closed")
+        request = gemm_pb2.RegisterSharedMemoryRequest(pid=os.getpid(), fd=region.fd,
+                                                       bytes=region.nbytes, token=region.token)
+        if label is not None:
+            request.label = label
+        return request
+
+    def _locate(self, array, field):
+        """The SharedMemoryRef of `array` when its memory lies in a region
+        registered with this client; None when it lies in none; an
+        InvalidArgumentError naming `field` when it cannot be named there."""
+        with self._lock:
+            regions = list(self._shared.items())
+        for region_id, region in regions:
+            offset = region.offset_of(array)
+            if offset is None:
+                continue
+            if region.closed:
+                raise invalid_argument(f"{field}: its shared-memory region is closed")
+            low, high = region.extent_of(array)
+            if low < FIRST_OFFSET:
+                raise invalid_argument(
+                    f"{field}: starts at byte {low} of its shared-memory region, inside the "
+                    f"first {FIRST_OFFSET} bytes (the region's token)")
+            if high > region.nbytes:
+                raise invalid_argument(
+                    f"{field}: ends at byte {high}, past the end of its shared-memory region "
+                    f"({region.nbytes} bytes)")
+            if not (array.flags.c_contiguous or array.flags.f_contiguous):
+                raise invalid_argument(
+                    f"{field}: lies in a shared-memory region but is neither C- nor "
+                    "Fortran-contiguous (pass a contiguous copy)")
+            return gemm_pb2.SharedMemoryRef(region=region_id, offset=low)
+        return None
+
+    def _prepare(self, problems):
+        with self._lock:
+            any_shared = bool(self._shared)
+        return planning.prepare_all(problems, self._locate if any_shared else None)
+
+    def _auto_bytes(self, route, prepared):
+        """With shared_memory on: the usable bytes the client's own region
+        needs for this request (0: it goes as bytes)."""
+        if not self._settings.shared_memory or self._auto.off:
+            return 0
+        if len(self._replicas.all()) != 1 or not is_local(route.replica.address):
+            return 0
+        return planning.shared_bytes(prepared)
+
+    def _auto_take(self, need):
+        return self._auto.take(need)
+
+    def _auto_put(self, entry):
+        self._auto.put(entry)
+
+    def _auto_new(self, need):
+        return SharedMemory(_auto_size(need))
+
+    def _auto_refused(self, region, err):
+        """The client's own region was refused with `err`: this request goes
+        as bytes, and so do all later ones unless the refusal may pass."""
+        region.close()
+        with self._auto.lock:
+            transient = err.code in _TRANSIENT or (
+                err.code == grpc.StatusCode.RESOURCE_EXHAUSTED and self._auto.registered)
+            if transient or self._auto.off:
+                return
+            self._auto.off = True
+        _log.warning("shared_memory: the server refused this client's shared-memory region "
+                     "(%s: %s); sending matrices as bytes from now on",
+                     err.code.name, err.message)
+
+    def _auto_registered(self, region, region_id):
+        with self._auto.lock:
+            self._auto.registered += 1
+        return region, region_id
+
+    def _auto_dropped(self):
+        with self._auto.lock:
+            self._auto.registered -= 1
+
     def _limits(self, replica):
         return planning.effective_limits(self._settings, replica.limits)
 
@@ -225,6 +350,67 @@ class ClientBase:
                 op.nbytes + planning.MESSAGE_OVERHEAD > limits.max_message_bytes)
 
 
+class _AutoRegions:
+    """The regions a client with shared_memory=True makes itself: one per
+    request in flight, kept for reuse. A request takes a free one large
+    enough (or makes one, unregistering a smaller free one) and puts it back
+    when it ends, so requests on many threads or tasks never share a region
+    nor wait for each other's, and a steady load reuses the same few."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.free = []  # (SharedMemory, region id)
+        self.registered = 0
+        self.off = False
+
+    def take(self, need):
+        """(a free entry of at least `need` usable bytes or None, [free
+        entries to unregister and close])."""
+        with self.lock:
+            for k, (region, _) in enumerate(self.free):
+                if region.nbytes - FIRST_OFFSET >= need:
+                    return self.free.pop(k), []
+            return None, [self.free.pop()] if self.free else []
+
+    def put(self, entry):
+        with self.lock:
+            self.free.append(entry)
+
+    def drain(self):
+        with self.lock:
+            out, self.free = self.free, []
+            return out
+
+
+def _auto_size(need):
+    """A region size for `need` bytes with room to grow: a power of two, at
+    least 1 MiB."""
+    size = 1 << 20
+    while size < need:
+        size *= 2
+    return size
+
+
+def is_local(address):
+    """Whether a replica address is on this host (loopback or a Unix socket)."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("ipv4:", "ipv6:", "dns:///"):
+        if address.startswith(scheme):
+            address = address[len(scheme):]
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return (host == "localhost" or host == "::1" or host.startswith("127.") or
+            host.startswith("::ffff:127."))
+
+
+def released_by_server(trailers):
+    """Whether the server honoured release_after_download on every stripe of
+    a download: `trailers` holds each stream's trailing metadata (each stream
+    having ended OK)."""
+    return bool(trailers) and all(
+        any(k == RELEASE_AFTER_DOWNLOAD_KEY for k, _ in (t or ())) for t in trailers)
+
+
 def check_download(offset, data, expected, end, handle):
     """DATA_LOSS unless a downloaded chunk starts where the last ended, within
     its stripe."""
@@ -234,10 +420,20 @@ def check_download(offset, data, expected, end, handle):
                         f"where [{expected}, {end}) was due")
 
 
-def decode(result, index, count):
-    """Result number `index` of `count` as a numpy array (an fp8.GemmResult
-    with the precision record for an FP8 problem)."""
-    out = decode_result(result, f"results[{index}]" if count > 1 else "result")
+def decode(result, index, prepared):
+    """Result number `index` of the problems `prepared` as a numpy array (an
+    fp8.GemmResult with the precision record for an FP8 problem): the `out`
+    array a problem named (a copy of it for the client's own region)."""
+    field = f"results[{index}]" if len(prepared) > 1 else "result"
+    p = prepared[index]
+    if p.out is None:
+        out = decode_result(result, field)
+    else:
+        shared = gemm_pb2.SharedMemoryRef.FromString(bytes(result.shared or b""))
+        if shared != p.proto.output:
+            raise GemmError(grpc.StatusCode.DATA_LOSS,
+                            f"{field}: does not name the output it was given in shared memory")
+        out = p.out.copy(order="K") if p.copy_out else p.out
     return fp8.with_precision(out, result.a_precision, result.b_precision)
 
 

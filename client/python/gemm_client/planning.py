@@ -19,6 +19,7 @@ from gemm.v1 import gemm_pb2
 from gemm_client import problems as problems_mod
 from gemm_client import wire
 from gemm_client.errors import GemmError
+from gemm_client.shared_memory import FIRST_OFFSET, align_up
 
 # Room for a message's framing and fields besides the matrices.
 MESSAGE_OVERHEAD = 4096
@@ -42,9 +43,9 @@ def request_base(priority, deterministic):
     return request
 
 
-def prepare_all(problem_list):
+def prepare_all(problem_list, locate=None):
     """Checks every problem; field names carry "problems[i]." when there are
-    several."""
+    several. locate: as problems.operand takes it."""
     problem_list = list(problem_list)
     if not problem_list:
         raise problems_mod.invalid_argument("problems: is empty")
@@ -55,12 +56,16 @@ def prepare_all(problem_list):
             p = problems_mod.Problem(*p)
         elif isinstance(p, dict):
             p = problems_mod.Problem(**p)
-        out.append(problems_mod.prepare(p, f"problems[{i}]." if prefix else ""))
+        out.append(problems_mod.prepare(p, f"problems[{i}]." if prefix else "", locate))
     return out
 
 
 def handles_of(prepared):
-    return [op.handle for p in prepared for op in p.operands.values() if op.handle]
+    """The handles and shared-memory regions the problems name: the request
+    goes to the replica that issued them."""
+    out = [op.handle for p in prepared for op in p.operands.values() if op.handle]
+    out += [op.shared.region for p in prepared for op in p.operands.values() if op.shared]
+    return out + [p.proto.output.region for p in prepared if p.proto.HasField("output")]
 
 
 @dataclasses.dataclass
@@ -95,7 +100,7 @@ class Plan:
 
 
 def plan(prepared, base, limits):
-    inline_bytes = sum((0 if op.handle else op.nbytes) + op.scale_bytes
+    inline_bytes = sum((0 if op.handle or op.shared else op.nbytes) + op.scale_bytes
                        for p in prepared for op in p.operands.values())
     result_bytes = sum(p.result_bytes for p in prepared)
     too_big = inline_bytes + MESSAGE_OVERHEAD * len(prepared) > limits.max_message_bytes
@@ -103,11 +108,16 @@ def plan(prepared, base, limits):
     uploads = []
     for i, p in enumerate(prepared):
         for name, op in p.operands.items():
-            if not op.handle and (op.nbytes >= threshold or
+            if not op.handle and not op.shared and (op.nbytes >= threshold or
                                   (too_big and op.nbytes > MESSAGE_OVERHEAD)):
                 uploads.append((i, name, op))
     keep = (result_bytes >= threshold or
             result_bytes + MESSAGE_OVERHEAD * len(prepared) > limits.max_message_bytes)
+    if keep and any(p.out is not None for p in prepared):
+        # The server takes a shared-memory output only without keep_results.
+        raise problems_mod.invalid_argument(
+            "out: the other problems' results need keep_results (they are too large for "
+            "one message), which a shared-memory output excludes: send them apart")
     request = gemm_pb2.GemmRequest()
     request.CopyFrom(base)
     request.keep_results = keep
@@ -126,10 +136,62 @@ def encode(plan_, prepared, uploaded, release_after_use=False):
         for name, op in p.operands.items():
             upload = uploaded.get((i, name))
             handle = upload or op.handle
-            operands[name] = (op.layout, handle, None if handle else op.flat_bytes(),
-                              op.scales_proto(), bool(upload and release_after_use))
+            inline = not handle and op.shared is None
+            operands[name] = (op.layout, handle, op.flat_bytes() if inline else None,
+                              op.scales_proto(), bool(upload and release_after_use),
+                              None if handle else op.shared)
         problems.append((p.proto, operands))
     return wire.encode_request(plan_.request, problems)
+
+
+def _shared_places(prepared):
+    """Where into_region puts things: [(problem index, operand name or
+    "out", offset)] and the end of the last, ALIGNMENT-aligned as the C++
+    CLI lays a request out (client/cli/shared_requests.cc): every operand
+    given by bytes, then every output not given."""
+    end = align_up(FIRST_OFFSET)
+    places = []
+    for i, p in enumerate(prepared):
+        for name, op in p.operands.items():
+            if op.array is not None and not op.handle and op.shared is None:
+                places.append((i, name, end))
+                end = align_up(end + op.nbytes)
+    for i, p in enumerate(prepared):
+        if p.out is None:
+            places.append((i, "out", end))
+            end = align_up(end + p.d_bytes)
+    return places, end
+
+
+def shared_bytes(prepared):
+    """The usable bytes a region needs for into_region."""
+    return _shared_places(prepared)[1] - FIRST_OFFSET
+
+
+def into_region(prepared, region, region_id):
+    """The problems with every operand given by bytes copied into `region`
+    (a registered shared_memory.SharedMemory) and named there, and every
+    output written there, to be copied out (Prepared.copy_out)."""
+    places, _ = _shared_places(prepared)
+    out = [dataclasses.replace(p, operands=dict(p.operands)) for p in prepared]
+    for i, name, offset in places:
+        p = out[i]
+        ref = gemm_pb2.SharedMemoryRef(region=region_id, offset=offset)
+        if name == "out":
+            proto = gemm_pb2.GemmProblem()
+            proto.CopyFrom(p.proto)
+            proto.output.CopyFrom(ref)
+            order = "C" if p.out_layout == problems_mod.ROW_MAJOR else "F"
+            p.proto = proto
+            p.out = region.view(offset, (proto.m, proto.n), p.out_dtype.numpy, order)
+            p.copy_out = True
+            continue
+        op = p.operands[name]
+        order = "C" if op.layout == problems_mod.ROW_MAJOR else "F"
+        placed = region.view(offset, op.array.shape, op.array.dtype, order)
+        placed[...] = op.array
+        p.operands[name] = dataclasses.replace(op, array=placed, shared=ref)
+    return out
 
 
 def new_affinity_key():

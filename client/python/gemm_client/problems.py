@@ -33,7 +33,10 @@ class Problem:
     one of them beside a float32 or bf16 partner that the server quantizes to
     the FP8 one's format and scale mode. op(X) is X, or X transposed when
     transpose_x. out_dtype: the type of C and D (None = the input type, or
-    float32 for FP8 inputs; never FP8).
+    float32 for FP8 inputs; never FP8). out: an array in a shared-memory
+    region registered with the client (shared_memory.py), M x N of the
+    output type, C- or Fortran-ordered: D is written there (in its layout)
+    and it is the result.
     """
 
     a: object
@@ -46,13 +49,16 @@ class Problem:
     out_dtype: object = None
     allow_tf32: bool = False
     quantize_partner: bool = False
+    out: object = None
 
 
 @dataclasses.dataclass
 class Operand:
     """One matrix as stored: its bytes (a contiguous array) or a handle; for
     an FP8 one given by codes, its scales (flat float32) and their mode; for
-    one to register as FP8, the gemm.v1 Quantization."""
+    one to register as FP8, the gemm.v1 Quantization; for one in a
+    registered shared-memory region, its gemm.v1 SharedMemoryRef (array is
+    then the view of the region)."""
 
     rows: int
     cols: int
@@ -63,6 +69,7 @@ class Operand:
     scales: np.ndarray = None
     scale_mode: str = ""
     quantize: object = None
+    shared: object = None
 
     def scales_proto(self):
         """gemm.v1 Scales for this operand, or None."""
@@ -93,14 +100,25 @@ class Prepared:
     operands: dict  # "a", "b" (and "c") -> Operand
     out_dtype: DType
     out_layout: int
+    # The array D is written into (GemmProblem.output), and whether the
+    # result is a copy of it (the client's own region) or it itself.
+    out: np.ndarray = None
+    copy_out: bool = False
+
+    @property
+    def d_bytes(self):
+        return self.proto.m * self.proto.n * self.out_dtype.itemsize
 
     @property
     def result_bytes(self):
-        return self.proto.m * self.proto.n * self.out_dtype.itemsize
+        """What the result adds to the response."""
+        return 0 if self.out is not None else self.d_bytes
 
 
-def operand(value, field):
-    """An Operand from an array or a ResidentMatrix; GemmError naming `field`."""
+def operand(value, field, locate=None):
+    """An Operand from an array or a ResidentMatrix; GemmError naming `field`.
+    locate(array, field): the SharedMemoryRef of an array in a registered
+    shared-memory region, or None."""
     if hasattr(value, "handle") and hasattr(value, "layout"):
         return Operand(value.rows, value.cols, value.dtype, value.layout, handle=value.handle)
     if value is None:
@@ -119,6 +137,15 @@ def operand(value, field):
     except ValueError as e:
         raise invalid_argument(
             f"{e} (convert first, e.g. {field}.astype(numpy.float32))") from None
+    ref = locate(array, field) if locate is not None else None
+    if ref is not None:
+        if array.dtype != dtype.numpy:
+            raise invalid_argument(f"{field}: a shared-memory matrix must be little-endian "
+                                   f"{dtype.numpy}, got {array.dtype}")
+        if 0 in array.shape:
+            raise invalid_argument(f"{field}: has an empty dimension {array.shape}")
+        layout = ROW_MAJOR if array.flags.c_contiguous else COL_MAJOR
+        return Operand(array.shape[0], array.shape[1], dtype, layout, array=array, shared=ref)
     return _stored(array, dtype, field)
 
 
@@ -167,12 +194,13 @@ def _stored(array, dtype, field):
     return Operand(array.shape[0], array.shape[1], dtype, layout, array=array)
 
 
-def prepare(problem, field_prefix=""):
-    """Checks `problem` (a Problem) and returns its Prepared form."""
+def prepare(problem, field_prefix="", locate=None):
+    """Checks `problem` (a Problem) and returns its Prepared form; `locate`
+    as operand() takes it (None: no shared memory)."""
     p = problem
     f = field_prefix
-    a = operand(p.a, f + "a")
-    b = operand(p.b, f + "b")
+    a = operand(p.a, f + "a", locate)
+    b = operand(p.b, f + "b", locate)
     m, k = (a.cols, a.rows) if p.transpose_a else (a.rows, a.cols)
     kb, n = (b.cols, b.rows) if p.transpose_b else (b.rows, b.cols)
     if kb != k:
@@ -204,7 +232,7 @@ def prepare(problem, field_prefix=""):
     out_layout = ROW_MAJOR
     beta = float(p.beta)
     if p.c is not None:
-        c = operand(p.c, f + "c")
+        c = operand(p.c, f + "c", locate)
         if (c.rows, c.cols) != (m, n):
             raise invalid_argument(f"{f}c: is {c.rows} x {c.cols}, the result is {m} x {n}")
         if c.dtype is not out_dtype:
@@ -215,6 +243,10 @@ def prepare(problem, field_prefix=""):
         out_layout = c.layout
     elif beta != 0.0:
         raise invalid_argument(f"{f}c: is required when beta != 0 (beta = {beta})")
+    out, out_ref = None, None
+    if p.out is not None:
+        out, out_ref = _output(p.out, m, n, out_dtype, f + "out", locate)
+        out_layout = ROW_MAJOR if out.flags.c_contiguous else COL_MAJOR
     proto = gemm_pb2.GemmProblem(
         m=m, n=n, k=k, input_dtype=a.dtype.proto, output_dtype=out_dtype.proto,
         transpose_a=bool(p.transpose_a), transpose_b=bool(p.transpose_b),
@@ -227,7 +259,25 @@ def prepare(problem, field_prefix=""):
         proto.alpha = float(p.alpha)
     if beta != 0.0:
         proto.beta = beta
-    return Prepared(proto, operands, out_dtype, out_layout)
+    if out_ref is not None:
+        proto.output.CopyFrom(out_ref)
+    return Prepared(proto, operands, out_dtype, out_layout, out=out)
+
+
+def _output(value, m, n, out_dtype, field, locate):
+    """(array, SharedMemoryRef) of an `out` array, checked."""
+    ref = None
+    if isinstance(value, np.ndarray) and locate is not None:
+        ref = locate(value, field)
+    if ref is None:
+        raise invalid_argument(f"{field}: must be a numpy array in a shared-memory region "
+                               "registered with this client (Client.register_shared_memory)")
+    if value.shape != (m, n):
+        raise invalid_argument(f"{field}: has shape {value.shape}, the result is {m} x {n}")
+    if value.dtype != out_dtype.numpy:
+        raise invalid_argument(f"{field}: element type {value.dtype} is not the output type "
+                               f"{out_dtype.name} ({np.dtype(out_dtype.numpy)})")
+    return value, ref
 
 
 def _check_fp8_pair(a, b, p, f):

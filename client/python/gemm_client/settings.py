@@ -37,6 +37,14 @@ class Settings:
     # Gemm again once the uploads are done. False: upload, then Gemm, then
     # release, one after another.
     pipelined_uploads: bool = True
+    # With a server on this host (loopback or a Unix socket, one replica),
+    # operands given by bytes are copied into a shared-memory region the
+    # client registers itself and D is written there (then copied out), so
+    # no matrix bytes cross gRPC (shared_memory.py). Where the server
+    # refuses the region (another host: PERMISSION_DENIED; shared memory off:
+    # FAILED_PRECONDITION; over its limits: RESOURCE_EXHAUSTED) the client
+    # sends bytes from then on and logs it once.
+    shared_memory: bool = False
     chunk_bytes: int = 1 << 20
     transfer_channels: int = 8
     max_reconnect_backoff: float = 2.0
@@ -66,6 +74,9 @@ class Settings:
         if not isinstance(self.pipelined_uploads, bool):
             raise ValueError(f"pipelined_uploads: must be True or False, got "
                              f"{self.pipelined_uploads!r}")
+        if not isinstance(self.shared_memory, bool):
+            raise ValueError(f"shared_memory: must be True or False, got "
+                             f"{self.shared_memory!r}")
         if (self.certificate_chain is None) != (self.private_key is None):
             raise ValueError("certificate_chain and private_key go together")
         if not self.tls and (self.root_certificates or self.certificate_chain):

@@ -82,17 +82,19 @@ def encode_request(base, problems):
     """A serialized GemmRequest: `base`'s request-wide fields, then each of
     `problems`, a list of (shape-only GemmProblem, {"a"|"b"|"c": (layout,
     handle or None, stored bytes as a memoryview or None, gemm.v1 Scales or
-    None, release_after_use)})."""
+    None, release_after_use, gemm.v1 SharedMemoryRef or None)})."""
     parts = [base.SerializeToString()]
     for shape, operands in problems:
         body = [shape.SerializeToString()]
-        for name, (layout, handle, data, scales, release) in operands.items():
+        for name, (layout, handle, data, scales, release, shared) in operands.items():
             small = gemm_pb2.Matrix(layout=layout, handle=handle or "",
                                     release_after_use=bool(handle and release))
+            if shared is not None:
+                small.shared.CopyFrom(shared)
             if scales is not None:
                 small.scales.CopyFrom(scales)
             matrix = [small.SerializeToString()]
-            if not handle:
+            if data is not None:
                 matrix += length_delimited(_MATRIX_DATA, [data])
             body += length_delimited(_OPERAND[name], matrix)
         parts += length_delimited(_PROBLEMS, body)
@@ -112,6 +114,8 @@ class ResultView:
     # Serialized gemm.v1.OperandPrecision, for FP8 problems only.
     a_precision: memoryview = None
     b_precision: memoryview = None
+    # Serialized gemm.v1.SharedMemoryRef, for a result written there.
+    shared: memoryview = None
 
 
 def decode_response(raw):

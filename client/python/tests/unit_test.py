@@ -3,6 +3,7 @@ parsing, bf16 rounding, the hand-written Chunk wire format (checked against
 protobuf's own), stripes, target parsing, settings validation, and the
 decisions of a pipelined Gemm with its calls faked."""
 
+import asyncio
 import struct
 import threading
 import time
@@ -15,8 +16,9 @@ from gemm.v1 import gemm_pb2
 
 import gemm_client
 from gemm_client import RetryPolicy, chunk_wire, retry, wire
-from gemm_client.client_base import Route
+from gemm_client.client_base import Route, is_local, released_by_server
 from gemm_client.errors import GemmError
+from gemm_client.wire import ResultView
 from gemm_client.replicas import handle_instance, split_target
 from gemm_client.settings import Settings
 
@@ -130,12 +132,16 @@ class WireTest(unittest.TestCase):
         a = bytes(range(32))
         c = b"\x01" * 24
         scales = gemm_pb2.Scales(mode=gemm_pb2.SCALE_MODE_CHANNEL, data=b"\0\0\x80\x3f" * 3)
+        shared_c = gemm_pb2.SharedMemoryRef(region="r-1", offset=256)
+        shared_out = gemm_pb2.SharedMemoryRef(region="r-1", offset=512)
         raw = wire.encode_request(base, [
-            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a), None, True),
-                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None, scales, True),
-                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c, None, False)}),
-            (gemm_pb2.GemmProblem(m=1, n=1, k=1), {"a": (0, None, b"\0" * 4, None, False),
-                                                   "b": (0, "h-x", None, None, False)})])
+            (shape, {"a": (gemm_pb2.LAYOUT_COL_MAJOR, None, memoryview(a), None, True, None),
+                     "b": (gemm_pb2.LAYOUT_ROW_MAJOR, "h-b", None, scales, True, None),
+                     "c": (gemm_pb2.LAYOUT_ROW_MAJOR, None, c, None, False, None)}),
+            (gemm_pb2.GemmProblem(m=1, n=1, k=1, output=shared_out),
+             {"a": (0, None, b"\0" * 4, None, False, None),
+              "b": (0, "h-x", None, None, False, None),
+              "c": (gemm_pb2.LAYOUT_COL_MAJOR, None, None, None, False, shared_c)})])
         want = gemm_pb2.GemmRequest()
         want.CopyFrom(base)
         p = want.problems.add()
@@ -145,8 +151,10 @@ class WireTest(unittest.TestCase):
         p.b.scales.CopyFrom(scales)
         p.b.release_after_use = True  # a's is dropped: it goes by data
         p.c.layout, p.c.data = gemm_pb2.LAYOUT_ROW_MAJOR, c
-        q = want.problems.add(m=1, n=1, k=1)
+        q = want.problems.add(m=1, n=1, k=1, output=shared_out)
         q.a.data, q.b.handle = b"\0" * 4, "h-x"
+        q.c.layout = gemm_pb2.LAYOUT_COL_MAJOR
+        q.c.shared.CopyFrom(shared_c)
         self.assertEqual(gemm_pb2.GemmRequest.FromString(raw), want)
 
     def test_decode_response_reads_protobufs_response(self):
@@ -189,6 +197,13 @@ class TargetTest(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "target"):
                 split_target(bad)
 
+    def test_is_local(self):
+        for address in ("127.0.0.1:5", "ipv4:127.0.0.1:5", "localhost:5", "[::1]:5",
+                        "ipv6:[::1]:5", "unix:/tmp/s", "unix-abstract:x", "dns:///localhost:5"):
+            self.assertTrue(is_local(address), address)
+        for address in ("10.0.0.1:5", "ipv4:10.0.0.1:5", "example.com:5", "ipv6:[fe80::1]:5"):
+            self.assertFalse(is_local(address), address)
+
     def test_handle_instance(self):
         self.assertEqual(handle_instance("0123456789abcdef-" + "f" * 32), "0123456789abcdef")
         self.assertEqual(handle_instance("not-a-handle"), "")
@@ -214,6 +229,11 @@ class SettingsTest(unittest.TestCase):
         self.assertTrue(Settings().pipelined_uploads)
         with self.assertRaisesRegex(ValueError, "pipelined_uploads"):
             Settings(pipelined_uploads="no").validate()
+
+    def test_shared_memory_is_off_by_default_and_a_bool(self):
+        self.assertFalse(Settings().shared_memory)
+        with self.assertRaisesRegex(ValueError, "shared_memory"):
+            Settings(shared_memory=1).validate()
 
     def test_metadata(self):
         s = Settings(token="abc")
@@ -325,6 +345,133 @@ class PipelinedGemmTest(unittest.TestCase):
             time.sleep(0.01)
         self.assertEqual(sorted(self.released), ["h1", "h2"])
         self.assertEqual(self.events, ["gemm", "uploaded"])
+
+
+KEY = "gemm-release-after-download"
+
+
+class FakeDownload:
+    """Transfer.Download with its chunks served from `data`; each stream's
+    trailers are the next of `trailers` (None: a server that ignores the
+    flag). The requests are kept."""
+
+    def __init__(self, data, trailers):
+        self.data = data
+        self.trailers = list(trailers)
+        self.requests = []
+        self.lock = threading.Lock()
+
+    def stream(self, request):
+        with self.lock:
+            self.requests.append(request)
+            trailers = self.trailers.pop(0)
+        end = request.offset + request.length
+        chunks = [(o, memoryview(self.data)[o:min(o + 5, end)])
+                  for o in range(request.offset, end, 5)]
+        return chunks, () if trailers is None else ((KEY, trailers),)
+
+    def __call__(self, request, timeout=None, metadata=None):
+        chunks, trailers = self.stream(request)
+
+        class Call:
+            def __iter__(self):
+                return iter(chunks)
+
+            def trailing_metadata(self):
+                return trailers
+        return Call()
+
+
+class FakeAsyncDownload(FakeDownload):
+
+    def __call__(self, request, timeout=None, metadata=None):
+        chunks, trailers = self.stream(request)
+
+        class Call:
+            async def __aiter__(self):
+                for c in chunks:
+                    yield c
+
+            async def trailing_metadata(self):
+                return trailers
+        return Call()
+
+
+class ReleaseAfterDownloadTest(unittest.TestCase):
+    """A kept result is downloaded with release_after_download, and the
+    client releases it itself unless every stripe's stream says the server
+    counted it (the gemm-release-after-download trailer)."""
+
+    def setUp(self):
+        self.data = bytes(range(64))
+        self.limits = gemm_client.planning.Limits(1 << 20, 16, 1)
+
+    def test_released_by_server(self):
+        self.assertTrue(released_by_server([((KEY, "counted"),), ((KEY, "released"),)]))
+        self.assertFalse(released_by_server([((KEY, "counted"),), (("other", "x"),)]))
+        self.assertFalse(released_by_server([((KEY, "released"),), ()]))
+        self.assertFalse(released_by_server([]))
+
+    def download(self, trailers, release=True):
+        fake = FakeDownload(self.data, trailers)
+        with gemm_client.Client("127.0.0.1:1", transfer_channels=4) as client:
+            route = Route(client._replicas.all()[0], "")
+            route.replica.transfer = lambda: [(None, fake)] * 4
+            flat = np.zeros(64, np.uint8)
+            released = client._download_into(route, "h", flat, time.monotonic() + 10,
+                                             self.limits, release=release)
+        self.assertEqual(bytes(flat), self.data)
+        self.assertEqual(len(fake.requests), 4)
+        self.assertTrue(all(r.release_after_download == release for r in fake.requests))
+        return released
+
+    def test_download_stripes(self):
+        self.assertTrue(self.download(["counted", "counted", "counted", "released"]))
+        self.assertFalse(self.download(["counted", None, "counted", "released"]))
+        self.assertFalse(self.download([None] * 4))
+        self.assertFalse(self.download([None] * 4, release=False))
+
+    def test_download_stripes_asyncio(self):
+        async def download(trailers):
+            fake = FakeAsyncDownload(self.data, trailers)
+            async with gemm_client.AsyncClient("127.0.0.1:1", transfer_channels=4) as client:
+                route = Route(client._replicas.all()[0], "")
+                route.replica.transfer = lambda: [(None, fake)] * 4
+                flat = np.zeros(64, np.uint8)
+                released = await client._download_into(route, "h", flat,
+                                                       time.monotonic() + 10, self.limits,
+                                                       release=True)
+            self.assertEqual(bytes(flat), self.data)
+            self.assertTrue(all(r.release_after_download for r in fake.requests))
+            return released
+        self.assertTrue(asyncio.run(download(["counted", "counted", "released", "counted"])))
+        self.assertFalse(asyncio.run(download(["counted", "counted", None, "counted"])))
+
+    def test_kept_result_released_by_the_client_only_if_the_server_did_not(self):
+        for server_released, expected in ((True, []), (False, ["result"])):
+            with gemm_client.Client("127.0.0.1:1", chunked_threshold_bytes=1) as client:
+                route = Route(client._replicas.all()[0], "")
+                released = []
+                uploads = iter(["up-a", "up-b"])
+                client._server_limits = lambda *args: self.limits
+                client._begin_upload = lambda *args: (next(uploads), 0)
+                result = ResultView(dtype=gemm_pb2.DATA_TYPE_FP32, layout=gemm_pb2.LAYOUT_ROW_MAJOR,
+                                    rows=2, cols=2, handle="result")
+                client._gemm_while_uploading = lambda *args: ([result], True)
+
+                def download(route_, handle, flat, deadline, limits, release=False):
+                    self.assertTrue(release)
+                    flat[:] = 1.0
+                    return server_released
+                client._download_into = download
+                client._release_once = lambda route_, handle, deadline: released.append(handle)
+                prepared = gemm_client.planning.prepare_all(
+                    [(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))])
+                out = client._gemm_on(route, prepared, gemm_pb2.GemmRequest(),
+                                      time.monotonic() + 10, False)
+                np.testing.assert_array_equal(out[0], np.ones((2, 2), np.float32))
+                # The held uploads were released by the server with the request.
+                self.assertEqual(released, expected)
 
 
 if __name__ == "__main__":
