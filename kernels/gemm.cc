@@ -247,6 +247,14 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
   return plan;
 }
 
+// Whether operand copies can move a non-FP8 problem onto the Hopper kernel:
+// fp32 with TF32 allowed, or bf16/fp16 with copy_unaligned_operands.
+bool CopiesMayEnableSm90(const GemmArguments& args) {
+  if (args.a.dtype == DataType::kFp32) return args.allow_tf32;
+  return (args.a.dtype == DataType::kBf16 || args.a.dtype == DataType::kFp16) &&
+         args.copy_unaligned_operands;
+}
+
 // "+kmajor_copy_a" etc. for the copies a launch makes before the GEMM
 // ("+repitch_copy_a" where only the row pitch changes).
 void AppendCopyNames(const KMajorCopyPlan& copies, std::string* name) {
@@ -365,7 +373,7 @@ Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint
       d->heuristic = HeuristicLaunch(d->problem, d->dev, true);
       d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
       d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
-    } else if (d->dev.sm90() && args.a.dtype == DataType::kFp32 && args.allow_tf32) {
+    } else if (d->dev.sm90() && CopiesMayEnableSm90(args)) {
       d->copies = CopiesThatEnableSm90(d->problem);
     }
   }
@@ -383,7 +391,7 @@ size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
   // (neither FP8 nor fp32 with TF32 allowed) before any argument check or
   // device query.
   if (::gemm::IsFp8(args.a.dtype)) return MakePlan(args).operand_copy_bytes();
-  if (args.a.dtype != DataType::kFp32 || !args.allow_tf32) return 0;
+  if (!CopiesMayEnableSm90(args)) return 0;
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
   if (!CurrentDevice(&dev).ok() || !dev.sm90()) return 0;
@@ -482,6 +490,8 @@ absl::Status Gemm::Initialize(const Plan& plan, void* workspace, void* operand_c
   return absl::OkStatus();
 }
 
+bool Gemm::copies_operands() const { return impl_->copies.total_bytes > 0; }
+
 absl::Status Gemm::Run(void* stream) const {
   if (!impl_->plan) return absl::FailedPreconditionError("Gemm::Run before a successful Initialize");
   // The copies first, on the same stream. The Hopper kernel is launched with
@@ -499,6 +509,13 @@ absl::Status Gemm::Run(void* stream) const {
                                                   o.k, copy->members, dst, copy->ld_copy, stream)
                             : LaunchKMajorCopyU8(src, from->ld, from->batch_stride, copy->rows,
                                                  o.k, copy->members, dst, copy->ld_copy, stream);
+    } else if (copy->element_bytes == 2) {
+      const auto* src = static_cast<const uint16_t*>(from->ptr);
+      auto* dst = reinterpret_cast<uint16_t*>(to);
+      error = copy->repitch ? LaunchRepitchCopyU16(src, from->ld, from->batch_stride, copy->rows,
+                                                   o.k, copy->members, dst, copy->ld_copy, stream)
+                            : LaunchKMajorCopyU16(src, from->ld, from->batch_stride, copy->rows,
+                                                  o.k, copy->members, dst, copy->ld_copy, stream);
     } else {
       error = LaunchKMajorCopyF32(static_cast<const float*>(from->ptr), from->ld,
                                   from->batch_stride, copy->rows, o.k, copy->members,

@@ -109,6 +109,12 @@ struct GemmArguments {
   // fp32 inputs: true lets the tensor cores round the inputs to TF32 (about
   // 1e-3 relative error); false (the default) keeps strict fp32 arithmetic.
   bool allow_tf32 = false;
+  // bf16/fp16 inputs on Hopper: an operand whose rows (or batch members)
+  // start off TMA's 16-byte grid (a leading dimension not a multiple of 8
+  // elements, say) is copied into an aligned K-major workspace first
+  // (operand_copies, Gemm::OperandCopyBytes) and the problem runs on the
+  // tensor cores; false runs such problems on the portable SIMT kernel.
+  bool copy_unaligned_operands = false;
 };
 
 // Tile configuration of the Hopper kernel. kAuto lets the shape heuristic
@@ -216,6 +222,8 @@ class Gemm {
   // copied first) or "portable_simt_f32_f32_64x64x16".
   const std::string& kernel_name() const { return kernel_name_; }
   KernelKind kernel_kind() const { return kind_; }
+  // Whether Run copies operands into operand_copies before the GEMM.
+  bool copies_operands() const;
 
   Gemm();
   ~Gemm();

@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -102,7 +103,8 @@ void Encode(DataType t, float v, uint8_t* p) {
 
 // Allocation covering all batch members; `fill` random in [-1, 1] or 0xFF poison.
 HostMatrix MakeMatrix(DataType dtype, Layout layout, int64_t rows, int64_t cols, int64_t pad,
-                      int64_t batch, bool broadcast, bool random, std::mt19937_64& rng) {
+                      int64_t batch, bool broadcast, bool random, std::mt19937_64& rng,
+                      int64_t ld_residue = -1) {
   HostMatrix m;
   m.dtype = dtype;
   m.layout = layout;
@@ -111,8 +113,12 @@ HostMatrix MakeMatrix(DataType dtype, Layout layout, int64_t rows, int64_t cols,
   m.batch = batch;
   // pad > 0 (a multiple of 8) keeps every leading dimension and batch stride
   // a multiple of 16 bytes, as TMA needs; pad == 0 packs the matrix tightly.
+  // ld_residue >= 0 instead sets the leading dimension to ld_residue modulo
+  // 8 elements (off the 16-byte grid for 16-bit types unless 0).
   const int64_t min_ld = layout == Layout::kRowMajor ? cols : rows;
-  m.ld = pad > 0 ? (min_ld + 7) / 8 * 8 + pad : min_ld;
+  m.ld = ld_residue >= 0 ? (min_ld + 7) / 8 * 8 + 8 + ld_residue
+         : pad > 0       ? (min_ld + 7) / 8 * 8 + pad
+                         : min_ld;
   const int64_t outer = layout == Layout::kRowMajor ? rows : cols;
   m.batch_stride = broadcast ? 0 : outer * m.ld + pad * 3;  // a gap between members too
   const int64_t members = broadcast ? 1 : batch;
@@ -150,6 +156,8 @@ struct Case {
   bool in_place = false;  // C aliases D
   TileHint hint = TileHint::kAuto;
   bool operand_copies = false;  // give Initialize its K-major copy workspace
+  bool copy_unaligned = false;  // GemmArguments::copy_unaligned_operands
+  int64_t ld_residue = -1;      // >= 0: every leading dimension this modulo 8
 
   std::string Describe() const {
     std::ostringstream os;
@@ -157,7 +165,8 @@ struct Case {
     os << m << "x" << n << "x" << k << " batch=" << batch << " " << DataTypeName(in) << "->"
        << DataTypeName(out) << " A" << L(la) << " B" << L(lb) << " D" << L(ld) << " alpha=" << alpha
        << " beta=" << beta << " tf32=" << allow_tf32 << (operand_copies ? "+copies" : "")
-       << " pad=" << pad
+       << (copy_unaligned ? "+unaligned" : "") << " pad=" << pad
+       << (ld_residue >= 0 ? " ld%8=" + std::to_string(ld_residue) : "")
        << (broadcast_b ? " bcastB" : "") << (in_place ? " inplace" : "")
        << (hint == TileHint::kAuto ? "" : " hint=") << (hint == TileHint::kAuto ? 0 : int(hint));
     return os.str();
@@ -187,15 +196,20 @@ bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
            ((m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0));
   };
   const bool copies = c.in == DataType::kFp32 && c.operand_copies;
-  return aligned(a, copies && !a_k) && aligned(b, copies && !b_k);
+  // bf16/fp16 operands off the grid are copied whatever their layout.
+  const bool half_copies = c.in != DataType::kFp32 && c.copy_unaligned && c.operand_copies;
+  return aligned(a, (copies && !a_k) || half_copies) && aligned(b, (copies && !b_k) || half_copies);
 }
 
 void RunCase(const Case& c, std::mt19937_64& rng) {
   SCOPED_TRACE(c.Describe());
-  HostMatrix a = MakeMatrix(c.in, c.la, c.m, c.k, c.pad, c.batch, false, true, rng);
-  HostMatrix b = MakeMatrix(c.in, c.lb, c.k, c.n, c.pad, c.batch, c.broadcast_b, true, rng);
-  HostMatrix d = MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.in_place, rng);
-  HostMatrix cm = MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.beta != 0, rng);
+  HostMatrix a = MakeMatrix(c.in, c.la, c.m, c.k, c.pad, c.batch, false, true, rng, c.ld_residue);
+  HostMatrix b =
+      MakeMatrix(c.in, c.lb, c.k, c.n, c.pad, c.batch, c.broadcast_b, true, rng, c.ld_residue);
+  HostMatrix d =
+      MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.in_place, rng, c.ld_residue);
+  HostMatrix cm =
+      MakeMatrix(c.out, c.ld, c.m, c.n, c.pad, c.batch, false, c.beta != 0, rng, c.ld_residue);
   if (c.in_place) cm = d;
   const std::vector<uint8_t> d_before = d.bytes;
 
@@ -217,6 +231,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
   args.alpha = c.alpha;
   args.beta = c.beta;
   args.allow_tf32 = c.allow_tf32;
+  args.copy_unaligned_operands = c.copy_unaligned;
 
   ASSERT_TRUE(Gemm::CanImplement(args).ok()) << Gemm::CanImplement(args);
   Gemm gemm;
@@ -426,6 +441,54 @@ TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
     c.la = Layout::kColMajor;
     c.lb = Layout::kRowMajor;
     c.broadcast_b = broadcast;
+    RunCase(c, rng_);
+  }
+}
+
+// bf16/fp16 with every leading dimension (A, B, C and D) at each residue
+// modulo 8 elements, in every layout: operands off TMA's 16-byte grid are
+// copied aligned and K-major (copy_unaligned_operands) and the problem runs
+// on the Hopper kernel; C and D are read and written where they are.
+TEST_F(GemmGpuTest, SixteenBitAnyLeadingDimensionThroughOperandCopies) {
+  for (DataType t : {DataType::kBf16, DataType::kFp16}) {
+    for (int64_t residue = 0; residue < 8; ++residue) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : kLayouts) {
+          Case c{77, 130, 93};
+          c.in = c.out = t;
+          c.copy_unaligned = true;
+          c.operand_copies = true;
+          c.ld_residue = residue;
+          c.la = la;
+          c.lb = lb;
+          c.ld = (residue % 2 == 0) ? Layout::kRowMajor : Layout::kColMajor;
+          c.beta = residue % 3 == 0 ? 0.5f : 0.0f;
+          RunCase(c, rng_);
+        }
+      }
+    }
+  }
+  // Batches (one operand broadcast), fp32 output, and shapes from the
+  // issue's list scaled down.
+  for (bool broadcast : {false, true}) {
+    Case c{65, 130, 97, 5};
+    c.copy_unaligned = true;
+    c.operand_copies = true;
+    c.ld_residue = 3;
+    c.la = Layout::kColMajor;
+    c.lb = Layout::kRowMajor;
+    c.broadcast_b = broadcast;
+    c.out = DataType::kFp32;
+    RunCase(c, rng_);
+  }
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{300, 500, 70},
+                                std::array<int64_t, 3>{77, 4096, 1433},
+                                std::array<int64_t, 3>{1000, 1000, 1000}}) {
+    Case c{m, n, k};
+    c.copy_unaligned = true;
+    c.operand_copies = true;
+    c.pad = 0;  // tight: ld = the extent itself
+    c.la = c.lb = Layout::kColMajor;
     RunCase(c, rng_);
   }
 }

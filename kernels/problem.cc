@@ -16,6 +16,7 @@ NormalizedProblem Normalize(const GemmArguments& args) {
   p.alpha = args.alpha;
   p.beta = args.beta;
   p.allow_tf32 = args.allow_tf32;
+  p.copy_unaligned_operands = args.copy_unaligned_operands;
   // Row-major A is k-major; column-major B is k-major. Under the swap the new
   // A is the old B^T: old B column-major (k-major) stays k-major as new A.
   const MatrixDesc& na = swap ? args.b : args.a;
@@ -39,16 +40,20 @@ NormalizedProblem Normalize(const GemmArguments& args) {
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   KMajorCopyPlan plan;
   const bool fp8 = ::gemm::IsFp8(p.in_dtype);
-  if (!fp8 && (p.in_dtype != DataType::kFp32 || !p.allow_tf32)) return plan;
-  const int64_t es = fp8 ? 1 : 4;
+  const bool tf32 = p.in_dtype == DataType::kFp32 && p.allow_tf32;
+  const bool half = (p.in_dtype == DataType::kBf16 || p.in_dtype == DataType::kFp16) &&
+                    p.copy_unaligned_operands;
+  if (!fp8 && !tf32 && !half) return plan;
+  const int64_t es = fp8 ? 1 : half ? 2 : 4;
   const int64_t per_16_bytes = 16 / es;
   auto off_grid = [&](const NormalizedOperand& op) {
     return op.ld % per_16_bytes != 0 || (p.batch > 1 && op.batch_stride % per_16_bytes != 0) ||
            reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0;
   };
   auto place = [&](const NormalizedOperand& op, int64_t rows, KMajorCopy* copy) {
-    // TF32 operands off the grid take the portable kernel (not copied).
-    if (op.k_major && !(fp8 && off_grid(op))) return;
+    // TF32 operands off the grid take the portable kernel (not copied); a
+    // 16-bit operand on the grid runs as it is in either layout.
+    if (half ? !off_grid(op) : (op.k_major && !(fp8 && off_grid(op)))) return;
     copy->needed = true;
     copy->repitch = op.k_major;
     copy->element_bytes = es;

@@ -30,6 +30,7 @@ struct NormalizedProblem {
   int64_t ldd = 0, batch_stride_d = 0;
   float alpha = 1.0f, beta = 0.0f;
   bool allow_tf32 = false;
+  bool copy_unaligned_operands = false;  // GemmArguments::copy_unaligned_operands
   bool swapped = false;  // true when D was column-major and A/B were exchanged
 };
 
@@ -41,15 +42,17 @@ NormalizedProblem Normalize(const GemmArguments& args);
 // percent of a large GEMM's time) instead of falling back to the strict-fp32
 // SIMT kernel, which is ~20x slower; an FP8 operand has no other kernel at
 // all, so it is copied both when it is not K-major and when its rows or
-// batch members start off TMA's 16-byte grid (K not a multiple of 16). One
-// operand's copy: the source holds, per batch member, `rows` x k elements,
+// batch members start off TMA's 16-byte grid (K not a multiple of 16). A
+// bf16/fp16 operand off that grid (copy_unaligned_operands) is copied the
+// same way, K-major whatever its layout was, instead of running the SIMT
+// kernel. One operand's copy: the source holds, per batch member, `rows` x k elements,
 // with the rows contiguous (element (r, kk) at kk * ld + r), or K-major
 // already under `repitch` (at r * ld + kk); the copy holds element (r, kk)
 // at r * ld_copy + kk, ld_copy being k rounded up to 16 bytes.
 struct KMajorCopy {
   bool needed = false;
   bool repitch = false;       // the source is K-major; only its pitch changes
-  int64_t element_bytes = 4;  // 4 (fp32) or 1 (FP8)
+  int64_t element_bytes = 4;  // 4 (fp32), 2 (bf16/fp16) or 1 (FP8)
   int64_t rows = 0;     // m for A, n for B
   int64_t ld_copy = 0;  // elements
   int64_t members = 0;  // 1 for a broadcast operand (batch stride 0), else batch
@@ -64,7 +67,8 @@ struct KMajorCopyPlan {
 
 // The copies `p` needs: fp32 inputs with allow_tf32 and an operand that is
 // not K-major; FP8 inputs and an operand that is not K-major or not on the
-// 16-byte grid. Pure arithmetic, tested on the CPU.
+// 16-byte grid; bf16/fp16 inputs with copy_unaligned_operands and an operand
+// not on the 16-byte grid. Pure arithmetic, tested on the CPU.
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p);
 
 // `p` reading the planned copies in `workspace` instead of the originals.

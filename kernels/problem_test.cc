@@ -127,6 +127,63 @@ TEST(KMajorCopies, NoneForSixteenBitOrStrictOrKMajorOperands) {
   EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "both K-major already";
 }
 
+TEST(KMajorCopies, SixteenBitOperandsOffTheGridAreCopiedWhenAsked) {
+  for (DataType t : {DataType::kBf16, DataType::kFp16}) {
+    GemmArguments a = Valid();  // m 100, n 200, k 300
+    a.a.dtype = a.b.dtype = a.c.dtype = a.d.dtype = t;
+    a.k = 77;
+    a.a.ld = 77;  // A row-major, K-major: rows of 154 bytes, off the grid
+    a.b.layout = Layout::kRowMajor;  // B n-major, ld 200: on the grid
+    a.b.ld = 200;
+    EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "not asked";
+    a.copy_unaligned_operands = true;
+    const NormalizedProblem p = Normalize(a);
+    const KMajorCopyPlan plan = PlanKMajorCopies(p);
+    ASSERT_TRUE(plan.a.needed);
+    EXPECT_TRUE(plan.a.repitch) << "A is K-major; only its pitch moves to the grid";
+    EXPECT_EQ(plan.a.element_bytes, 2);
+    EXPECT_EQ(plan.a.rows, 100);
+    EXPECT_EQ(plan.a.ld_copy, 80);  // 77 rounded up to 8 elements (16 bytes)
+    EXPECT_EQ(plan.a.bytes, 100u * 80 * 2);
+    EXPECT_FALSE(plan.b.needed) << "n-major on the grid runs as it is";
+    const NormalizedProblem q = WithKMajorCopies(p, plan, reinterpret_cast<void*>(0x10000));
+    EXPECT_TRUE(q.a.k_major);
+    EXPECT_EQ(q.a.ld, 80);
+    EXPECT_EQ(q.a.ptr, reinterpret_cast<void*>(0x10000));
+
+    // An n-major B off the grid is transposed into K-major order; several
+    // batch members, A broadcast (batch stride 0).
+    a.b.ld = 203;
+    a.batch_count = 3;
+    a.a.batch_stride = 0;
+    a.b.batch_stride = 77 * 203;
+    a.d.batch_stride = 100 * 200;
+    const KMajorCopyPlan both = PlanKMajorCopies(Normalize(a));
+    ASSERT_TRUE(both.a.needed && both.b.needed);
+    EXPECT_EQ(both.a.members, 1);
+    EXPECT_FALSE(both.b.repitch);
+    EXPECT_EQ(both.b.rows, 200);
+    EXPECT_EQ(both.b.members, 3);
+    EXPECT_EQ(both.b.ld_copy, 80);
+    EXPECT_EQ(both.b.offset, (both.a.bytes + 255) / 256 * 256);
+    EXPECT_EQ(both.b.offset % 256, 0u);
+    EXPECT_EQ(both.total_bytes, both.b.offset + (both.b.bytes + 255) / 256 * 256);
+
+    // On the grid in both layouts: nothing to copy.
+    a = Valid();
+    a.a.dtype = a.b.dtype = a.c.dtype = a.d.dtype = t;
+    a.copy_unaligned_operands = true;
+    a.k = a.a.ld = 304;  // 608-byte rows
+    a.b.layout = Layout::kRowMajor;
+    a.b.ld = 200;
+    EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u);
+    // A base off 16 bytes is copied too (the pitch alone is fine).
+    a.a.ptr = reinterpret_cast<const void*>(0x1002);
+    const KMajorCopyPlan moved = PlanKMajorCopies(Normalize(a));
+    EXPECT_TRUE(moved.a.needed && moved.a.repitch);
+  }
+}
+
 TEST(KMajorCopies, RowMajorBIsCopiedWithPaddedStride) {
   GemmArguments a = Valid();
   a.a.dtype = a.b.dtype = DataType::kFp32;

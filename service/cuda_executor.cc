@@ -76,6 +76,7 @@ absl::Status CudaExecutor::Init() {
   gpu::LaneOptions lane_options;
   lane_options.device = options_.device;
   lane_options.reducing_schedules = options_.reducing_schedules;
+  lane_options.copy_unaligned_operands = options_.copy_unaligned_operands;
   lane_options.reducing_min_flops = options_.reducing_min_flops;
   lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
   lane_options.device_model = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");

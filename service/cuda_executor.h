@@ -79,6 +79,12 @@ class CudaExecutor : public Executor {
     // reducing_min_flops (2MNK), when the kernel's heuristic prefers them; a
     // workspace over max_reducing_workspace_bytes runs data-parallel instead.
     bool reducing_schedules = true;
+    // bf16/fp16 operands whose rows start off TMA's 16-byte grid (a leading
+    // dimension not a multiple of 8, say) are copied into an aligned K-major
+    // workspace on the lane's stream and run on the tensor cores; off, such
+    // problems run on the portable SIMT kernel
+    // (gemm_kernels::GemmArguments::copy_unaligned_operands).
+    bool copy_unaligned_operands = false;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
     // A batch still running `watchdog` after its predicted run time (or

@@ -230,6 +230,45 @@ TEST_F(GpuServerTest, EveryDtypeLayoutAndTransposeIsRight) {
   SendAllAndCheck(requests);
 }
 
+// bf16/fp16 problems whose leading dimensions leave rows off the 16-byte grid
+// (m, n or k odd, in every layout), with --cuda_copy_unaligned_operands: the
+// operands are copied aligned on the lane's stream and the problems run on
+// the Hopper kernel, counted under their own "_padded" label.
+TEST_F(GpuServerTest, UnalignedSixteenBitOperandsRunOnTheTensorCoresWhenCopied) {
+  ServerOptions o = DefaultOptions();
+  o.cuda.copy_unaligned_operands = true;
+  o.cuda.grouped_launches = false;  // single and strided launches, which copy
+  StartServer(o);
+  std::mt19937 rng(16);
+  std::vector<v1::GemmRequest> requests;
+  int id = 0;
+  const uint64_t shapes[][3] = {{77, 130, 93}, {300, 501, 70}, {129, 64, 1001}, {1, 9, 3}};
+  for (DType t : {DType::kBf16, DType::kFp16}) {
+    for (const auto& shape : shapes) {
+      for (int layouts = 0; layouts < 4; ++layouts) {
+        ProblemSpec s;
+        s.m = shape[0];
+        s.n = shape[1];
+        s.k = shape[2];
+        s.input = t;
+        s.output = layouts == 3 ? DType::kFp32 : t;
+        s.layout_a = layouts & 1 ? Layout::kColMajor : Layout::kRowMajor;
+        s.layout_b = layouts & 2 ? Layout::kColMajor : Layout::kRowMajor;
+        s.layout_d = layouts == 2 ? Layout::kColMajor : Layout::kRowMajor;
+        s.layout_c = s.layout_d;
+        if (layouts == 1) {
+          s.alpha = 0.5;
+          s.beta = -1.25;
+        }
+        requests.push_back(Request(s, &rng, id++));
+      }
+    }
+  }
+  SendAllAndCheck(requests);
+  const std::string metrics = server_->metrics()->Scrape();
+  EXPECT_NE(metrics.find("sm90_wgmma_padded\""), std::string::npos) << metrics;
+}
+
 TEST_F(GpuServerTest, IdenticalRequestsShareStridedBatchedLaunches) {
   std::mt19937 rng(12);
   ProblemSpec s;

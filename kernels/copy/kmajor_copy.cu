@@ -40,15 +40,16 @@ __global__ void KMajorCopyKernel(const T* __restrict__ src, int64_t ld, int64_t 
   }
 }
 
-// Row by row: consecutive threads move consecutive bytes of a row, so both
-// sides are coalesced. Grid-stride over rows (and members) past the grid's
-// limits.
-__global__ void RepitchCopyU8Kernel(const uint8_t* __restrict__ src, int64_t ld,
-                                    int64_t batch_stride, int64_t rows, int64_t k, int64_t members,
-                                    uint8_t* __restrict__ dst, int64_t ld_copy) {
+// Row by row: consecutive threads move consecutive elements of a row, so
+// both sides are coalesced. Grid-stride over rows (and members) past the
+// grid's limits.
+template <typename T>
+__global__ void RepitchCopyKernel(const T* __restrict__ src, int64_t ld, int64_t batch_stride,
+                                  int64_t rows, int64_t k, int64_t members, T* __restrict__ dst,
+                                  int64_t ld_copy) {
   for (int64_t b = blockIdx.z; b < members; b += gridDim.z) {
-    const uint8_t* s = src + b * batch_stride;
-    uint8_t* d = dst + b * rows * ld_copy;
+    const T* s = src + b * batch_stride;
+    T* d = dst + b * rows * ld_copy;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
       for (int64_t kk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; kk < k;
            kk += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -76,6 +77,19 @@ std::string LaunchKMajorCopy(const T* src, int64_t ld, int64_t batch_stride, int
   return LaunchError();
 }
 
+template <typename T>
+std::string LaunchRepitchCopy(const T* src, int64_t ld, int64_t batch_stride, int64_t rows,
+                              int64_t k, int64_t members, T* dst, int64_t ld_copy, void* stream) {
+  constexpr int kThreads = 256;
+  const int64_t k_blocks = std::min<int64_t>((k + kThreads - 1) / kThreads, 1024);
+  const dim3 grid(static_cast<unsigned>(k_blocks),
+                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)),
+                  static_cast<unsigned>(std::min<int64_t>(members, 65535)));
+  RepitchCopyKernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      src, ld, batch_stride, rows, k, members, dst, ld_copy);
+  return LaunchError();
+}
+
 }  // namespace
 
 std::string LaunchKMajorCopyF32(const float* src, int64_t ld, int64_t batch_stride, int64_t rows,
@@ -93,14 +107,19 @@ std::string LaunchKMajorCopyU8(const uint8_t* src, int64_t ld, int64_t batch_str
 std::string LaunchRepitchCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                 int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
                                 void* stream) {
-  constexpr int kThreads = 256;
-  const int64_t k_blocks = std::min<int64_t>((k + kThreads - 1) / kThreads, 1024);
-  const dim3 grid(static_cast<unsigned>(k_blocks),
-                  static_cast<unsigned>(std::min<int64_t>(rows, 65535)),
-                  static_cast<unsigned>(std::min<int64_t>(members, 65535)));
-  RepitchCopyU8Kernel<<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      src, ld, batch_stride, rows, k, members, dst, ld_copy);
-  return LaunchError();
+  return LaunchRepitchCopy(src, ld, batch_stride, rows, k, members, dst, ld_copy, stream);
+}
+
+std::string LaunchKMajorCopyU16(const uint16_t* src, int64_t ld, int64_t batch_stride,
+                                int64_t rows, int64_t k, int64_t members, uint16_t* dst,
+                                int64_t ld_copy, void* stream) {
+  return LaunchKMajorCopy(src, ld, batch_stride, rows, k, members, dst, ld_copy, stream);
+}
+
+std::string LaunchRepitchCopyU16(const uint16_t* src, int64_t ld, int64_t batch_stride,
+                                 int64_t rows, int64_t k, int64_t members, uint16_t* dst,
+                                 int64_t ld_copy, void* stream) {
+  return LaunchRepitchCopy(src, ld, batch_stride, rows, k, members, dst, ld_copy, stream);
 }
 
 }  // namespace gemm_kernels

@@ -25,5 +25,12 @@ std::string LaunchKMajorCopyU8(const uint8_t* src, int64_t ld, int64_t batch_str
 std::string LaunchRepitchCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                 int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
                                 void* stream);
+// 2-byte elements (bf16, fp16), moved as their bits.
+std::string LaunchKMajorCopyU16(const uint16_t* src, int64_t ld, int64_t batch_stride,
+                                int64_t rows, int64_t k, int64_t members, uint16_t* dst,
+                                int64_t ld_copy, void* stream);
+std::string LaunchRepitchCopyU16(const uint16_t* src, int64_t ld, int64_t batch_stride,
+                                 int64_t rows, int64_t k, int64_t members, uint16_t* dst,
+                                 int64_t ld_copy, void* stream);
 
 }  // namespace gemm_kernels

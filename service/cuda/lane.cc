@@ -257,6 +257,7 @@ void Lane::PrepareGemm(size_t li) {
   const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
+  ls.args.copy_unaligned_operands = options_.copy_unaligned_operands;
   ls.member = ChooseSingle(ls.args, g.deterministic);
   if (ls.member.family != gt::CandidateFamily::kOurs) {
     const absl::Status st = PrepareCublas(ls);
@@ -301,7 +302,7 @@ void Lane::PrepareGemm(size_t li) {
       // whose bits differ: a deterministic launch fails instead (retryable).
       if (g.deterministic) {
         ls.status = absl::ResourceExhaustedError(absl::StrCat(
-            "deterministic tf32 problem: no device memory for its K-major operand copies (",
+            "deterministic problem: no device memory for its K-major operand copies (",
             bytes, " bytes); retry"));
         return;
       }
@@ -337,9 +338,14 @@ void Lane::EnqueueLaunch(size_t li) {
   }
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
   const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
-  // FP8 launches count under their own kernel label.
+  // FP8 launches count under their own kernel label, and so do bf16/fp16
+  // launches whose unaligned operands were copied first ("_padded"), so
+  // that operators see how much work that path takes.
   const bool fp8 = !ls.group && IsFp8(ls.args.a.dtype);
-  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "");
+  const bool padded = !ls.group && !fp8 && ls.args.a.dtype != DType::kFp32 &&
+                      ls.gemm->copies_operands();
+  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "",
+                          padded ? "_padded" : "");
   if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel);
   RecordOutcome(li, kernel);
 }

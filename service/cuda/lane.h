@@ -41,6 +41,9 @@ struct LaneOptions {
   // (2MNK), when the kernel's heuristic prefers them; a workspace over
   // max_reducing_workspace_bytes runs data-parallel instead.
   bool reducing_schedules = true;
+  // CudaExecutor::Options::copy_unaligned_operands, for single and
+  // strided-batched launches.
+  bool copy_unaligned_operands = false;
   double reducing_min_flops = 0;
   uint64_t max_reducing_workspace_bytes = 0;
   // Test seam (CudaExecutor::Options::before_launches): called with the
