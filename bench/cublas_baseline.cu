@@ -24,7 +24,7 @@ int CublasBaseline::version() const {
 
 std::string CublasBaseline::Gemm(DataType dtype, bool tf32, int64_t batch, int64_t m, int64_t n,
                                  int64_t k, const void* a, const void* b, void* d,
-                                 bool b_row_major) const {
+                                 bool b_row_major, bool a_col_major) const {
   const cudaDataType_t t =
       dtype == DataType::kBf16 ? CUDA_R_16BF : dtype == DataType::kFp16 ? CUDA_R_16F : CUDA_R_32F;
   const cublasComputeType_t compute = tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -35,13 +35,17 @@ std::string CublasBaseline::Gemm(DataType dtype, bool tf32, int64_t batch, int64
   // it is.
   const cublasOperation_t op_b = b_row_major ? CUBLAS_OP_N : CUBLAS_OP_T;
   const int ld_b = b_row_major ? int(n) : int(k);
+  // A row-major A buffer (ld k) is A^T as it is; a column-major one (m x k,
+  // ld m) is A, so A^T under op T.
+  const cublasOperation_t op_a = a_col_major ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int ld_a = a_col_major ? int(m) : int(k);
   cublasStatus_t st;
   if (batch == 1) {
-    st = cublasGemmEx(h, op_b, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, t, ld_b, a, t,
-                      int(k), &beta, d, t, int(n), compute, CUBLAS_GEMM_DEFAULT);
+    st = cublasGemmEx(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, t, ld_b, a, t, ld_a,
+                      &beta, d, t, int(n), compute, CUBLAS_GEMM_DEFAULT);
   } else {
-    st = cublasGemmStridedBatchedEx(h, op_b, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, t,
-                                    ld_b, k * n, a, t, int(k), m * k, &beta, d, t, int(n), m * n,
+    st = cublasGemmStridedBatchedEx(h, op_b, op_a, int(n), int(m), int(k), &alpha, b, t, ld_b,
+                                    k * n, a, t, ld_a, m * k, &beta, d, t, int(n), m * n,
                                     int(batch), compute, CUBLAS_GEMM_DEFAULT);
   }
   return st == CUBLAS_STATUS_SUCCESS ? "" : "cublas status " + std::to_string(int(st));

@@ -17,12 +17,13 @@ class CublasBaseline {
   bool ok() const { return handle_ != nullptr; }
   int version() const;
 
-  // D (row-major m x n, ld n) = A (row-major m x k, ld k) * B (column-major
-  // k x n, ld k; or row-major, ld n, when b_row_major), strided-batched with
-  // packed strides. Returns "" or the error.
+  // D (row-major m x n, ld n) = A (row-major m x k, ld k; or column-major,
+  // ld m, when a_col_major) * B (column-major k x n, ld k; or row-major, ld
+  // n, when b_row_major), strided-batched with packed strides. Returns "" or
+  // the error.
   std::string Gemm(gemm_kernels::DataType dtype, bool tf32, int64_t batch, int64_t m, int64_t n,
-                   int64_t k, const void* a, const void* b, void* d,
-                   bool b_row_major = false) const;
+                   int64_t k, const void* a, const void* b, void* d, bool b_row_major = false,
+                   bool a_col_major = false) const;
 
   void* handle() const { return handle_; }
 

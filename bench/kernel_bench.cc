@@ -5,7 +5,9 @@
 // back-to-back launches timed with CUDA events; the table reports the median
 // sample. Samples of cuBLAS, ours and ours with the other tile interleave, in
 // two rounds, so run-to-run spread is visible. Layout: A row-major, B column-major (both
-// K-major), D row-major; cuBLAS computes the same product as D^T = B^T A^T.
+// K-major), D row-major, unless a case's name says otherwise (the ragged cases,
+// whose leading dimensions are off the 16-byte grid); cuBLAS computes the same
+// product as D^T = B^T A^T.
 //
 // Usage: kernel_bench [filter-substring]
 #include <cuda_runtime.h>
@@ -41,6 +43,10 @@ struct BenchCase {
   bool tf32;
   int64_t batch, m, n, k;
   bool b_row_major = false;  // N-major B: TF32 goes through the K-major copy
+  bool a_col_major = false;  // M-major A (ld m)
+  // Ragged leading dimensions: 16-bit operands off the 16-byte grid are
+  // copied aligned first (GemmArguments::copy_unaligned_operands).
+  bool copy_unaligned = false;
 };
 
 constexpr gemm_kernels::TileHint kForced[] = {gemm_kernels::TileHint::k128x256,
@@ -133,11 +139,13 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
     args.n = bc.n;
     args.k = bc.k;
     args.batch_count = bc.batch;
-    args.a = {a[s], in, Layout::kRowMajor, bc.k, a_elems};
+    args.a = {a[s], in, bc.a_col_major ? Layout::kColMajor : Layout::kRowMajor,
+              bc.a_col_major ? bc.m : bc.k, a_elems};
     args.b = {b[s], in, bc.b_row_major ? Layout::kRowMajor : Layout::kColMajor,
               bc.b_row_major ? bc.n : bc.k, b_elems};
     args.d = {d_ours[s], out, Layout::kRowMajor, bc.n, d_elems};
     args.allow_tf32 = bc.tf32;
+    args.copy_unaligned_operands = bc.copy_unaligned;
     if (const size_t bytes = Gemm::OperandCopyBytes(args); bytes > 0)
       CHECK_CUDA(cudaMalloc(&copies[s], bytes));
     const absl::Status st = gemms[s].Initialize(args, nullptr, gemm_kernels::TileHint::kAuto,
@@ -159,7 +167,8 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
 
   auto cublas = [&](int s) {
     const std::string err =
-        baseline.Gemm(in, bc.tf32, bc.batch, bc.m, bc.n, bc.k, a[s], b[s], d_ref[s], bc.b_row_major);
+        baseline.Gemm(in, bc.tf32, bc.batch, bc.m, bc.n, bc.k, a[s], b[s], d_ref[s], bc.b_row_major,
+                      bc.a_col_major);
     if (!err.empty()) std::fprintf(stderr, "%s: %s\n", bc.name, err.c_str());
     return err.empty();
   };
@@ -227,7 +236,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int cublas_version = baseline.version();
-  std::printf("cuBLAS %d; %d samples x %d runs, median; A row-major, B col-major, D row-major\n",
+  std::printf("cuBLAS %d; %d samples x %d runs, median; A row-major, B col-major, D row-major "
+              "unless the case says otherwise\n",
               cublas_version, kSamples, kRunsPerSample);
 
   const BenchCase cases[] = {
@@ -241,6 +251,20 @@ int main(int argc, char** argv) {
       {"bf16 256x256^3", DataType::kBf16, false, 256, 256, 256, 256},
       {"bf16 64x512^3", DataType::kBf16, false, 64, 512, 512, 512},
       {"bf16 16x1024^3", DataType::kBf16, false, 16, 1024, 1024, 1024},
+      // Ragged leading dimensions (issue 47), operands copied aligned first.
+      {"ragged bf16 3000x5000x700 A,B col-major", DataType::kBf16, false, 1, 3000, 5000, 700,
+       false, true, true},
+      {"ragged fp16 3000x5000x700 A,B col-major", DataType::kFp16, false, 1, 3000, 5000, 700,
+       false, true, true},
+      {"ragged bf16 77x4096x14336 A col-major", DataType::kBf16, false, 1, 77, 4096, 14336,
+       false, true, true},
+      {"ragged fp16 77x4096x14336 A col-major", DataType::kFp16, false, 1, 77, 4096, 14336,
+       false, true, true},
+      {"ragged bf16 1000^3", DataType::kBf16, false, 1, 1000, 1000, 1000, false, false, true},
+      {"ragged bf16 4095x4097x1023", DataType::kBf16, false, 1, 4095, 4097, 1023, false, false,
+       true},
+      {"ragged fp16 4095x4097x1023", DataType::kFp16, false, 1, 4095, 4097, 1023, false, false,
+       true},
   };
   std::printf("\n| case | our kernel | ours TFLOP/s | cuBLAS TFLOP/s | ours/cuBLAS (1st pass) | "
               "2nd pass | forced 128x256 | forced 128x128 | forced 128x128 pingpong | forced 128x64 | "
