@@ -290,14 +290,39 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
           ReleaseOn(route, u.handle, once).IgnoreError();
       }
     });
-    status = gemm();
+    // The first attempt is sent once, outside the retry loop: a server that
+    // held it and then refused it (its queue full when the uploads were
+    // done) has released the operands with it (release_after_use), so a
+    // plain retry would only find them gone.
+    grpc::ClientContext first;
+    PrepareContext(&first, within, deadline, route.key);
+    status = FromGrpcStatus(route.replica->stub->Gemm(&first, light, &response));
     uploader.join();
     if (!uploaded.ok()) return uploaded;
     // A server that does not hold requests for uploads refused it before
     // they were done; they are now.
     const bool waited = !(status.code() == absl::StatusCode::kFailedPrecondition &&
                           absl::StrContains(status.message(), "is unfinished"));
-    if (!waited) status = gemm();
+    if (!waited) {
+      status = gemm();
+    } else if (!status.ok()) {
+      // Refused at the door the operands are intact and a retry (after the
+      // server's pushback) may pass; refused after the hold they are gone,
+      // and the refusal is the answer.
+      const std::optional<absl::Duration> delay =
+          RetryDelay(within, 1, status, first, deadline, /*fail_over=*/false);
+      if (delay.has_value()) {
+        absl::SleepFor(*delay);
+        absl::Status again = gemm();
+        if (again.code() != absl::StatusCode::kNotFound) {
+          status = std::move(again);
+        } else {
+          // Released with the held request: nothing left to release here.
+          for (const ChunkedTransfer::UploadJob& u : uploads)
+            handles.erase(std::remove(handles.begin(), handles.end(), u.handle), handles.end());
+        }
+      }
+    }
     // The server released the operands with the request (release_after_use).
     // One that did not wait may predate the field: those are released below.
     if (status.ok() && waited)

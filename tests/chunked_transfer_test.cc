@@ -168,6 +168,34 @@ TEST_F(ChunkedTransferTest, PipelinedAndSequentialLargeRequestsAgree) {
   }
 }
 
+// A pipelined request the server holds for its uploads and then refuses
+// (its kept result does not fit in max_resident_bytes once they are in) has
+// had its operands released with it: the client answers with that refusal,
+// not with the NOT_FOUND a plain retry would meet, and nothing stays behind.
+TEST_F(ChunkedTransferTest, AHeldRequestRefusedAfterItsWaitAnswersWithTheRefusal) {
+  server_->Shutdown(absl::Seconds(5));
+  ServerOptions options = test::LoopbackCpuServerOptions(2);
+  options.transient_idle_timeout = absl::Seconds(1);
+  options.limits.max_resident_bytes = (uint64_t{5} << 20) / 2;  // A and B fit, D does not too
+  auto server = GemmServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  target_ = absl::StrCat("127.0.0.1:", server_->port());
+  // Small chunks: the uploads take long enough that the Gemm is held.
+  std::unique_ptr<Client> client = MakeClient(1, 4096, 2);
+  std::mt19937 rng(50);
+  test::ProblemSpec spec{512, 512, 512, DType::kFp32};
+  v1::GemmRequest request;
+  *request.add_problems() = test::MakeProblem(spec, &rng);
+  const absl::Time start = absl::Now();
+  auto response = client->Gemm(request);
+  ASSERT_FALSE(response.ok());
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kResourceExhausted) << response.status();
+  EXPECT_THAT(response.status().message(), HasSubstr("keep_results"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_TRUE(NothingResident()) << Metric("gemm_resident_bytes");
+}
+
 TEST_F(ChunkedTransferTest, KeptResultsAreHandlesThatCanBeDownloadedAndReleased) {
   std::unique_ptr<Client> client = MakeClient(0, 4096, 2);
   const v1::GemmRequest request = KeepResultRequest({64, 96, 32, DType::kBf16}, 7);
