@@ -408,6 +408,19 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
   return gpu::CopyToDeviceMatrix(source, options_.device);
 }
 
+std::shared_ptr<void> CudaExecutor::PinHostMemory(void* base, uint64_t bytes) const {
+  if (!options_.pin_shared_memory) return nullptr;
+  const cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterPortable);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    spdlog::warn("GPU {}: a shared-memory region of {} bytes could not be page-locked ({}); "
+                 "its operands and results are staged",
+                 options_.device, bytes, cudaGetErrorString(e));
+    return nullptr;
+  }
+  return std::shared_ptr<void>(base, [](void* p) { cudaHostUnregister(p); });
+}
+
 void CudaExecutor::OnLaneDone(gpu::Lane* lane) {
   absl::MutexLock lock(&mu_);
   // Done in time: from here the watchdog leaves it to the completion thread.

@@ -85,6 +85,10 @@ class CudaExecutor : public Executor {
     // problems run on the portable SIMT kernel
     // (gemm_kernels::GemmArguments::copy_unaligned_operands).
     bool copy_unaligned_operands = false;
+    // Same-host clients' shared-memory regions are page-locked when
+    // registered, and operands and outputs in them are copied by DMA
+    // straight between the region and the device (no staging copy).
+    bool pin_shared_memory = false;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
     // A batch still running `watchdog` after its predicted run time (or
@@ -150,6 +154,11 @@ class CudaExecutor : public Executor {
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
+  // With Options::pin_shared_memory: cudaHostRegister (portable, so every
+  // device of the process reads it), unregistered when the result is
+  // dropped. A failure (a mapping the driver cannot lock) logs a WARN and
+  // returns null: that region is then staged like request bytes.
+  std::shared_ptr<void> PinHostMemory(void* base, uint64_t bytes) const override;
 
  private:
   explicit CudaExecutor(const Options& options);

@@ -121,6 +121,16 @@ class Executor {
     return MakeHostResident(source);
   }
 
+  // Page-locks host memory a same-host client shares (a registered
+  // shared-memory region) so that this executor's copies move it by DMA in
+  // place, with no staging copy; the result unlocks it when dropped. Null:
+  // not pinned (the default; the memory is then staged like request bytes).
+  // Thread-safe.
+  virtual std::shared_ptr<void> PinHostMemory(void* base, uint64_t bytes) const {
+    (void)base;
+    (void)bytes;
+    return nullptr;
+  }
   // An uninitialized matrix of `shape`'s size and type (shape.data is
   // ignored) kept where this executor's launches read it, filled afterwards
   // by ResidentMatrix::Write: the target of chunked uploads (BeginUpload).

@@ -398,4 +398,8 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::AllocateRes
                        [&shape](const Executor& e) { return e.AllocateResident(shape); });
 }
 
+std::shared_ptr<void> MultiDeviceExecutor::PinHostMemory(void* base, uint64_t bytes) const {
+  return children_.empty() ? nullptr : children_.front()->PinHostMemory(base, bytes);
+}
+
 }  // namespace gemm

@@ -70,6 +70,8 @@ class MultiDeviceExecutor : public Executor {
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
+  // One page-locking serves every device (it is portable): the first's.
+  std::shared_ptr<void> PinHostMemory(void* base, uint64_t bytes) const override;
 
   // Healthy while one device is: requests go only to healthy devices (those
   // pinned to a device out of service, and everything once none is left, are

@@ -254,6 +254,9 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   shared_options.max_regions = options.limits.max_shared_memory_regions;
   shared_options.max_bytes = options.limits.max_shared_memory_bytes;
   shared_options.instance_id = s->instance_id_;
+  shared_options.pin = [ex = s->executor_.get()](void* base, uint64_t bytes) {
+    return ex->PinHostMemory(base, bytes);
+  };
   s->shared_memory_ = std::make_unique<SharedMemoryStore>(shared_options);
   SharedMemoryStore* shared = s->shared_memory_.get();
   // Also unmaps the shared memory of clients that have ended and writes the

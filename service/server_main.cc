@@ -137,6 +137,9 @@ ABSL_FLAG(bool, cuda_copy_unaligned_operands, kDefaults.cuda.copy_unaligned_oper
           "CUDA backend: bf16/fp16 operands with rows off the 16-byte grid (a leading "
           "dimension not a multiple of 8) are copied aligned and run on the tensor cores "
           "instead of the portable SIMT kernel");
+ABSL_FLAG(bool, cuda_pin_shared_memory, kDefaults.cuda.pin_shared_memory,
+          "CUDA backend: page-lock same-host clients' shared-memory regions and copy operands "
+          "and results straight between them and the GPU (no staging copy)");
 ABSL_FLAG(std::string, tuning_table, "",
           "CUDA backend: kernel portfolio tuning tables, comma-separated (bench/gpu.sh run tune "
           "makes one; kernels/tuning/tables/ holds the committed ones); each GPU uses the first "
@@ -370,6 +373,7 @@ int main(int argc, char** argv) {
   options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
   options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
   options.cuda.copy_unaligned_operands = absl::GetFlag(FLAGS_cuda_copy_unaligned_operands);
+  options.cuda.pin_shared_memory = absl::GetFlag(FLAGS_cuda_pin_shared_memory);
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
   options.cuda.portfolio.policy =
       *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");

@@ -96,7 +96,10 @@ absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> SharedMemoryRegion::Map(
       new SharedMemoryRegion(static_cast<char*>(base), bytes, pid, proc_root, *start));
 }
 
-SharedMemoryRegion::~SharedMemoryRegion() { munmap(base_, bytes_); }
+SharedMemoryRegion::~SharedMemoryRegion() {
+  pin_.reset();  // unlocked before it is unmapped
+  munmap(base_, bytes_);
+}
 
 bool SharedMemoryRegion::OwnerAlive() const {
   absl::StatusOr<uint64_t> start = ProcessStartTime(proc_root_, pid_);

@@ -49,6 +49,18 @@ class SharedMemoryRegion {
   // was reused by another process reads as ended).
   bool OwnerAlive() const;
 
+  // Keeps `pin` (a GPU executor's page-locking of the mapping,
+  // Executor::PinHostMemory) for the region's life; it is dropped before
+  // the mapping goes. Called once, before the region is shared.
+  void set_pin(std::shared_ptr<void> pin) { pin_ = std::move(pin); }
+  // Whether the mapping is page-locked: DMA reads and writes it in place.
+  bool pinned() const { return pin_ != nullptr; }
+  // Whether bytes [p, p + n) lie in the mapping.
+  bool Contains(const void* p, uint64_t n) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && n <= bytes_ && static_cast<uint64_t>(c - base_) <= bytes_ - n;
+  }
+
  private:
   SharedMemoryRegion(char* base, uint64_t bytes, uint32_t pid, std::string proc_root,
                      uint64_t start_time)
@@ -60,6 +72,7 @@ class SharedMemoryRegion {
   const uint32_t pid_;
   const std::string proc_root_;
   const uint64_t start_time_;  // field 22 of /proc/PID/stat, in clock ticks
+  std::shared_ptr<void> pin_;
 };
 
 // The start time of process `pid` (field 22 of `proc_root`/PID/stat), or

@@ -42,6 +42,7 @@ absl::StatusOr<SharedMemoryStore::Registered> SharedMemoryStore::Register(
   absl::StatusOr<std::shared_ptr<SharedMemoryRegion>> region =
       SharedMemoryRegion::Map(pid, fd, bytes, token, options_.proc_root);
   if (!region.ok()) return region.status();
+  if (options_.pin) (*region)->set_pin(options_.pin((*region)->base(), (*region)->bytes()));
   absl::MutexLock lock(&mu_);
   // Checked again: other registrations may have come in while mapping.
   if (regions_.size() >= options_.max_regions ||

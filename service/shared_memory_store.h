@@ -14,6 +14,7 @@
 #define GEMM_SERVICE_SHARED_MEMORY_STORE_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,6 +45,9 @@ class SharedMemoryStore {
     std::string instance_id;
     // Where the processes are read from; tests may point elsewhere.
     std::string proc_root = "/proc";
+    // Page-locks a new region's mapping for DMA (Executor::PinHostMemory);
+    // null, or a null result: the region is used unpinned.
+    std::function<std::shared_ptr<void>(void* base, uint64_t bytes)> pin;
   };
 
   // Regions still held by requests when the store goes stay mapped until

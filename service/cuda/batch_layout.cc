@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/parallel_copy.h"
 #include "service/resident_matrix.h"
+#include "service/shared_memory_region.h"
 
 namespace gemm {
 namespace gpu {
@@ -131,6 +132,23 @@ std::vector<double> DeviceShareMs(const BatchLayout& layout, const std::vector<f
   return share;
 }
 
+DirectCopies DirectCopiesOf(const GemmProblemRef& p, const WorkItem& item) {
+  DirectCopies direct;
+  if (item.shared_regions.empty()) return direct;
+  auto pinned = [&item](const void* data, uint64_t bytes) {
+    if (data == nullptr) return false;
+    for (const auto& region : item.shared_regions)
+      if (region->pinned() && region->Contains(data, bytes)) return true;
+    return false;
+  };
+  direct.a = !ResidentData(p.a) && pinned(p.a.data, p.a.bytes());
+  direct.b = !ResidentData(p.b) && pinned(p.b.data, p.b.bytes());
+  direct.c = p.beta != 0.0 && p.c.present() && !ResidentData(p.c) &&
+             p.c.layout == p.shape.layout_d && pinned(p.c.data, p.c.bytes());
+  direct.d = pinned(p.d, p.d_bytes());
+  return direct;
+}
+
 absl::StatusOr<BatchLayout> LayOutBatch(const Batch& batch, const BatchLayoutOptions& options) {
   const std::map<const GemmProblemRef*, size_t> item_of = ItemOfProblem(batch);
   BatchLayout layout;
@@ -155,6 +173,7 @@ absl::StatusOr<BatchLayout> LayOutBatch(const Batch& batch, const BatchLayoutOpt
       if (const size_t bytes = options.grouped_descriptor_bytes(g.problems.size()); bytes > 0)
         launch.descriptors = Take(&in, bytes);
     }
+    for (ProblemLayout& m : *members) m.direct = DirectCopiesOf(*m.problem, *batch.items[m.item]);
     layout.problems.insert(layout.problems.end(), members->begin(), members->end());
   }
   layout.input_bytes = Aligned(in);
@@ -166,12 +185,12 @@ void StageInputs(const BatchLayout& layout, unsigned char* staging) {
   for (const ProblemLayout& m : layout.problems) {
     const GemmProblemRef& p = *m.problem;
     const Placement& pl = m.placement;
-    if (!ResidentData(p.a)) ParallelCopy(staging + pl.a, p.a.data, p.a.bytes());
-    if (!ResidentData(p.b)) ParallelCopy(staging + pl.b, p.b.data, p.b.bytes());
+    if (!ResidentData(p.a) && !m.direct.a) ParallelCopy(staging + pl.a, p.a.data, p.a.bytes());
+    if (!ResidentData(p.b) && !m.direct.b) ParallelCopy(staging + pl.b, p.b.data, p.b.bytes());
     if (const uint64_t s = ScaleBytes(p.a); s > 0) std::memcpy(staging + pl.a_scales, p.a.scales.data, s);
     if (const uint64_t s = ScaleBytes(p.b); s > 0) std::memcpy(staging + pl.b_scales, p.b.scales.data, s);
     // A resident C is in D's layout already (request validation checks it).
-    if (!pl.has_c || ResidentData(p.c)) continue;
+    if (!pl.has_c || ResidentData(p.c) || m.direct.c) continue;
     if (p.c.layout == p.shape.layout_d) {
       ParallelCopy(staging + pl.c, p.c.data, p.c.bytes());
     } else {
@@ -184,7 +203,7 @@ void CopyOutResults(const BatchLayout& layout, const unsigned char* staging,
                     const std::vector<absl::Status>& item_status) {
   const unsigned char* results = staging + layout.input_bytes;
   for (const ProblemLayout& m : layout.problems) {
-    if (!item_status[m.item].ok()) continue;
+    if (!item_status[m.item].ok() || m.direct.d) continue;
     ParallelCopy(m.problem->d, results + m.placement.d, m.problem->d_bytes());
   }
 }

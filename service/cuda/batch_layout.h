@@ -46,10 +46,21 @@ struct Placement {
   size_t a_scales = 0, b_scales = 0;
 };
 
+// Which of a problem's host matrices lie in a page-locked shared-memory
+// region (SharedMemoryRegion::pinned): the lane copies those by DMA straight
+// between the region and the device buffer, and neither StageInputs nor
+// CopyOutResults touches them. A C stored in another layout than D is
+// always staged (it is transposed on the way).
+struct DirectCopies {
+  bool a = false, b = false, c = false, d = false;
+  bool any() const { return a || b || c || d; }
+};
+
 struct ProblemLayout {
   const GemmProblemRef* problem = nullptr;
   size_t item = 0;  // its item's index in the batch
   Placement placement;
+  DirectCopies direct;
 };
 
 struct LaunchLayout {
@@ -73,6 +84,9 @@ struct BatchLayout {
     return problems[launches[launch].first + member];
   }
 };
+
+// The DirectCopies of `p`, one of `item`'s problems.
+DirectCopies DirectCopiesOf(const GemmProblemRef& p, const WorkItem& item);
 
 struct BatchLayoutOptions {
   // Bytes of a grouped launch's descriptors for that many problems, carried

@@ -1,5 +1,9 @@
 #include "service/cuda/batch_layout.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +13,7 @@
 #include <vector>
 
 #include "service/resident_matrix.h"
+#include "service/shared_memory_region.h"
 
 namespace gemm {
 namespace gpu {
@@ -330,6 +335,81 @@ TEST_F(BatchLayoutTest, ResultsGoOutOnlyForItemsThatSucceeded) {
   const uint64_t bytes = batch.items[0]->problems[0].d_bytes();
   EXPECT_TRUE(std::all_of(d0, d0 + bytes, [](unsigned char v) { return v == 0x40; }));
   EXPECT_TRUE(std::all_of(d1, d1 + bytes, [](unsigned char v) { return v == 0; }));
+}
+
+// A shared-memory region of this process, mapped as the server maps a
+// client's; `pinned` marks it page-locked as a GPU executor would.
+std::shared_ptr<SharedMemoryRegion> Region(uint64_t bytes, bool pinned) {
+  constexpr char kToken[] = "0123456789abcdef0123";
+  const int fd = memfd_create("gemm-layout-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(ftruncate(fd, static_cast<off_t>(bytes)), 0);
+  EXPECT_EQ(pwrite(fd, kToken, std::strlen(kToken), 0), static_cast<ssize_t>(std::strlen(kToken)));
+  EXPECT_EQ(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+  auto region = SharedMemoryRegion::Map(getpid(), fd, bytes, kToken, "/proc");
+  close(fd);
+  EXPECT_TRUE(region.ok()) << region.status();
+  if (!region.ok()) return nullptr;
+  if (pinned) (*region)->set_pin(std::make_shared<int>(0));
+  return *std::move(region);
+}
+
+// Operands and outputs in a page-locked region are copied by the lane
+// straight between the region and the device: staging neither copies them
+// in nor out. In an unpinned region, or elsewhere, they are staged as
+// always; a C in another layout than D is staged (transposed) regardless.
+TEST_F(BatchLayoutTest, MatricesInPinnedSharedMemoryAreNeitherStagedNorCopiedOut) {
+  std::shared_ptr<SharedMemoryRegion> pinned = Region(1 << 16, true);
+  std::shared_ptr<SharedMemoryRegion> unpinned = Region(1 << 16, false);
+  ASSERT_NE(pinned, nullptr);
+  ASSERT_NE(unpinned, nullptr);
+  // Problem 0: A, C and D in the pinned region, B in ordinary memory.
+  GemmProblemRef p = Problem(4, 4, 4, DType::kFp32, true);
+  char* base = pinned->base();
+  std::memset(base + 256, 0x11, p.a.bytes());
+  p.a.data = base + 256;
+  std::memset(base + 1024, 0x33, p.c.bytes());
+  p.c.data = base + 1024;
+  p.d = base + 2048;
+  // Problem 1: A in the unpinned region; its C column-major in the pinned
+  // one (D row-major): staged, transposed.
+  GemmProblemRef q = Problem(4, 4, 4, DType::kFp32, true);
+  std::memset(unpinned->base() + 256, 0x22, q.a.bytes());
+  q.a.data = unpinned->base() + 256;
+  q.c.layout = Layout::kColMajor;
+  q.c.data = base + 4096;
+  Batch batch;
+  batch.items = {Item({p}), Item({q})};
+  batch.items[0]->shared_regions = {pinned};
+  batch.items[1]->shared_regions = {unpinned, pinned};
+  batch.launches = SingleLaunchBatch(batch.items).launches;
+  const BatchLayout layout = LayOut(batch);
+  ASSERT_EQ(layout.problems.size(), 2u);
+  const ProblemLayout& m0 = layout.problems[layout.problems[0].item == 0 ? 0 : 1];
+  const ProblemLayout& m1 = layout.problems[layout.problems[0].item == 0 ? 1 : 0];
+  EXPECT_TRUE(m0.direct.a);
+  EXPECT_FALSE(m0.direct.b);
+  EXPECT_TRUE(m0.direct.c);
+  EXPECT_TRUE(m0.direct.d);
+  EXPECT_FALSE(m1.direct.any()) << "unpinned A, transposed C, D outside any region";
+
+  std::vector<unsigned char> staging(layout.staging_bytes(), 0xee);
+  StageInputs(layout, staging.data());
+  EXPECT_EQ(staging[m0.placement.a], 0xee) << "a direct A is not staged";
+  EXPECT_EQ(staging[m0.placement.c], 0xee) << "a direct C is not staged";
+  EXPECT_EQ(std::memcmp(staging.data() + m0.placement.b, m0.problem->b.data, p.b.bytes()), 0);
+  EXPECT_EQ(staging[m1.placement.a], 0x22);
+
+  for (const ProblemLayout& m : layout.problems)
+    std::memset(staging.data() + layout.input_bytes + m.placement.d, 0x40, m.problem->d_bytes());
+  std::memset(base + 2048, 0, p.d_bytes());
+  CopyOutResults(layout, staging.data(), {absl::OkStatus(), absl::OkStatus()});
+  EXPECT_EQ(static_cast<unsigned char>(base[2048]), 0) << "a direct D is left to the lane";
+  EXPECT_EQ(*static_cast<const unsigned char*>(m1.problem->d), 0x40);
+
+  // A matrix running past the region's end is not in it.
+  EXPECT_FALSE(pinned->Contains(base + (1 << 16) - 8, 16));
+  EXPECT_TRUE(pinned->Contains(base + (1 << 16) - 16, 16));
 }
 
 TEST_F(BatchLayoutTest, StagedBytesLeaveResidentOperandsOut) {

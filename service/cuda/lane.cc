@@ -45,6 +45,7 @@ void Lane::Reset() {
   launches_.clear();
   item_kernels_.clear();
   item_status_.clear();
+  direct_regions_.clear();
   device_ = PoolMemory();
 }
 
@@ -74,6 +75,24 @@ absl::Status Lane::Enqueue(Batch batch) {
   const size_t in = layout_.input_bytes;
   CUDA_RETURN_IF_ERROR(cudaEventRecord(start_.get(), stream));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device, staging, in, cudaMemcpyHostToDevice, stream));
+  // Operands in page-locked shared memory come straight from the client's
+  // pages (their staging bytes, copied above, are not read).
+  for (const ProblemLayout& m : layout_.problems) {
+    if (!m.direct.any()) continue;
+    const auto& regions = batch_.items[m.item]->shared_regions;
+    direct_regions_.insert(direct_regions_.end(), regions.begin(), regions.end());
+    const GemmProblemRef& p = *m.problem;
+    const Placement& pl = m.placement;
+    if (m.direct.a)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device + pl.a, p.a.data, p.a.bytes(),
+                                           cudaMemcpyHostToDevice, stream));
+    if (m.direct.b)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device + pl.b, p.b.data, p.b.bytes(),
+                                           cudaMemcpyHostToDevice, stream));
+    if (m.direct.c)
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(device + pl.c, p.c.data, p.c.bytes(),
+                                           cudaMemcpyHostToDevice, stream));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(h2d_done_.get(), stream));
   GEMM_RETURN_IF_ERROR(GrowLaunchEvents(launches_.size()));
   if (options_.before_launches) options_.before_launches(stream);
@@ -83,6 +102,13 @@ absl::Status Lane::Enqueue(Batch batch) {
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging + in, device + in, layout_.output_bytes,
                                        cudaMemcpyDeviceToHost, stream));
+  // Results bound for page-locked shared memory go straight there
+  // (CopyOutResults leaves them alone).
+  for (const ProblemLayout& m : layout_.problems) {
+    if (!m.direct.d) continue;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(m.problem->d, device + in + m.placement.d,
+                                         m.problem->d_bytes(), cudaMemcpyDeviceToHost, stream));
+  }
   CUDA_RETURN_IF_ERROR(cudaEventRecord(d2h_done_.get(), stream));
   GEMM_RETURN_IF_ERROR(device_.Free());
   FreeOperandCopies();

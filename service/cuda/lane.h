@@ -180,6 +180,10 @@ class Lane {
   std::vector<LaunchState> launches_;  // alive until the batch ends
   std::vector<std::set<std::string>> item_kernels_;
   std::vector<absl::Status> item_status_;
+  // The shared-memory regions this batch's copies read or write in place,
+  // held until the lane is reset: an item lets go of its regions when it
+  // completes, and a batch the watchdog abandons may still be copying.
+  std::vector<std::shared_ptr<const SharedMemoryRegion>> direct_regions_;
 };
 
 }  // namespace gpu
