@@ -30,6 +30,9 @@
 ABSL_FLAG(std::string, sizes_mib, "1,16,64,256", "sizes of operand A, MiB");
 ABSL_FLAG(int, repeats, 7, "requests per measurement (after one warm-up); medians");
 ABSL_FLAG(std::string, backend, "auto", "in-process server: auto, cuda or cpu");
+ABSL_FLAG(bool, cuda_pin_shared_memory, false,
+          "CUDA backend: regions page-locked and copied by DMA in place "
+          "(gemm_server --cuda_pin_shared_memory)");
 
 namespace gemm {
 namespace {
@@ -90,6 +93,7 @@ int Run() {
   ServerOptions options;
   options.listen_address = "127.0.0.1:0";
   options.backend = absl::GetFlag(FLAGS_backend);
+  options.cuda.pin_shared_memory = absl::GetFlag(FLAGS_cuda_pin_shared_memory);
   options.limits.max_matrix_bytes = uint64_t{4} << 30;
   options.limits.max_resident_bytes = uint64_t{32} << 30;
   options.limits.max_inflight_bytes = uint64_t{16} << 30;
