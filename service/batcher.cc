@@ -102,10 +102,16 @@ void Batcher::DispatchIfIdle() {
     OnBatchDone();
     return;
   }
+  // Zero is no prediction (nothing measured): such batches are not run here,
+  // where a long one would hold a thread of the RPC layer.
   absl::Duration predicted;
-  for (const auto& item : items) predicted += executor_->PredictRunTime(*item);
-  const bool here = options_.run_on_arrival_max > absl::ZeroDuration() &&
-                    predicted <= options_.run_on_arrival_max;
+  bool predicted_all = true;
+  for (const auto& item : items) {
+    const absl::Duration d = executor_->PredictRunTime(*item);
+    predicted_all = predicted_all && d > absl::ZeroDuration();
+    predicted += d;
+  }
+  const bool here = predicted_all && predicted <= options_.run_on_arrival_max;
   Dispatch(std::move(items), here);
 }
 

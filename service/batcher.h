@@ -39,7 +39,8 @@ struct BatcherOptions {
   // and the batching thread dispatches everything).
   bool dispatch_on_arrival = true;
   // A batch DispatchIfIdle forms whose items the executor predicts to take
-  // at most this long runs on the calling thread (ExecuteHere). Zero: never.
+  // at most this long runs on the calling thread (ExecuteHere); one with an
+  // item it cannot predict (nothing measured) never does. Zero: never.
   absl::Duration run_on_arrival_max = absl::Milliseconds(1);
   // What one batch may hold.
   BatchBudget budget;

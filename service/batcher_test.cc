@@ -349,6 +349,20 @@ TEST_F(BatcherTest, ALongRequestIsDispatchedOnArrivalButRunsOnTheExecutorsThread
   EXPECT_TRUE(executor_->here_threads().empty());
 }
 
+TEST_F(BatcherTest, AnUnpredictedRequestIsNotRunOnTheThreadThatQueuedIt) {
+  BatcherOptions o;
+  o.run_on_arrival_max = absl::Milliseconds(1);
+  Start(o, 1);
+  executor_->set_predicted(absl::ZeroDuration());  // nothing measured
+  executor_->FinishAll();
+  for (int i = 0; i < 20; ++i) {
+    Push(16);
+    batcher_->DispatchIfIdle();
+    ASSERT_EQ(executor_->WaitBatch(i), 1u);
+  }
+  EXPECT_TRUE(executor_->here_threads().empty());
+}
+
 TEST_F(BatcherTest, DispatchOnArrivalWaitsItsTurnBehindABusyBackend) {
   BatcherOptions o;
   o.max_queue_delay = absl::Seconds(5);  // never reached: the clock stays put
