@@ -10,8 +10,13 @@
 //            echo's rate is payload / call time over one connection.
 //   parallel --parallel_mib payloads, --parallel in flight from one client
 //            (uploads then downloads); the echo uses as many connections.
-//   gemm     --gemm_sizes^3 bf16 through Client::Gemm, chunked (default
-//            options) and as one message, with the response's timing.
+//   gemm     --gemm_sizes^3 bf16 through Client::Gemm: chunked with the
+//            pipelined protocol (default options: the Gemm sent beside its
+//            uploads, operands released with it, results with their
+//            download), chunked step after step (pipelined_uploads off: the
+//            older clients' order), and as one message; each with the
+//            response's timing and its wall time over moving the same bytes
+//            alone (two uploads and a download, measured in the same run).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -282,14 +287,45 @@ void GemmCase(int gemm_port, int size) {
   *p->mutable_a()->mutable_data() = bf16_bytes(uint64_t(size) * size);
   *p->mutable_b()->mutable_data() = bf16_bytes(uint64_t(size) * size);
   const double bytes = 3.0 * size * size * 2;
-  std::printf("%-22s %10s %10s %10s %10s %9s %9s\n", "path", "wall ms", "kernel ms", "copy ms",
-              "queue ms", "GB/s wall", "in GB/s");
-  for (bool chunked : {true, false}) {
+  // The same bytes alone: A and B up, a matrix of D's size down.
+  double alone_s = 0;
+  {
+    auto client = MakeClient(gemm_port, ClientOptions().chunk_bytes,
+                             ClientOptions().transfer_channels);
+    const std::string& a = p->a().data();
+    const std::string& b = p->b().data();
+    std::string d(a.size(), '\0');
+    std::vector<double> alone;
+    for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
+      const absl::Time t0 = absl::Now();
+      auto ha = client->UploadMatrix(
+          MatrixView(reinterpret_cast<const uint16_t*>(a.data()), size, size, DType::kBf16), true);
+      auto hb = client->UploadMatrix(
+          MatrixView(reinterpret_cast<const uint16_t*>(b.data()), size, size, DType::kBf16), true);
+      absl::Status st = ha.ok() && hb.ok() ? client->DownloadMatrix(ha->handle, d.data(), d.size())
+                                           : (ha.ok() ? hb.status() : ha.status());
+      const double t = absl::ToDoubleSeconds(absl::Now() - t0);
+      if (!st.ok()) {
+        std::fprintf(stderr, "bytes alone: %s\n", st.ToString().c_str());
+        std::exit(1);
+      }
+      for (const auto* h : {&ha, &hb}) client->ReleaseMatrix((*h)->handle).IgnoreError();
+      if (r > 0) alone.push_back(t);
+    }
+    alone_s = Median(alone);
+  }
+  std::printf("%-22s %10.2f ms (two uploads and a download of the same sizes)\n", "bytes alone",
+              alone_s * 1e3);
+  std::printf("%-22s %10s %10s %10s %10s %9s %9s %10s\n", "path", "wall ms", "kernel ms", "copy ms",
+              "queue ms", "GB/s wall", "in GB/s", "wall/alone");
+  enum class Path { kPipelined, kSequential, kOneMessage };
+  for (Path path : {Path::kPipelined, Path::kSequential, Path::kOneMessage}) {
     ClientOptions o;
     o.target = absl::StrCat("127.0.0.1:", gemm_port);
     o.default_timeout = absl::Minutes(5);
     o.http2 = TuningFromFlags();
-    if (!chunked) o.chunked_threshold_bytes = 0;
+    if (path == Path::kOneMessage) o.chunked_threshold_bytes = 0;
+    if (path == Path::kSequential) o.pipelined_uploads = false;
     auto client = Client::Create(o);
     std::vector<double> wall, kernel, copy, queue;
     for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
@@ -307,10 +343,13 @@ void GemmCase(int gemm_port, int size) {
       queue.push_back(response->timing().queue_ns() / 1e9);
     }
     // "GB/s wall" counts A, B and D; "in GB/s" the operands sent (A, B).
-    std::printf("%-22s %10.2f %10.3f %10.3f %10.3f %9.2f %9.2f\n",
-                chunked ? "chunked (default)" : "one message", Median(wall) * 1e3,
-                Median(kernel) * 1e3, Median(copy) * 1e3, Median(queue) * 1e3,
-                bytes / Median(wall) / 1e9, bytes * 2 / 3 / Median(wall) / 1e9);
+    const char* name = path == Path::kPipelined    ? "chunked, pipelined"
+                       : path == Path::kSequential ? "chunked, step by step"
+                                                   : "one message";
+    std::printf("%-22s %10.2f %10.3f %10.3f %10.3f %9.2f %9.2f %10.2f\n", name,
+                Median(wall) * 1e3, Median(kernel) * 1e3, Median(copy) * 1e3,
+                Median(queue) * 1e3, bytes / Median(wall) / 1e9,
+                bytes * 2 / 3 / Median(wall) / 1e9, Median(wall) / alone_s);
   }
 }
 
