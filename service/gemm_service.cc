@@ -305,12 +305,10 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
           "request_id: already in flight on this stream (an id can be used again once its "
           "answer has been sent)");
     } else {
-      absl::Duration pushback;
-      st = service_->Admit(
-          *context_, p->request, &p->response, DeadlineOf(*context_), received,
-          [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
-          &p->item, &pushback);
-      if (st.ok()) service_->metrics()->RecordRequestStage("admit", absl::Now() - arrived);
+      std::vector<UploadWait::Operand> unfinished =
+          service_->UnfinishedUploads(caller_, p->request);
+      st = unfinished.empty() ? AdmitNow(id, p, received, arrived)
+                              : Hold(id, p, std::move(unfinished), received);
     }
     if (!st.ok()) OnRequestDone(id, p, st, received);
     {
@@ -332,16 +330,24 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
 
   void OnCancel() override {
     std::vector<std::shared_ptr<WorkItem>> items;
+    std::vector<std::shared_ptr<UploadWait>> waits;
     {
       absl::MutexLock lock(&mu_);
       broken_ = true;
-      for (auto& [id, p] : pending_)
+      for (auto& [id, p] : pending_) {
         if (p->item) items.push_back(p->item);
+        if (p->wait) waits.push_back(p->wait);
+      }
     }
     for (auto& item : items) {
       item->cancelled.store(true);
       service_->queue()->Cancel(item.get());
     }
+    // gRPC cancels a stream whose deadline passes, too.
+    const bool late = absl::Now() >= DeadlineOf(*context_);
+    for (auto& wait : waits)
+      wait->Cancel(late ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kCancelled,
+                   late ? "the stream's deadline passed" : "the stream was cancelled");
     Advance();
   }
 
@@ -352,9 +358,66 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     v1::GemmRequest request;
     v1::GemmResponse response;
     std::shared_ptr<WorkItem> item;
+    // Set while the request waits for uploads it names (Hold).
+    std::shared_ptr<UploadWait> wait;
     // The request_id this request holds in ids_in_flight_ (empty if none).
     std::string id_in_flight;
   };
+
+  // Validates and queues request `id` (GemmServiceImpl::Admit); the status
+  // to answer it with at once when it is refused. Its item is published
+  // under the lock (OnCancel reads it), before the queue may run it.
+  absl::Status AdmitNow(uint64_t id, Pending* p, absl::Time received, absl::Time since) {
+    absl::Duration pushback;  // a stream has no per-request trailers to carry it
+    std::shared_ptr<WorkItem> item;
+    absl::Status st = service_->Admit(
+        *context_, p->request, &p->response, DeadlineOf(*context_), received,
+        [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
+        &item, &pushback, [this, p, since](const std::shared_ptr<WorkItem>& queued) {
+          service_->metrics()->RecordRequestStage("admit", absl::Now() - since);
+          absl::MutexLock lock(&mu_);
+          p->item = queued;
+          if (broken_) queued->cancelled.store(true);
+        });
+    return st;
+  }
+
+  // Holds request `id` until the uploads it names complete, as the unary
+  // Gemm does (UnaryCall::Hold): the stream keeps reading and answering
+  // other requests meanwhile, and the held one counts against
+  // max_stream_inflight and max_waiting_requests. From here on it is taken:
+  // its release_after_use operands go however it ends.
+  absl::Status Hold(uint64_t id, Pending* p, std::vector<UploadWait::Operand> unfinished,
+                    absl::Time received) {
+    absl::Duration pushback;
+    if (absl::Status st = service_->StartWaiting(&pushback); !st.ok()) return st;
+    auto wait = std::make_shared<UploadWait>(
+        service_->residents(), caller_, std::move(unfinished),
+        [this, id, p, received](const absl::Status& s) { Resume(id, p, s, received); });
+    bool cancelled;
+    {
+      absl::MutexLock lock(&mu_);
+      p->wait = wait;
+      cancelled = broken_;
+    }
+    if (cancelled) {
+      wait->Cancel(absl::StatusCode::kCancelled, "the stream was cancelled");
+    } else {
+      wait->Begin();
+    }
+    return absl::OkStatus();
+  }
+
+  // The wait of request `id` ended: admit it, or answer it with the wait's
+  // failure. Nothing of the stream is touched after the answer.
+  void Resume(uint64_t id, Pending* p, const absl::Status& waited, absl::Time received) {
+    service_->StopWaiting();
+    absl::Status st = waited;
+    if (st.ok()) st = AdmitNow(id, p, received, absl::Now());
+    if (st.ok()) return;  // the item's completion answers it (and releases)
+    service_->ReleaseAfterUse(caller_, p->request);
+    OnRequestDone(id, p, st, received);
+  }
 
   // `p` is pending_[id]: it stays there until RecordDoneLocked(id), which
   // only this call makes, so it may be read without the lock until then.

@@ -42,12 +42,12 @@ struct ServiceLimits {
   // Requests one GemmStream may have admitted and unanswered at once; the
   // stream stops reading until some complete (flow control, not an error).
   uint32_t max_stream_inflight = 64;
-  // Unary Gemm requests held at once waiting for uploads they name to
+  // Gemm and GemmStream requests held at once waiting for uploads they name to
   // complete (pipelined requests, docs/api.md); past it such a request is
   // RESOURCE_EXHAUSTED at once. Each holds its parsed request (at most
   // max_message_bytes) and nothing else: the uploads' bytes count against
   // max_resident_bytes. 0: requests never wait, and an unfinished upload is
-  // FAILED_PRECONDITION as for GemmStream.
+  // FAILED_PRECONDITION.
   uint32_t max_waiting_requests = 256;
   // Bytes of all matrices stored with RegisterMatrix together (device memory
   // on the CUDA backend); registering past it is RESOURCE_EXHAUSTED. 0 turns

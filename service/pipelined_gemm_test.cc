@@ -1,5 +1,6 @@
 // Unit tests of pipelined requests (docs/api.md, "Pipelined requests"): a
-// unary Gemm that names uploads still receiving bytes is held until they
+// Gemm (unary or on GemmStream) that names uploads still receiving bytes is
+// held until they
 // complete (UploadWait), fails cleanly when one never will, and operands
 // marked release_after_use go when a taken request ends. Served in-process
 // with a fake executor (testing/service_harness.h); the test dispatches the
@@ -377,20 +378,87 @@ TEST_F(PipelinedGemmTest, ReleaseAfterUseNeedsAHandle) {
   EXPECT_EQ(h_->residents_->count(), 1u);
 }
 
-TEST_F(PipelinedGemmTest, GemmStreamRequestsDoNotWait) {
+// A GemmStream request naming an unfinished upload is held as a unary one
+// is, while the stream goes on: a later request on the same stream is
+// answered first, the held one once its upload completes, and one whose
+// upload is abandoned is answered ABORTED on the stream, which stays open.
+TEST_F(PipelinedGemmTest, GemmStreamRequestsWaitWhileTheStreamGoesOn) {
+  const std::string a = Begin();
+  const std::string b = Register();
+  UploadStream upload(channel_);
+  ASSERT_TRUE(upload.Write(a, 0, Bytes(kBytes / 2)));
+  auto ctx = ServiceHarness::Context();
+  auto stream = stub_->GemmStream(ctx.get());
+  v1::GemmRequest held = Request(a, b, /*release_after_use=*/true);
+  held.set_request_id("held");
+  ASSERT_TRUE(stream->Write(held));
+  ASSERT_TRUE(Eventually([&] { return waiting() == 1; }));
+  EXPECT_EQ(h_->queue_->queued(), 0u);
+
+  // A later request with complete operands runs and is answered first.
+  v1::GemmRequest ready = Request(Register(), Register());
+  ready.set_request_id("ready");
+  ASSERT_TRUE(stream->Write(ready));
+  ASSERT_TRUE(Eventually([&] { return h_->queue_->queued() == 1; }));
+  EXPECT_EQ(h_->Dispatch(1), 1u);
+  v1::GemmResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "ready");
+  EXPECT_EQ(response.status_code(), 0) << response.status_message();
+
+  // The held one runs once its upload completes.
+  ASSERT_TRUE(upload.Write(a, kBytes / 2, Bytes(kBytes / 2)));
+  ASSERT_TRUE(Eventually([&] { return h_->queue_->queued() == 1; }));
+  EXPECT_EQ(waiting(), 0);
+  EXPECT_EQ(h_->Dispatch(1), 1u);
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "held");
+  EXPECT_EQ(response.status_code(), 0) << response.status_message();
+  ASSERT_EQ(response.results_size(), 1);
+  EXPECT_EQ(response.results(0).data().size(), kBytes);
+  ASSERT_TRUE(upload.Close().ok());
+
+  // An abandoned upload fails its held request on the stream, not the stream.
+  const std::string c = Begin();
+  auto breaking = std::make_unique<UploadStream>(channel_);
+  ASSERT_TRUE(breaking->Write(c, 0, Bytes(8)));
+  v1::GemmRequest doomed = Request(c, Register(), /*release_after_use=*/true);
+  doomed.set_request_id("doomed");
+  ASSERT_TRUE(stream->Write(doomed));
+  ASSERT_TRUE(Eventually([&] { return waiting() == 1; }));
+  breaking->Cancel();
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.request_id(), "doomed");
+  EXPECT_EQ(response.status_code(), grpc::StatusCode::ABORTED);
+  EXPECT_THAT(response.status_message(), HasSubstr("problems[0].a.handle: the upload of"));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(waiting(), 0);
+  // The held requests' operands went with them (release_after_use), the
+  // abandoned upload with its stream; the ready request's two stay.
+  EXPECT_TRUE(Eventually([&] { return h_->residents_->count() == 2; }))
+      << h_->residents_->count();
+  EXPECT_EQ(h_->queue_->queued(), 0u);
+}
+
+// Cancelling a stream ends the waits of its held requests.
+TEST_F(PipelinedGemmTest, CancellingAStreamEndsItsHeldRequests) {
   const std::string a = Begin();
   const std::string b = Register();
   auto ctx = ServiceHarness::Context();
   auto stream = stub_->GemmStream(ctx.get());
-  v1::GemmRequest request = Request(a, b);
-  request.set_request_id("1");
-  ASSERT_TRUE(stream->Write(request));
-  v1::GemmResponse response;
-  ASSERT_TRUE(stream->Read(&response));
-  EXPECT_EQ(response.status_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  stream->WritesDone();
-  EXPECT_TRUE(stream->Finish().ok());
-  EXPECT_EQ(waiting(), 0);
+  v1::GemmRequest held = Request(a, b, /*release_after_use=*/true);
+  held.set_request_id("held");
+  ASSERT_TRUE(stream->Write(held));
+  ASSERT_TRUE(Eventually([&] { return waiting() == 1; }));
+  ctx->TryCancel();
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(Eventually([&] { return waiting() == 0; }));
+  // A and B went with the request (release_after_use: the unfinished
+  // upload too), as for a unary request.
+  EXPECT_TRUE(Eventually([&] { return h_->residents_->count() == 0; }))
+      << h_->residents_->count();
+  EXPECT_EQ(h_->queue_->queued(), 0u);
 }
 
 }  // namespace

@@ -302,7 +302,8 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   });
   s->metrics_->AddProbe(
       "gemm_waiting_requests",
-      "Unary Gemm requests held waiting for uploads they name (max_waiting_requests).", {},
+      "Gemm and GemmStream requests held waiting for uploads they name (max_waiting_requests).",
+      {},
       [service = s->service_.get()] { return static_cast<double>(service->waiting_requests()); });
 
   // Before the main port, whose start must not fail after it (a server_
