@@ -162,8 +162,9 @@ TEST_F(ChunkedTransferTest, PipelinedAndSequentialLargeRequestsAgree) {
     // Pipelined, the operands go with the request (release_after_use) and
     // the downloaded results with their reads (release_after_download): no
     // ReleaseMatrix round trip at all.
-    if (pipelined)
+    if (pipelined) {
       EXPECT_EQ(Metric("gemm_requests_total", {"method=\"ReleaseMatrix\""}), 0);
+    }
     EXPECT_GT(Metric("gemm_requests_total", {"method=\"Download\""}), 0);
   }
 }

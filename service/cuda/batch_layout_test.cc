@@ -293,7 +293,9 @@ TEST_F(BatchLayoutTest, RegionsAreAlignedDisjointAndInBounds) {
       SCOPED_TRACE(i);
       EXPECT_EQ((*regions)[i].first % kOperandAlign, 0u);
       EXPECT_LE((*regions)[i].second, limit);
-      if (i > 0) EXPECT_LE((*regions)[i - 1].second, (*regions)[i].first);
+      if (i > 0) {
+        EXPECT_LE((*regions)[i - 1].second, (*regions)[i].first);
+      }
     }
   }
 }
