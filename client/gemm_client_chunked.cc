@@ -175,6 +175,10 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
   // Everything uploaded or kept for this request is released at the end,
   // whatever happens (and expires on the server if this process dies).
   std::vector<std::string> handles;
+  // A handle the server released itself: not released here.
+  const auto forget = [&handles](const std::string& h) {
+    handles.erase(std::remove(handles.begin(), handles.end(), h), handles.end());
+  };
   auto release = absl::MakeCleanup([&] {
     CallOptions once = within;
     once.retry = false;
@@ -303,6 +307,10 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
     // they were done; they are now.
     const bool waited = !(status.code() == absl::StatusCode::kFailedPrecondition &&
                           absl::StrContains(status.message(), "is unfinished"));
+    // Whether the server released the operands with the request
+    // (release_after_use). One that did not wait may predate the field:
+    // those are released here.
+    bool released = false;
     if (!waited) {
       status = gemm();
     } else if (!status.ok()) {
@@ -314,20 +322,12 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
       if (delay.has_value()) {
         absl::SleepFor(*delay);
         absl::Status again = gemm();
-        if (again.code() != absl::StatusCode::kNotFound) {
-          status = std::move(again);
-        } else {
-          // Released with the held request: nothing left to release here.
-          for (const ChunkedTransfer::UploadJob& u : uploads)
-            handles.erase(std::remove(handles.begin(), handles.end(), u.handle), handles.end());
-        }
+        released = again.code() == absl::StatusCode::kNotFound;  // with the held request
+        if (!released) status = std::move(again);
       }
     }
-    // The server released the operands with the request (release_after_use).
-    // One that did not wait may predate the field: those are released below.
-    if (status.ok() && waited)
-      for (const ChunkedTransfer::UploadJob& u : uploads)
-        handles.erase(std::remove(handles.begin(), handles.end(), u.handle), handles.end());
+    if (released || (status.ok() && waited))
+      for (const ChunkedTransfer::UploadJob& u : uploads) forget(u.handle);
   }
   if (!status.ok()) return status;
   if (caller_keeps)
@@ -347,8 +347,7 @@ GemmResult Client::GemmChunked(const Route& route, const v1::GemmRequest& reques
       bool released = false;
       status = DownloadOn(route, r.handle(), data->data(), data->size(), within, &released);
       if (!status.ok()) return status;
-      if (released) handles.erase(std::remove(handles.begin(), handles.end(), r.handle()),
-                                  handles.end());
+      if (released) forget(r.handle());
       r.clear_handle();
     }
   }
