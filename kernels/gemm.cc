@@ -247,12 +247,11 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
   return plan;
 }
 
-// Whether operand copies can move a non-FP8 problem onto the Hopper kernel:
-// fp32 with TF32 allowed, or bf16/fp16 with copy_unaligned_operands.
+// Whether operand copies can move a non-FP8 problem onto the Hopper kernel
+// (FP8 has its own plan, PlanFp8).
 bool CopiesMayEnableSm90(const GemmArguments& args) {
-  if (args.a.dtype == DataType::kFp32) return args.allow_tf32;
-  return (args.a.dtype == DataType::kBf16 || args.a.dtype == DataType::kFp16) &&
-         args.copy_unaligned_operands;
+  return !::gemm::IsFp8(args.a.dtype) &&
+         OperandCopiesApply(args.a.dtype, args.allow_tf32, args.copy_unaligned_operands);
 }
 
 // "+kmajor_copy_a" etc. for the copies a launch makes before the GEMM

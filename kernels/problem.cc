@@ -37,13 +37,17 @@ NormalizedProblem Normalize(const GemmArguments& args) {
   return p;
 }
 
+bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operands) {
+  if (::gemm::IsFp8(in)) return true;
+  if (in == DataType::kFp32) return allow_tf32;
+  return (in == DataType::kBf16 || in == DataType::kFp16) && copy_unaligned_operands;
+}
+
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   KMajorCopyPlan plan;
+  if (!OperandCopiesApply(p.in_dtype, p.allow_tf32, p.copy_unaligned_operands)) return plan;
   const bool fp8 = ::gemm::IsFp8(p.in_dtype);
-  const bool tf32 = p.in_dtype == DataType::kFp32 && p.allow_tf32;
-  const bool half = (p.in_dtype == DataType::kBf16 || p.in_dtype == DataType::kFp16) &&
-                    p.copy_unaligned_operands;
-  if (!fp8 && !tf32 && !half) return plan;
+  const bool half = p.in_dtype == DataType::kBf16 || p.in_dtype == DataType::kFp16;
   const int64_t es = fp8 ? 1 : half ? 2 : 4;
   const int64_t per_16_bytes = 16 / es;
   auto off_grid = [&](const NormalizedOperand& op) {

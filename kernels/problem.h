@@ -65,6 +65,10 @@ struct KMajorCopyPlan {
   size_t total_bytes = 0;  // 0 when nothing needs copying
 };
 
+// Whether operands of input type `in` are ever copied: FP8; fp32 with
+// allow_tf32; bf16/fp16 with copy_unaligned_operands.
+bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operands);
+
 // The copies `p` needs: fp32 inputs with allow_tf32 and an operand that is
 // not K-major; FP8 inputs and an operand that is not K-major or not on the
 // 16-byte grid; bf16/fp16 inputs with copy_unaligned_operands and an operand
