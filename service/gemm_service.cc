@@ -189,10 +189,11 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
   // it ends.
   absl::Status Hold(std::vector<UploadWait::Operand> unfinished, absl::Time received,
                     absl::Duration* pushback) {
-    if (absl::Status st = service_->StartWaiting(pushback); !st.ok()) return st;
-    std::shared_ptr<UploadWait> wait = std::make_shared<UploadWait>(
-        service_->residents(), caller_, std::move(unfinished),
-        [this, received](const absl::Status& s) { Resume(s, received); });
+    absl::StatusOr<std::shared_ptr<UploadWait>> made = service_->NewWait(
+        caller_, std::move(unfinished),
+        [this, received](const absl::Status& s) { Resume(s, received); }, pushback);
+    if (!made.ok()) return made.status();
+    std::shared_ptr<UploadWait> wait = *std::move(made);
     bool cancelled;
     {
       absl::MutexLock lock(&mu_);
@@ -211,7 +212,6 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
 
   // The wait ended: admit the request, or answer it with the wait's failure.
   void Resume(const absl::Status& waited, absl::Time received) {
-    service_->StopWaiting();
     absl::Status st = waited;
     absl::Duration pushback;
     if (st.ok()) st = AdmitNow(received, absl::Now(), &pushback);
@@ -389,11 +389,13 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   // its release_after_use operands go however it ends.
   absl::Status Hold(uint64_t id, Pending* p, std::vector<UploadWait::Operand> unfinished,
                     absl::Time received) {
-    absl::Duration pushback;
-    if (absl::Status st = service_->StartWaiting(&pushback); !st.ok()) return st;
-    auto wait = std::make_shared<UploadWait>(
-        service_->residents(), caller_, std::move(unfinished),
-        [this, id, p, received](const absl::Status& s) { Resume(id, p, s, received); });
+    absl::Duration pushback;  // a stream has no per-request trailers to carry it
+    absl::StatusOr<std::shared_ptr<UploadWait>> made = service_->NewWait(
+        caller_, std::move(unfinished),
+        [this, id, p, received](const absl::Status& s) { Resume(id, p, s, received); },
+        &pushback);
+    if (!made.ok()) return made.status();
+    std::shared_ptr<UploadWait> wait = *std::move(made);
     bool cancelled;
     {
       absl::MutexLock lock(&mu_);
@@ -411,7 +413,6 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
   // The wait of request `id` ended: admit it, or answer it with the wait's
   // failure. Nothing of the stream is touched after the answer.
   void Resume(uint64_t id, Pending* p, const absl::Status& waited, absl::Time received) {
-    service_->StopWaiting();
     absl::Status st = waited;
     if (st.ok()) st = AdmitNow(id, p, received, absl::Now());
     if (st.ok()) return;  // the item's completion answers it (and releases)
@@ -641,7 +642,9 @@ std::vector<UploadWait::Operand> GemmServiceImpl::UnfinishedUploads(
   return UploadWait::Unfinished(*residents_, caller, request);
 }
 
-absl::Status GemmServiceImpl::StartWaiting(absl::Duration* pushback) {
+absl::StatusOr<std::shared_ptr<UploadWait>> GemmServiceImpl::NewWait(
+    absl::string_view caller, std::vector<UploadWait::Operand> unfinished,
+    UploadWait::Done done, absl::Duration* pushback) {
   const int limit = static_cast<int>(limits_.max_waiting_requests);
   int now = waiting_.load();
   do {
@@ -654,7 +657,12 @@ absl::Status GemmServiceImpl::StartWaiting(absl::Duration* pushback) {
           "max_waiting_requests");
     }
   } while (!waiting_.compare_exchange_weak(now, now + 1));
-  return absl::OkStatus();
+  return std::make_shared<UploadWait>(
+      residents_, std::string(caller), std::move(unfinished),
+      [this, done = std::move(done)](const absl::Status& s) {
+        waiting_.fetch_sub(1);
+        done(s);
+      });
 }
 
 namespace {

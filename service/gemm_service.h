@@ -138,15 +138,20 @@ class GemmServiceImpl final : public GemmServiceBase {
                          nullptr);
 
   // The operands of `request` of `caller` that name unfinished uploads, for
-  // a unary Gemm to wait for (none when waiting is off: no resident store,
-  // or max_waiting_requests 0).
+  // a Gemm (unary or streamed) to wait for (none when waiting is off: no
+  // resident store, or max_waiting_requests 0).
   std::vector<UploadWait::Operand> UnfinishedUploads(absl::string_view caller,
                                                      const v1::GemmRequest& request) const;
-  // Counts a request that starts waiting for uploads, or refuses it
-  // RESOURCE_EXHAUSTED naming max_waiting_requests (with a pushback) when
-  // that many wait already. StopWaiting when its wait ends.
-  absl::Status StartWaiting(absl::Duration* pushback);
-  void StopWaiting() { waiting_.fetch_sub(1); }
+  // A wait of `caller`'s request for `unfinished`, counted among the
+  // requests held until it ends; RESOURCE_EXHAUSTED naming
+  // max_waiting_requests (with a pushback) when that many wait already.
+  // `done` runs once when the wait ends, the count already given back. The
+  // wait is not begun: the caller publishes it where a cancellation finds
+  // it, then Begin()s (or Cancel()s) it.
+  absl::StatusOr<std::shared_ptr<UploadWait>> NewWait(absl::string_view caller,
+                                                      std::vector<UploadWait::Operand> unfinished,
+                                                      UploadWait::Done done,
+                                                      absl::Duration* pushback);
   // Requests held waiting for uploads now.
   int waiting_requests() const { return waiting_.load(); }
   // Releases the operands of `request` marked release_after_use (those

@@ -109,6 +109,24 @@ void StageTransposedC(const GemmProblemRef& p, unsigned char* dst) {
     for (uint64_t c = 0; c < p.c.cols; ++c) std::memcpy(dst + to.offset(r, c), src + p.c.offset(r, c), e);
 }
 
+// The DirectCopies of `p`, one of `item`'s problems.
+DirectCopies DirectCopiesOf(const GemmProblemRef& p, const WorkItem& item) {
+  DirectCopies direct;
+  if (item.shared_regions.empty()) return direct;
+  auto pinned = [&item](const void* data, uint64_t bytes) {
+    if (data == nullptr) return false;
+    for (const auto& region : item.shared_regions)
+      if (region->pinned() && region->Contains(data, bytes)) return true;
+    return false;
+  };
+  direct.a = !ResidentData(p.a) && pinned(p.a.data, p.a.bytes());
+  direct.b = !ResidentData(p.b) && pinned(p.b.data, p.b.bytes());
+  direct.c = p.beta != 0.0 && p.c.present() && !ResidentData(p.c) &&
+             p.c.layout == p.shape.layout_d && pinned(p.c.data, p.c.bytes());
+  direct.d = pinned(p.d, p.d_bytes());
+  return direct;
+}
+
 }  // namespace
 
 const void* ResidentData(const MatrixRef& m) {
@@ -130,23 +148,6 @@ std::vector<double> DeviceShareMs(const BatchLayout& layout, const std::vector<f
     }
   }
   return share;
-}
-
-DirectCopies DirectCopiesOf(const GemmProblemRef& p, const WorkItem& item) {
-  DirectCopies direct;
-  if (item.shared_regions.empty()) return direct;
-  auto pinned = [&item](const void* data, uint64_t bytes) {
-    if (data == nullptr) return false;
-    for (const auto& region : item.shared_regions)
-      if (region->pinned() && region->Contains(data, bytes)) return true;
-    return false;
-  };
-  direct.a = !ResidentData(p.a) && pinned(p.a.data, p.a.bytes());
-  direct.b = !ResidentData(p.b) && pinned(p.b.data, p.b.bytes());
-  direct.c = p.beta != 0.0 && p.c.present() && !ResidentData(p.c) &&
-             p.c.layout == p.shape.layout_d && pinned(p.c.data, p.c.bytes());
-  direct.d = pinned(p.d, p.d_bytes());
-  return direct;
 }
 
 absl::StatusOr<BatchLayout> LayOutBatch(const Batch& batch, const BatchLayoutOptions& options) {

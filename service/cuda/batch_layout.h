@@ -85,9 +85,6 @@ struct BatchLayout {
   }
 };
 
-// The DirectCopies of `p`, one of `item`'s problems.
-DirectCopies DirectCopiesOf(const GemmProblemRef& p, const WorkItem& item);
-
 struct BatchLayoutOptions {
   // Bytes of a grouped launch's descriptors for that many problems, carried
   // in the input region (0: none there). Empty: no grouped launch has any.
