@@ -130,6 +130,27 @@ class BatcherTest : public ::testing::Test {
   // that wait at the current fake time (Batcher::Run waits 50 ms at a time).
   absl::Time PollDeadline() const { return clock_.Now() + absl::Milliseconds(50); }
 
+  // With the executor predicting `predicted` per request and finishing every
+  // batch as it arrives: `requests` requests queued one at a time, each
+  // followed by DispatchIfIdle as the service calls it, and each answered
+  // before the next. Returns the threads ExecuteHere ran on.
+  std::vector<std::thread::id> ArriveOneByOne(absl::Duration predicted, int requests) {
+    executor_->set_predicted(predicted);
+    executor_->FinishAll();
+    for (int i = 0; i < requests; ++i) {
+      Push(16);
+      batcher_->DispatchIfIdle();
+      // Finished by whichever thread dispatched it.
+      EXPECT_EQ(executor_->WaitBatch(i), 1u) << i;
+      auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return statuses_.size() == static_cast<size_t>(i + 1);
+      };
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&answered));
+    }
+    return executor_->here_threads();
+  }
+
   std::shared_ptr<WorkItem> Push(uint64_t n, int priority = 0, double alpha = 1.0) {
     auto item = std::make_shared<WorkItem>();
     GemmProblemRef p;
@@ -313,22 +334,9 @@ TEST_F(BatcherTest, AnIdleBackendRunsAShortRequestOnTheThreadThatQueuedIt) {
   BatcherOptions o;
   o.run_on_arrival_max = absl::Milliseconds(1);
   Start(o, 1);
-  executor_->set_predicted(absl::Microseconds(50));
-  executor_->FinishAll();
   constexpr int kRequests = 50;
-  for (int i = 0; i < kRequests; ++i) {
-    auto item = Push(16);
-    batcher_->DispatchIfIdle();
-    // Finished by whichever thread dispatched it before the next one.
-    ASSERT_EQ(executor_->WaitBatch(i), 1u) << i;
-    auto answered = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return statuses_.size() == static_cast<size_t>(i + 1);
-    };
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&answered));
-  }
+  const std::vector<std::thread::id> here = ArriveOneByOne(absl::Microseconds(50), kRequests);
   EXPECT_EQ(executor_->batch_count(), static_cast<size_t>(kRequests));
-  const std::vector<std::thread::id> here = executor_->here_threads();
   EXPECT_GT(here.size(), 0u) << "no request was dispatched on arrival";
   for (const std::thread::id& t : here) EXPECT_EQ(t, std::this_thread::get_id());
   EXPECT_EQ(executor_->most_held(), 1);
@@ -339,28 +347,14 @@ TEST_F(BatcherTest, ALongRequestIsDispatchedOnArrivalButRunsOnTheExecutorsThread
   BatcherOptions o;
   o.run_on_arrival_max = absl::Milliseconds(1);
   Start(o, 1);
-  executor_->set_predicted(absl::Milliseconds(5));
-  executor_->FinishAll();
-  for (int i = 0; i < 20; ++i) {
-    Push(16);
-    batcher_->DispatchIfIdle();
-    ASSERT_EQ(executor_->WaitBatch(i), 1u);
-  }
-  EXPECT_TRUE(executor_->here_threads().empty());
+  EXPECT_TRUE(ArriveOneByOne(absl::Milliseconds(5), 20).empty());
 }
 
 TEST_F(BatcherTest, AnUnpredictedRequestIsNotRunOnTheThreadThatQueuedIt) {
   BatcherOptions o;
   o.run_on_arrival_max = absl::Milliseconds(1);
   Start(o, 1);
-  executor_->set_predicted(absl::ZeroDuration());  // nothing measured
-  executor_->FinishAll();
-  for (int i = 0; i < 20; ++i) {
-    Push(16);
-    batcher_->DispatchIfIdle();
-    ASSERT_EQ(executor_->WaitBatch(i), 1u);
-  }
-  EXPECT_TRUE(executor_->here_threads().empty());
+  EXPECT_TRUE(ArriveOneByOne(absl::ZeroDuration() /* nothing measured */, 20).empty());
 }
 
 TEST_F(BatcherTest, DispatchOnArrivalWaitsItsTurnBehindABusyBackend) {
@@ -385,14 +379,7 @@ TEST_F(BatcherTest, DispatchOnArrivalOffLeavesEverythingToTheBatchingThread) {
   BatcherOptions o;
   o.dispatch_on_arrival = false;
   Start(o, 1);
-  executor_->set_predicted(absl::Microseconds(50));
-  executor_->FinishAll();
-  for (int i = 0; i < 10; ++i) {
-    Push(8);
-    batcher_->DispatchIfIdle();
-    ASSERT_EQ(executor_->WaitBatch(i), 1u);
-  }
-  EXPECT_TRUE(executor_->here_threads().empty());
+  EXPECT_TRUE(ArriveOneByOne(absl::Microseconds(50), 10).empty());
 }
 
 TEST(BatcherOptionsTest, ValidateNamesTheField) {

@@ -18,24 +18,10 @@ import gemm_client
 from gemm_client import DType
 
 import server_process
+from arrays import f64, rand, rel
 
 SERVER = None
 MAX_MESSAGE = 256 << 10
-
-
-def rand(rng, rows, cols, dtype=np.float32, order="C"):
-    x = rng.uniform(-1, 1, size=(rows, cols)).astype(np.float32)
-    x = gemm_client.to_bf16(x) if dtype == "bf16" else x.astype(dtype)
-    return np.asfortranarray(x) if order == "F" else x
-
-
-def f64(x):
-    return gemm_client.from_bf16(x).astype(np.float64) if x.dtype == np.uint16 else \
-        x.astype(np.float64)
-
-
-def rel(out, ref):
-    return np.linalg.norm(f64(out) - ref) / np.linalg.norm(ref)
 
 
 class ChunkedTest(unittest.TestCase):
