@@ -169,8 +169,8 @@ ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
           "an idle backend gets queued requests at once instead of after max_queue_delay");
 ABSL_FLAG(bool, dispatch_on_arrival, kDefaults.batcher.dispatch_on_arrival,
-          "an idle backend gets a request from the thread that received it, not through the "
-          "batching thread");
+          "an idle backend that runs batches on the calling thread (CPU) gets a request from "
+          "the thread that received it, not through the batching thread");
 ABSL_FLAG(absl::Duration, run_on_arrival_max, kDefaults.batcher.run_on_arrival_max,
           "with --dispatch_on_arrival, a batch predicted to take at most this long runs on "
           "the receiving thread where the backend can (CPU); 0 never");
