@@ -136,7 +136,10 @@ ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
 ABSL_FLAG(bool, cuda_copy_unaligned_operands, kDefaults.cuda.copy_unaligned_operands,
           "CUDA backend: bf16/fp16 operands with rows off the 16-byte grid (a leading "
           "dimension not a multiple of 8) are copied aligned and run on the tensor cores "
-          "instead of the portable SIMT kernel");
+          "where that is predicted faster than the portable SIMT kernel at the calibrated "
+          "rates (tiny problems stay on the SIMT kernel; without calibration, and for "
+          "deterministic requests, they are copied wherever copies apply); false runs them "
+          "all on the SIMT kernel");
 ABSL_FLAG(bool, cuda_pin_shared_memory, kDefaults.cuda.pin_shared_memory,
           "CUDA backend: page-lock same-host clients' shared-memory regions and copy operands "
           "and results straight between them and the GPU (no staging copy)");
