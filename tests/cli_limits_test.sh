@@ -11,49 +11,8 @@ set -euo pipefail
 
 server_bin="${1:?usage: cli_limits_test.sh <gemm_server> <gemm_cli>}"
 cli_bin="${2:?usage: cli_limits_test.sh <gemm_server> <gemm_cli>}"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-server_pid=""
-port=""
-
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 30 "$f" >&2; }
-  done
-  exit 1
-}
-
-# Starts a server (extra flags go to it) and sets $port and $server_pid.
-start_server() {
-  rm -f "$work/port"
-  "$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
-    --backend=cpu --cpu_concurrency=2 --blas_threads=1 --drain_timeout=2s "$@" \
-    >"$work/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 1 600); do
-    if [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]]; then
-      port="$(tr -d '[:space:]' <"$work/port")"
-      return 0
-    fi
-    kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
-    sleep 0.1
-  done
-  fail "gemm_server wrote no port file within 60 s"
-}
-
-stop_server() {
-  kill -TERM "$server_pid" 2>/dev/null || true
-  wait "$server_pid" 2>/dev/null || true
-  server_pid=""
-}
+# shellcheck source=tests/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
 
 now_ms() { date +%s%3N; }
 
@@ -98,8 +57,8 @@ refuse() {
   fi
 }
 
-start_server --max_dimension=1048576 --max_problems_per_request=4096 \
-  --max_message_bytes=$((64 << 20))
+start_server --cpu_concurrency=2 --drain_timeout=2s --max_dimension=1048576 \
+  --max_problems_per_request=4096 --max_message_bytes=$((64 << 20))
 echo "gemm_server on 127.0.0.1:$port"
 
 refuse huge_m "--m=1000000000000" "max_dimension" -- --m=1000000000000
@@ -169,13 +128,13 @@ cli bench --m=2048 --n=8 --k=520 --requests=3 --concurrency=1 --verify_every=1 \
 grep -Eq '^transport +unary-chunked$' "$work/bench_chunked.log" || fail "bench did not chunk a 4.3 MB A"
 grep -Eq '^verified +3 responses, 0 mismatches' "$work/bench_chunked.log" || fail "chunked bench verified wrong"
 echo "bench with a 4.3 MB A: chunked, 3 verified"
-stop_server
+stop_server || true
 
 # A server that refuses every call (it wants a token; the CLI sends none):
 # bench stops after --max_consecutive_failures instead of running for its
 # whole --duration_s, and prints the code with the server's message.
 printf 'alice cli-limits-token-0123456789\n' >"$work/tokens"
-start_server --auth_tokens_file="$work/tokens"
+start_server --cpu_concurrency=2 --drain_timeout=2s --auth_tokens_file="$work/tokens"
 t0=$(now_ms)
 rc=0
 timeout 60 "$cli_bin" bench --m=8 --n=8 --k=8 --duration_s=50 --concurrency=2 \
@@ -210,6 +169,6 @@ assert sum(f["count"] for f in run["failures"]) == run["errors"], run
 assert doc["exit_code"] == 3, doc
 PY
 echo "bench --json against a refusing server: parsed"
-stop_server
+stop_server || true
 
 echo "PASS"

@@ -12,52 +12,16 @@ set -euo pipefail
 
 server_bin="${1:?usage: e2e_test.sh <gemm_server> <gemm_cli>}"
 cli_bin="${2:?usage: e2e_test.sh <gemm_server> <gemm_cli>}"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-server_pid=""
 bench_pid=""
-
-cleanup() {
-  for pid in "$bench_pid" "$server_pid"; do
-    if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then
-      kill -KILL "$pid" 2>/dev/null || true
-      wait "$pid" 2>/dev/null || true
-    fi
-  done
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 40 "$f" >&2; }
-  done
-  exit 1
-}
-
-# Starts the server and sets $port. Extra flags go to the server.
-start_server() {
-  rm -f "$work/port"
-  "$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
-    --backend=cpu --cpu_concurrency=2 --blas_threads=1 --drain_timeout=10s \
-    --max_message_bytes=$((64 << 20)) "$@" >"$work/server.log" 2>&1 &
-  server_pid=$!
-  for _ in $(seq 1 600); do
-    # The file is written in one go, ending with a newline.
-    if [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]]; then
-      port="$(tr -d '[:space:]' <"$work/port")"
-      return 0
-    fi
-    kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
-    sleep 0.1
-  done
-  fail "gemm_server wrote no port file within 60 s"
-}
+# shellcheck source=tests/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
+trap 'kill_pid "$bench_pid"; kill_server' EXIT
 
 cli() {
   timeout 120 "$cli_bin" "$@" --target="127.0.0.1:$port" --deadline_ms=60000
 }
 
-start_server
+start_server --cpu_concurrency=2 --drain_timeout=10s --max_message_bytes=$((64 << 20))
 echo "gemm_server listening on 127.0.0.1:$port (pid $server_pid)"
 
 # info
@@ -112,18 +76,9 @@ done
 sleep 1
 kill -0 "$bench_pid" 2>/dev/null || fail "the bench ended before the server was stopped"
 term_at=$(date +%s)
-kill -TERM "$server_pid"
 server_rc=0
-# --drain_timeout=10s, plus room for a loaded machine.
-for _ in $(seq 1 300); do
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$server_pid" 2>/dev/null; then
-  fail "gemm_server still running 30 s after SIGTERM"
-fi
-wait "$server_pid" || server_rc=$?
-server_pid=""
+# --drain_timeout=10s, within stop_server's 30 s.
+stop_server || server_rc=$?
 echo "gemm_server exited $server_rc, $(( $(date +%s) - term_at )) s after SIGTERM"
 [[ "$server_rc" -eq 0 ]] || fail "gemm_server exited $server_rc after SIGTERM"
 grep -q 'shutdown complete' "$work/server.log" || fail "the server log has no 'shutdown complete'"

@@ -11,38 +11,9 @@ set -euo pipefail
 
 server_bin="${1:?usage: fp8_cli_test.sh <gemm_server> <gemm_cli>}"
 cli_bin="${2:?usage: fp8_cli_test.sh <gemm_server> <gemm_cli>}"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-server_pid=""
-
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 40 "$f" >&2; }
-  done
-  exit 1
-}
-
-"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
-  --backend=cpu --cpu_concurrency=2 --blas_threads=1 >"$work/server.log" 2>&1 &
-server_pid=$!
-port=""
-for _ in $(seq 1 600); do
-  if [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]]; then
-    port="$(tr -d '[:space:]' <"$work/port")"
-    break
-  fi
-  kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
-  sleep 0.1
-done
-[[ -n "$port" ]] || fail "gemm_server wrote no port file within 60 s"
+# shellcheck source=tests/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
+start_server --cpu_concurrency=2
 
 cli() {
   timeout 120 "$cli_bin" "$@" --target="127.0.0.1:$port" --deadline_ms=60000

@@ -12,50 +12,14 @@ set -euo pipefail
 
 server_bin="${1:?usage: shared_memory_cli_test.sh <gemm_server> <gemm_cli>}"
 cli_bin="${2:?usage: shared_memory_cli_test.sh <gemm_server> <gemm_cli>}"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-server_pid=""
-port=""
-
-stop_server() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
-  server_pid=""
-}
-trap stop_server EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 40 "$f" >&2; }
-  done
-  exit 1
-}
-
-# Starts gemm_server with extra flags "$@" and sets $port.
-start_server() {
-  rm -f "$work/port"
-  "$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= \
-    --backend=cpu --cpu_concurrency=2 --blas_threads=1 "$@" >"$work/server.log" 2>&1 &
-  server_pid=$!
-  port=""
-  for _ in $(seq 1 600); do
-    if [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]]; then
-      port="$(tr -d '[:space:]' <"$work/port")"
-      return
-    fi
-    kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
-    sleep 0.1
-  done
-  fail "gemm_server wrote no port file within 60 s"
-}
+# shellcheck source=tests/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
 
 cli() {
   timeout 120 "$cli_bin" "$@" --target="127.0.0.1:$port" --deadline_ms=60000
 }
 
-start_server
+start_server --cpu_concurrency=2
 runs=(
   "--m=70 --n=90 --k=33"
   "--m=70 --n=90 --k=33 --dtype=bf16 --layout=col --beta=0.5 --batch=3"
@@ -87,10 +51,10 @@ for transport in "" "--stream"; do
     fail "bench $transport: not every response verified"
   echo "bench --shared_memory $transport: 80 requests verified"
 done
-stop_server
+kill_server
 
 # A server that maps no regions: the CLI falls back to bytes in messages.
-start_server --max_shared_memory_regions=0
+start_server --cpu_concurrency=2 --max_shared_memory_regions=0
 cli run --shared_memory --m=70 --n=90 --k=33 >"$work/fallback.log" 2>&1 ||
   fail "gemm_cli run --shared_memory exited non-zero against a server without regions"
 grep -q 'note: shared memory not used (FAILED_PRECONDITION: shared memory is off' "$work/fallback.log" ||

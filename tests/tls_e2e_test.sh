@@ -10,23 +10,8 @@ set -euo pipefail
 
 server_bin="${1:?usage: tls_e2e_test.sh <gemm_server> <gemm_cli>}"
 cli_bin="${2:?usage: tls_e2e_test.sh <gemm_server> <gemm_cli>}"
-work="${TEST_TMPDIR:-$(mktemp -d)}"
-server_pid=""
-
-cleanup() {
-  if [[ -n "$server_pid" ]] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-}
-trap cleanup EXIT
-
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$work"/*.log; do
-    [[ -f "$f" ]] && { echo "---- $f" >&2; tail -n 20 "$f" >&2; }
-  done
-  exit 1
-}
+# shellcheck source=tests/server_lib.sh
+source "$(dirname "$0")/server_lib.sh"
 
 # A CA, a server certificate for 127.0.0.1 and a client certificate.
 cd "$work"
@@ -47,18 +32,9 @@ printf 'alice-e2e-token-0123456789\n' >alice.token
 printf 'mallory-e2e-token-012345678\n' >wrong.token
 cd - >/dev/null
 
-"$server_bin" --listen=127.0.0.1:0 --port_file="$work/port" --metrics_listen= --backend=cpu \
-  --cpu_concurrency=1 --blas_threads=1 --drain_timeout=5s \
+start_server --cpu_concurrency=1 --drain_timeout=5s \
   --tls_cert="$work/server.pem" --tls_key="$work/server.key" --tls_client_ca="$work/ca.pem" \
-  --auth_tokens_file="$work/tokens" >"$work/server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 1 600); do
-  [[ -s "$work/port" ]] && [[ "$(tail -c1 "$work/port" | od -An -c | tr -d ' ')" == '\n' ]] && break
-  kill -0 "$server_pid" 2>/dev/null || fail "gemm_server exited before listening"
-  sleep 0.1
-done
-port="$(tr -d '[:space:]' <"$work/port")"
-[[ -n "$port" ]] || fail "no port file"
+  --auth_tokens_file="$work/tokens"
 
 cli() {
   timeout 60 "$cli_bin" "$@" --target="127.0.0.1:$port" --deadline_ms=20000 --max_attempts=1
@@ -86,7 +62,5 @@ expect_failure "no client certificate" UNAVAILABLE info --tls_ca="$work/ca.pem" 
   --token_file="$work/alice.token"
 expect_failure "plaintext" UNAVAILABLE info --token_file="$work/alice.token"
 
-kill -TERM "$server_pid"
-wait "$server_pid" || fail "gemm_server exited $? after SIGTERM"
-server_pid=""
+stop_server || fail "gemm_server exited $? after SIGTERM"
 echo "PASS"
