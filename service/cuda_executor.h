@@ -136,7 +136,7 @@ class CudaExecutor : public Executor {
   bool supports_grouped() const override { return grouped_; }
   // FP8 codes with their scales on Hopper; the server's quantization and
   // block scales with a column-major output are not built on the GPU.
-  Fp8Support fp8_support() const override { return {fp8_, false, false}; }
+  Fp8Support fp8_support() const override { return {fp8_, fp8_, false, false}; }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
   // gpu::IsStickyError) or a batch ran past the watchdog: from then on the
@@ -154,6 +154,9 @@ class CudaExecutor : public Executor {
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
+  // On the device (kernels/quantize), codes kept there.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeResident(
+      const MatrixRef& source, const Fp8Quantization& q) const override;
   // With Options::pin_shared_memory: cudaHostRegister (portable, so every
   // device of the process reads it), unregistered when the result is
   // dropped. A failure (a mapping the driver cannot lock) logs a WARN and

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <future>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -550,17 +551,88 @@ TEST_F(GpuFp8ServerTest, DeterministicFp8IsBatchInvariant) {
   }
 }
 
-TEST_F(GpuFp8ServerTest, QuantizingOnTheServerIsRefusedByField) {
+// RegisterMatrix / BeginUpload with `quantize` on the GPU: the codes the
+// server keeps are the host rule's bit for bit (downloaded and compared with
+// the client helper's), and the matrix serves as an FP8 operand of either
+// role; a NaN is refused naming "data" and leaves nothing held.
+TEST_F(GpuFp8ServerTest, QuantizingOnRegistrationRunsOnTheGpuWithTheHostRulesCodes) {
   SkipUnlessHopper();
   std::mt19937 rng(8);
-  const std::vector<float> w = RandomFloats(256 * 64, &rng);
-  auto handle = client_->RegisterQuantized(
-      MatrixView(w.data(), 256, 64),
-      Fp8Quantization{DType::kFp8E4m3, ScaleMode::kTensor, OperandRole::kB, false});
-  EXPECT_EQ(handle.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(handle.status().message()), HasSubstr("quantize"));
+  for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+    for (uint64_t threshold : {uint64_t{0}, uint64_t{4096}}) {  // whole, then in chunks
+      for (OperandRole role : {OperandRole::kA, OperandRole::kB}) {
+        SCOPED_TRACE(absl::StrCat(ScaleModeName(mode), threshold == 0 ? " whole" : " chunked",
+                                  role == OperandRole::kA ? " as A" : " as B"));
+        ClientOptions co;
+        co.target = absl::StrCat("127.0.0.1:", server_->port());
+        co.default_timeout = absl::Seconds(60);
+        co.chunked_threshold_bytes = threshold;
+        auto client = Client::Create(co);
+        ASSERT_TRUE(client.ok()) << client.status();
+        // K = 1000: a partial last block along K. The registered matrix is
+        // A (m x k) or B (k x n); fp32 for A, bf16 for B.
+        const uint64_t k = 1000, other = role == OperandRole::kA ? 72 : 200;
+        const uint64_t rows = role == OperandRole::kA ? other : k;
+        const uint64_t cols = role == OperandRole::kA ? k : other;
+        const std::vector<float> values = RandomFloats(rows * cols, &rng);
+        const std::vector<uint16_t> values16 = test::ToBf16(values);
+        const MatrixView source = role == OperandRole::kA
+                                      ? MatrixView(values.data(), rows, cols)
+                                      : MatrixView(values16.data(), rows, cols, DType::kBf16);
+        const Fp8Quantization how{DType::kFp8E4m3, mode, role, false};
+        const QuantizedMatrix local = Quantize(source, how.format, mode, role, false);
+        auto handle = (*client)->RegisterQuantized(source, how, "fp8 on the gpu");
+        ASSERT_TRUE(handle.ok()) << handle.status();
+        EXPECT_EQ(handle->dtype, DType::kFp8E4m3);
+        std::vector<uint8_t> codes(local.codes.size());
+        ASSERT_TRUE((*client)->DownloadMatrix(handle->handle, codes.data(), codes.size()).ok());
+        EXPECT_EQ(codes, local.codes);
 
-  // quantize_partner: an FP8 B with a bf16 A the server would quantize.
+        // The partner: FP8 e5m2 quantized here with the same mode.
+        const uint64_t prow = role == OperandRole::kA ? k : 64;
+        const uint64_t pcol = role == OperandRole::kA ? 64 : k;
+        const std::vector<float> p = RandomFloats(prow * pcol, &rng);
+        const QuantizedMatrix partner =
+            Quantize(MatrixView(p.data(), prow, pcol), DType::kFp8E5m2, mode,
+                     role == OperandRole::kA ? OperandRole::kB : OperandRole::kA, false);
+        ProblemOptions o;
+        o.output_dtype = DType::kFp32;
+        v1::GemmRequest sent, checked;
+        if (role == OperandRole::kA) {
+          ASSERT_TRUE(AddProblem(&sent, *handle, partner.view(), o).ok());
+          ASSERT_TRUE(AddProblem(&checked, local.view(), partner.view(), o).ok());
+        } else {
+          ASSERT_TRUE(AddProblem(&sent, partner.view(), *handle, o).ok());
+          ASSERT_TRUE(AddProblem(&checked, partner.view(), local.view(), o).ok());
+        }
+        GemmResult r = (*client)->Gemm(sent);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_LE(ErrorAgainst(checked.problems(0), r->results(0)), Tolerance(DType::kFp32))
+            << r->kernel();
+        const v1::OperandPrecision& precision = role == OperandRole::kA
+                                                    ? r->results(0).a_precision()
+                                                    : r->results(0).b_precision();
+        EXPECT_TRUE(precision.quantized_by_server());
+        EXPECT_EQ(precision.scale_mode(), ToProto(mode));
+        ASSERT_TRUE((*client)->ReleaseMatrix(*handle).ok());
+
+        std::vector<float> nan = values;
+        nan[rows * cols / 2] = std::numeric_limits<float>::quiet_NaN();
+        auto refused = (*client)->RegisterQuantized(MatrixView(nan.data(), rows, cols), how);
+        EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(refused.status().message()), HasSubstr("data"));
+      }
+    }
+  }
+  EXPECT_EQ(test::MetricValue(server_->metrics()->Scrape(), "gemm_resident_bytes"), 0.0)
+      << "nothing stays held";
+}
+
+// quantize_partner (per problem) is not run on the GPU yet: refused by field.
+TEST_F(GpuFp8ServerTest, QuantizingAPartnerPerProblemIsRefusedByField) {
+  SkipUnlessHopper();
+  std::mt19937 rng(8);
+  // An FP8 B with a bf16 A the server would quantize.
   Fp8Case c;
   std::unique_ptr<BuiltProblem> built = Build(c, &rng);
   const std::vector<uint16_t> a16 = test::ToBf16(RandomFloats(c.m * c.k, &rng));
