@@ -136,7 +136,7 @@ class CudaExecutor : public Executor {
   bool supports_grouped() const override { return grouped_; }
   // FP8 codes with their scales on Hopper; the server's quantization and
   // block scales with a column-major output are not built on the GPU.
-  Fp8Support fp8_support() const override { return {fp8_, fp8_, false, false}; }
+  Fp8Support fp8_support() const override { return {fp8_, fp8_, fp8_, false}; }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
   // gpu::IsStickyError) or a batch ran past the watchdog: from then on the

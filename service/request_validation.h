@@ -49,7 +49,8 @@ struct BackendFeatures {
   // the CUDA backend where it runs FP8.
   bool fp8_quantize_matrices = true;
   // The server quantizing an operand per problem
-  // (GemmProblem.quantize_partner): the CPU backend only so far.
+  // (GemmProblem.quantize_partner): the CPU backend and the CUDA backend
+  // where it runs FP8.
   bool fp8_quantize_partner = true;
   // FP8 block scales with a column-major output (the CUDA kernel computes a
   // column-major D as D^T = B^T A^T, where A's 1 x 128 blocks do not fit).

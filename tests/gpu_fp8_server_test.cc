@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <future>
 #include <limits>
 #include <memory>
@@ -628,24 +629,96 @@ TEST_F(GpuFp8ServerTest, QuantizingOnRegistrationRunsOnTheGpuWithTheHostRulesCod
       << "nothing stays held";
 }
 
-// quantize_partner (per problem) is not run on the GPU yet: refused by field.
-TEST_F(GpuFp8ServerTest, QuantizingAPartnerPerProblemIsRefusedByField) {
+// quantize_partner on the GPU: a bf16 A (or an fp32 B) beside an FP8
+// partner, quantized by the server per problem with the partner's format and
+// mode. Three same-shape problems in one request share a strided-batched
+// launch, each member with its own scales; the results match the product of
+// the operands quantized here by the same rule (the same codes), and a NaN
+// fails its request naming the field while the server serves on.
+TEST_F(GpuFp8ServerTest, APartnerIsQuantizedPerProblemOnTheGpu) {
   SkipUnlessHopper();
-  std::mt19937 rng(8);
-  // An FP8 B with a bf16 A the server would quantize.
-  Fp8Case c;
-  std::unique_ptr<BuiltProblem> built = Build(c, &rng);
-  const std::vector<uint16_t> a16 = test::ToBf16(RandomFloats(c.m * c.k, &rng));
-  ProblemOptions o;
-  o.output_dtype = DType::kFp32;
-  o.quantize_partner = true;
-  v1::GemmRequest request;
-  ASSERT_TRUE(
-      AddProblem(&request, MatrixView(a16.data(), c.m, c.k, DType::kBf16), built->b.view(), o)
-          .ok());
-  GemmResult r = client_->Gemm(request);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].quantize_partner"));
+  std::mt19937 rng(18);
+  for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+    for (OperandRole quantized : {OperandRole::kA, OperandRole::kB}) {
+      SCOPED_TRACE(absl::StrCat(ScaleModeName(mode),
+                                quantized == OperandRole::kA ? " bf16 A" : " fp32 B"));
+      const uint64_t m = 96, n = 80, k = 300;  // a partial last block along K
+      v1::GemmRequest sent, checked;
+      std::vector<std::vector<float>> keep;
+      std::vector<std::vector<uint16_t>> keep16;
+      std::vector<QuantizedMatrix> keep_q;
+      keep.reserve(6);
+      keep16.reserve(3);
+      keep_q.reserve(6);
+      for (int member = 0; member < 3; ++member) {
+        keep.push_back(RandomFloats(m * k, &rng));  // A, m x k
+        keep.push_back(RandomFloats(k * n, &rng));  // B, k x n
+        const std::vector<float>& a = keep[keep.size() - 2];
+        const std::vector<float>& b = keep.back();
+        ProblemOptions o;
+        o.output_dtype = DType::kFp32;
+        if (quantized == OperandRole::kA) {
+          keep16.push_back(test::ToBf16(a));
+          const MatrixView va(keep16.back().data(), m, k, DType::kBf16);
+          keep_q.push_back(Quantize(MatrixView(b.data(), k, n), DType::kFp8E5m2, mode,
+                                    OperandRole::kB, false));
+          keep_q.push_back(Quantize(va, DType::kFp8E5m2, mode, OperandRole::kA, false));
+          ProblemOptions q = o;
+          q.quantize_partner = true;
+          ASSERT_TRUE(AddProblem(&sent, va, keep_q[keep_q.size() - 2].view(), q).ok());
+          ASSERT_TRUE(AddProblem(&checked, keep_q.back().view(), keep_q[keep_q.size() - 2].view(),
+                                 o)
+                          .ok());
+        } else {
+          keep_q.push_back(Quantize(MatrixView(a.data(), m, k), DType::kFp8E4m3, mode,
+                                    OperandRole::kA, false));
+          keep_q.push_back(Quantize(MatrixView(b.data(), k, n), DType::kFp8E4m3, mode,
+                                    OperandRole::kB, false));
+          ProblemOptions q = o;
+          q.quantize_partner = true;
+          ASSERT_TRUE(AddProblem(&sent, keep_q[keep_q.size() - 2].view(),
+                                 MatrixView(b.data(), k, n), q)
+                          .ok());
+          ASSERT_TRUE(AddProblem(&checked, keep_q[keep_q.size() - 2].view(), keep_q.back().view(),
+                                 o)
+                          .ok());
+        }
+      }
+      GemmResult r = client_->Gemm(sent);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_THAT(r->kernel(), HasSubstr(quantized == OperandRole::kA ? "+quantize_a"
+                                                                       : "+quantize_b"));
+      for (int member = 0; member < 3; ++member) {
+        EXPECT_LE(ErrorAgainst(checked.problems(member), r->results(member)), 1e-4)
+            << member << " " << r->kernel();
+        const v1::OperandPrecision& pq = quantized == OperandRole::kA
+                                             ? r->results(member).a_precision()
+                                             : r->results(member).b_precision();
+        EXPECT_TRUE(pq.quantized_by_server());
+        EXPECT_EQ(pq.scale_mode(), ToProto(mode));
+      }
+
+      // A NaN in the second problem's partner fails the request by field.
+      v1::GemmRequest bad = sent;
+      v1::Matrix* partner = quantized == OperandRole::kA ? bad.mutable_problems(1)->mutable_a()
+                                                         : bad.mutable_problems(1)->mutable_b();
+      std::string data = partner->data();
+      if (quantized == OperandRole::kA) {
+        const uint16_t nan16 = 0x7fc0;
+        std::memcpy(&data[2 * 37], &nan16, sizeof nan16);
+      } else {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(&data[4 * 37], &nan, sizeof nan);
+      }
+      partner->set_data(data);
+      GemmResult refused = client_->Gemm(bad);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(refused.status().message()),
+                  HasSubstr(quantized == OperandRole::kA ? "problems[1].a.data"
+                                                         : "problems[1].b.data"));
+      EXPECT_TRUE(client_->Gemm(sent).ok()) << "the server serves on";
+    }
+  }
 }
 
 TEST_F(GpuFp8ServerTest, MalformedFp8IsInvalidNamingTheField) {
