@@ -16,7 +16,8 @@
 //            download), chunked step after step (pipelined_uploads off: the
 //            older clients' order), and as one message; each with the
 //            response's timing and its wall time over moving the same bytes
-//            alone (two uploads and a download, measured in the same run).
+//            alone (two uploads and a download, measured in the same run);
+//            the four interleaved round by round.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -287,69 +288,87 @@ void GemmCase(int gemm_port, int size) {
   *p->mutable_a()->mutable_data() = bf16_bytes(uint64_t(size) * size);
   *p->mutable_b()->mutable_data() = bf16_bytes(uint64_t(size) * size);
   const double bytes = 3.0 * size * size * 2;
-  // The same bytes alone: A and B up, a matrix of D's size down.
-  double alone_s = 0;
-  {
-    auto client = MakeClient(gemm_port, ClientOptions().chunk_bytes,
-                             ClientOptions().transfer_channels);
+  // The bytes alone (A and B up, a matrix of D's size down) and the three
+  // paths, interleaved round by round (alone, pipelined, step by step, one
+  // message; a warm-up round first) so that the box's drift between rounds
+  // falls on all of them alike.
+  auto alone_client =
+      MakeClient(gemm_port, ClientOptions().chunk_bytes, ClientOptions().transfer_channels);
+  auto bytes_alone = [&]() -> double {
     const std::string& a = p->a().data();
     const std::string& b = p->b().data();
     std::string d(a.size(), '\0');
-    std::vector<double> alone;
-    for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
-      const absl::Time t0 = absl::Now();
-      auto ha = client->UploadMatrix(
-          MatrixView(reinterpret_cast<const uint16_t*>(a.data()), size, size, DType::kBf16), true);
-      auto hb = client->UploadMatrix(
-          MatrixView(reinterpret_cast<const uint16_t*>(b.data()), size, size, DType::kBf16), true);
-      absl::Status st = ha.ok() && hb.ok() ? client->DownloadMatrix(ha->handle, d.data(), d.size())
-                                           : (ha.ok() ? hb.status() : ha.status());
-      const double t = absl::ToDoubleSeconds(absl::Now() - t0);
-      if (!st.ok()) {
-        std::fprintf(stderr, "bytes alone: %s\n", st.ToString().c_str());
-        std::exit(1);
-      }
-      for (const auto* h : {&ha, &hb}) client->ReleaseMatrix((*h)->handle).IgnoreError();
-      if (r > 0) alone.push_back(t);
+    const absl::Time t0 = absl::Now();
+    auto ha = alone_client->UploadMatrix(
+        MatrixView(reinterpret_cast<const uint16_t*>(a.data()), size, size, DType::kBf16), true);
+    auto hb = alone_client->UploadMatrix(
+        MatrixView(reinterpret_cast<const uint16_t*>(b.data()), size, size, DType::kBf16), true);
+    absl::Status st = ha.ok() && hb.ok()
+                          ? alone_client->DownloadMatrix(ha->handle, d.data(), d.size())
+                          : (ha.ok() ? hb.status() : ha.status());
+    const double t = absl::ToDoubleSeconds(absl::Now() - t0);
+    if (!st.ok()) {
+      std::fprintf(stderr, "bytes alone: %s\n", st.ToString().c_str());
+      std::exit(1);
     }
-    alone_s = Median(alone);
-  }
-  std::printf("%-22s %10.2f ms (two uploads and a download of the same sizes)\n", "bytes alone",
-              alone_s * 1e3);
-  std::printf("%-22s %10s %10s %10s %10s %9s %9s %10s\n", "path", "wall ms", "kernel ms", "copy ms",
-              "queue ms", "GB/s wall", "in GB/s", "wall/alone");
+    for (const auto* h : {&ha, &hb}) alone_client->ReleaseMatrix((*h)->handle).IgnoreError();
+    return t;
+  };
   enum class Path { kPipelined, kSequential, kOneMessage };
-  for (Path path : {Path::kPipelined, Path::kSequential, Path::kOneMessage}) {
+  constexpr Path kPaths[] = {Path::kPipelined, Path::kSequential, Path::kOneMessage};
+  struct Samples {
+    std::unique_ptr<Client> client;
+    std::vector<double> wall, kernel, copy, queue;
+  };
+  Samples samples[3];
+  for (int i = 0; i < 3; ++i) {
     ClientOptions o;
     o.target = absl::StrCat("127.0.0.1:", gemm_port);
     o.default_timeout = absl::Minutes(5);
     o.http2 = TuningFromFlags();
-    if (path == Path::kOneMessage) o.chunked_threshold_bytes = 0;
-    if (path == Path::kSequential) o.pipelined_uploads = false;
+    if (kPaths[i] == Path::kOneMessage) o.chunked_threshold_bytes = 0;
+    if (kPaths[i] == Path::kSequential) o.pipelined_uploads = false;
     auto client = Client::Create(o);
-    std::vector<double> wall, kernel, copy, queue;
-    for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
+    if (!client.ok()) {
+      std::fprintf(stderr, "client: %s\n", client.status().ToString().c_str());
+      std::exit(1);
+    }
+    samples[i].client = std::move(*client);
+  }
+  std::vector<double> alone;
+  for (int r = 0; r <= absl::GetFlag(FLAGS_repeats); ++r) {
+    const double t = bytes_alone();
+    if (r > 0) alone.push_back(t);  // the first round warms up
+    for (Samples& path : samples) {
       const absl::Time t0 = absl::Now();
-      auto response = (*client)->Gemm(request);
+      auto response = path.client->Gemm(request);
       const double s = absl::ToDoubleSeconds(absl::Now() - t0);
       if (!response.ok()) {
         std::fprintf(stderr, "gemm: %s\n", response.status().ToString().c_str());
         std::exit(1);
       }
-      if (r == 0) continue;  // warm-up
-      wall.push_back(s);
-      kernel.push_back(response->timing().compute_ns() / 1e9);
-      copy.push_back(response->timing().transfer_ns() / 1e9);
-      queue.push_back(response->timing().queue_ns() / 1e9);
+      if (r == 0) continue;
+      path.wall.push_back(s);
+      path.kernel.push_back(response->timing().compute_ns() / 1e9);
+      path.copy.push_back(response->timing().transfer_ns() / 1e9);
+      path.queue.push_back(response->timing().queue_ns() / 1e9);
     }
+  }
+  const double alone_s = Median(alone);
+  std::printf("%-22s %10.2f ms (two uploads and a download of the same sizes)\n", "bytes alone",
+              alone_s * 1e3);
+  std::printf("%-22s %10s %10s %10s %10s %9s %9s %10s\n", "path", "wall ms", "kernel ms", "copy ms",
+              "queue ms", "GB/s wall", "in GB/s", "wall/alone");
+  for (int i = 0; i < 3; ++i) {
+    const Samples& path = samples[i];
     // "GB/s wall" counts A, B and D; "in GB/s" the operands sent (A, B).
-    const char* name = path == Path::kPipelined    ? "chunked, pipelined"
-                       : path == Path::kSequential ? "chunked, step by step"
-                                                   : "one message";
+    const char* name = kPaths[i] == Path::kPipelined    ? "chunked, pipelined"
+                       : kPaths[i] == Path::kSequential ? "chunked, step by step"
+                                                        : "one message";
     std::printf("%-22s %10.2f %10.3f %10.3f %10.3f %9.2f %9.2f %10.2f\n", name,
-                Median(wall) * 1e3, Median(kernel) * 1e3, Median(copy) * 1e3,
-                Median(queue) * 1e3, bytes / Median(wall) / 1e9,
-                bytes * 2 / 3 / Median(wall) / 1e9, Median(wall) / alone_s);
+                Median(path.wall) * 1e3, Median(path.kernel) * 1e3, Median(path.copy) * 1e3,
+                Median(path.queue) * 1e3, bytes / Median(path.wall) / 1e9,
+                bytes * 2 / 3 / Median(path.wall) / 1e9, Median(path.wall) / alone_s);
   }
 }
 

@@ -247,6 +247,17 @@ KMajorCopyPlan CopiesThatEnableSm90(const NormalizedProblem& p) {
   return plan;
 }
 
+// CopiesThatEnableSm90 where the copies pay off: bf16/fp16 copies only where
+// they and the Hopper kernel are predicted faster than the SIMT kernel at the
+// measured rates (OperandCopiesPayOff); TF32 copies always, the strict-fp32
+// kernel being ~20x slower than TF32 on the tensor cores.
+KMajorCopyPlan CopiesWorthMaking(const NormalizedProblem& p, const CopyPricing& pricing) {
+  KMajorCopyPlan copies = CopiesThatEnableSm90(p);
+  const bool half = p.in_dtype == DataType::kBf16 || p.in_dtype == DataType::kFp16;
+  if (half && copies.total_bytes > 0 && !OperandCopiesPayOff(p, copies, pricing)) return {};
+  return copies;
+}
+
 // Whether operand copies can move a non-FP8 problem onto the Hopper kernel
 // (FP8 has its own plan, PlanFp8).
 bool CopiesMayEnableSm90(const GemmArguments& args) {
@@ -275,8 +286,9 @@ struct Gemm::Plan::Data {
   // The Hopper kernel runs the problem as it is.
   bool sm90 = false;
   // Otherwise, on Hopper: the K-major copies that would let it run there
-  // (empty: none would). FP8: the copies its kernel reads instead of
-  // operands that are not K-major or not on the 16-byte grid.
+  // (empty: none would, or bf16/fp16 copies would not pay off). FP8: the
+  // copies its kernel reads instead of operands that are not K-major or not
+  // on the 16-byte grid.
   KMajorCopyPlan copies;
   // sm90: the heuristic's launch with a workspace allowed, and with the
   // hints applied (what WorkspaceSize sizes).
@@ -373,7 +385,7 @@ Gemm::Plan Gemm::MakePlan(const GemmArguments& args, TileHint hint, ScheduleHint
       d->with_workspace = WithHints(d->heuristic, d->problem, d->dev, hint, schedule, true);
       d->workspace_bytes = ScheduleWorkspaceBytes(d->with_workspace);
     } else if (d->dev.sm90() && CopiesMayEnableSm90(args)) {
-      d->copies = CopiesThatEnableSm90(d->problem);
+      d->copies = CopiesWorthMaking(d->problem, args.copy_pricing);
     }
   }
   Plan plan;
@@ -394,7 +406,7 @@ size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
   if (!CanImplement(args).ok()) return 0;
   DeviceInfo dev;
   if (!CurrentDevice(&dev).ok() || !dev.sm90()) return 0;
-  return CopiesThatEnableSm90(Normalize(args)).total_bytes;
+  return CopiesWorthMaking(Normalize(args), args.copy_pricing).total_bytes;
 }
 
 absl::Status Gemm::Initialize(const GemmArguments& args, void* workspace, TileHint hint,

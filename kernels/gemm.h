@@ -83,6 +83,22 @@ struct ScaleDesc {
 // scales, and the width of B's blocks along N.
 constexpr int64_t kFp8ScaleBlock = 128;
 
+// Measured rates of the device a launch runs on, by which MakePlan prices
+// copying unaligned bf16/fp16 operands (GemmArguments::copy_unaligned_operands)
+// against running the problem where it is on the portable SIMT kernel. 0 is
+// "not measured": while any rate is 0, the operands are copied whenever
+// copies would move the problem onto the Hopper kernel.
+struct CopyPricing {
+  double tensor_flops_per_s = 0;       // the Hopper kernel at this input type
+  double simt_flops_per_s = 0;         // the portable SIMT kernel
+  double device_copy_bytes_per_s = 0;  // bytes read plus written by a device copy
+  double launch_seconds = 0;           // one small kernel launch, back to back on a stream
+  bool measured() const {
+    return tensor_flops_per_s > 0 && simt_flops_per_s > 0 && device_copy_bytes_per_s > 0 &&
+           launch_seconds > 0;
+  }
+};
+
 // The problem: for each b < batch_count, D_b (m x n) = alpha * A_b (m x k) *
 // B_b (k x n) + beta * C_b. Transposes are expressed through the layouts: a
 // transposed row-major operand is the same bytes read as column-major.
@@ -115,6 +131,10 @@ struct GemmArguments {
   // (operand_copies, Gemm::OperandCopyBytes) and the problem runs on the
   // tensor cores; false runs such problems on the portable SIMT kernel.
   bool copy_unaligned_operands = false;
+  // With copy_unaligned_operands and measured rates: the copies are made
+  // only where the copies and the Hopper kernel are predicted to finish
+  // before the SIMT kernel would (OperandCopiesPayOff, kernels/problem.h).
+  CopyPricing copy_pricing;
 };
 
 // Tile configuration of the Hopper kernel. kAuto lets the shape heuristic

@@ -19,6 +19,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -490,6 +491,39 @@ TEST_F(GemmGpuTest, SixteenBitAnyLeadingDimensionThroughOperandCopies) {
     c.pad = 0;  // tight: ld = the extent itself
     c.la = c.lb = Layout::kColMajor;
     RunCase(c, rng_);
+  }
+}
+
+// Copies priced at measured rates on the device (OperandCopiesPayOff
+// decides; problem_test covers its arithmetic): at rates of the order an
+// H100's calibration measures, a tiny ragged problem keeps the SIMT kernel
+// and a large one is copied; unpriced, both are copied. Plans only: the
+// pointers are never read.
+TEST_F(GemmGpuTest, PricedCopiesLeaveTinyProblemsOnTheSimtKernel) {
+  if (!IsHopper()) GTEST_SKIP() << "operand copies apply on Hopper (sm_90) only";
+  auto ragged = [](int64_t m, int64_t n, int64_t k) {
+    GemmArguments a;
+    a.m = m;
+    a.n = n;
+    a.k = k;
+    a.a = {reinterpret_cast<const void*>(0x100000), DataType::kBf16, Layout::kColMajor, m, 0};
+    a.b = {reinterpret_cast<const void*>(0x200000), DataType::kBf16, Layout::kColMajor, k, 0};
+    a.d = {reinterpret_cast<const void*>(0x300000), DataType::kFp32, Layout::kRowMajor,
+           (n + 7) / 8 * 8, 0};
+    a.copy_unaligned_operands = true;
+    return a;
+  };
+  CopyPricing h100_like;
+  h100_like.tensor_flops_per_s = 600e12;
+  h100_like.simt_flops_per_s = 25e12;
+  h100_like.device_copy_bytes_per_s = 3e12;
+  h100_like.launch_seconds = 3e-6;
+  for (auto [args, copied_when_priced] :
+       {std::pair{ragged(3, 5, 7), false}, std::pair{ragged(3000, 5000, 700), true}}) {
+    EXPECT_GT(Gemm::MakePlan(args).operand_copy_bytes(), 0u) << args.m << " unpriced";
+    args.copy_pricing = h100_like;
+    EXPECT_EQ(Gemm::MakePlan(args).operand_copy_bytes() > 0, copied_when_priced) << args.m;
+    EXPECT_EQ(Gemm::OperandCopyBytes(args) > 0, copied_when_priced) << args.m;
   }
 }
 

@@ -73,6 +73,31 @@ KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   return plan;
 }
 
+namespace {
+
+// Bytes one planned copy moves through device memory: its source's rows x
+// k elements per member read, its padded copy written.
+double CopyTrafficBytes(const KMajorCopy& copy, int64_t k) {
+  if (!copy.needed) return 0;
+  const double read = double(copy.members) * copy.rows * k * copy.element_bytes;
+  return read + double(copy.bytes);
+}
+
+}  // namespace
+
+bool OperandCopiesPayOff(const NormalizedProblem& p, const KMajorCopyPlan& copies,
+                         const CopyPricing& pricing) {
+  if (!pricing.measured()) return true;
+  const double flops = 2.0 * p.m * double(p.n) * p.k * p.batch;
+  const int copy_launches = int{copies.a.needed} + int{copies.b.needed};
+  const double copy_bytes = CopyTrafficBytes(copies.a, p.k) + CopyTrafficBytes(copies.b, p.k);
+  const double copied_sm90 = copy_launches * pricing.launch_seconds +
+                             copy_bytes / pricing.device_copy_bytes_per_s +
+                             flops / pricing.tensor_flops_per_s + pricing.launch_seconds;
+  const double simt = flops / pricing.simt_flops_per_s + pricing.launch_seconds;
+  return copied_sm90 < simt;
+}
+
 NormalizedProblem WithKMajorCopies(const NormalizedProblem& p, const KMajorCopyPlan& plan,
                                    void* workspace) {
   NormalizedProblem q = p;

@@ -75,6 +75,20 @@ bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operan
 // not on the 16-byte grid. Pure arithmetic, tested on the CPU.
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p);
 
+// Whether `copies` (planned for bf16/fp16 operands off the 16-byte grid)
+// followed by the Hopper kernel are predicted to finish before the portable
+// SIMT kernel would run `p` as it is, at `pricing`'s measured rates:
+//   copies.launches * launch + copy bytes / device copy rate
+//     + flops / tensor rate + launch  <  flops / SIMT rate + launch,
+// with flops = 2 m n k batch and copy bytes those the copies read (each
+// source's rows x k elements per member) and write (the padded copies).
+// Tiny problems stay on the SIMT kernel: there the copies' launches cost
+// more than its whole run. True while pricing is not measured (any rate 0),
+// so that without a calibration copies are made wherever they apply.
+// Pure arithmetic, tested on the CPU.
+bool OperandCopiesPayOff(const NormalizedProblem& p, const KMajorCopyPlan& copies,
+                         const CopyPricing& pricing);
+
 // `p` reading the planned copies in `workspace` instead of the originals.
 NormalizedProblem WithKMajorCopies(const NormalizedProblem& p, const KMajorCopyPlan& plan,
                                    void* workspace);

@@ -288,5 +288,80 @@ TEST(KMajorCopies, Fp8OperandsOffTheGridOrNotKMajorAreCopied) {
   EXPECT_FALSE(strided.b.needed);
 }
 
+// Rates of the order an H100's calibration measures; the tests below check
+// where they put the boundary, not the figures themselves.
+CopyPricing HopperLikePricing() {
+  CopyPricing r;
+  r.tensor_flops_per_s = 600e12;
+  r.simt_flops_per_s = 25e12;
+  r.device_copy_bytes_per_s = 3e12;
+  r.launch_seconds = 3e-6;
+  return r;
+}
+
+// bf16 m x n x k with D row-major and A, B in the given layouts at their
+// tightest leading dimensions, copies of the operands off the grid asked for.
+GemmArguments Bf16(int64_t m, int64_t n, int64_t k, Layout a_layout, Layout b_layout) {
+  GemmArguments a;
+  a.m = m;
+  a.n = n;
+  a.k = k;
+  a.a = {P(0x1000), DataType::kBf16, a_layout, a_layout == Layout::kRowMajor ? k : m, 0};
+  a.b = {P(0x2000), DataType::kBf16, b_layout, b_layout == Layout::kRowMajor ? n : k, 0};
+  a.d = {P(0x3000), DataType::kBf16, Layout::kRowMajor, n, 0};
+  a.copy_unaligned_operands = true;
+  return a;
+}
+
+// Whether the copies `a` plans pay off at `pricing`; the plan must copy.
+bool PaysOff(const GemmArguments& a, const CopyPricing& pricing) {
+  const NormalizedProblem p = Normalize(a);
+  const KMajorCopyPlan copies = PlanKMajorCopies(p);
+  EXPECT_GT(copies.total_bytes, 0u) << "an operand off the grid";
+  return OperandCopiesPayOff(p, copies, pricing);
+}
+
+TEST(OperandCopiesPayOff, TinyProblemsStayOnTheSimtKernel) {
+  // 3x5x7: A's rows are 14 bytes. The SIMT kernel's one launch beats the
+  // copy's launch and the Hopper kernel's.
+  EXPECT_FALSE(PaysOff(Bf16(3, 5, 7, Layout::kRowMajor, Layout::kColMajor), HopperLikePricing()));
+}
+
+TEST(OperandCopiesPayOff, LargeRaggedProblemsTakeTheCopies) {
+  // The shapes kernel_bench ragged measured at 1.5-1.9x cuBLAS with copies.
+  EXPECT_TRUE(
+      PaysOff(Bf16(3000, 5000, 700, Layout::kColMajor, Layout::kColMajor), HopperLikePricing()));
+  EXPECT_TRUE(
+      PaysOff(Bf16(77, 4096, 14336, Layout::kColMajor, Layout::kColMajor), HopperLikePricing()));
+  EXPECT_TRUE(
+      PaysOff(Bf16(4095, 4097, 1023, Layout::kRowMajor, Layout::kColMajor), HopperLikePricing()));
+}
+
+TEST(OperandCopiesPayOff, UnmeasuredRatesAlwaysCopy) {
+  const GemmArguments tiny = Bf16(3, 5, 7, Layout::kRowMajor, Layout::kColMajor);
+  EXPECT_TRUE(PaysOff(tiny, CopyPricing{}));
+  CopyPricing no_launch = HopperLikePricing();
+  no_launch.launch_seconds = 0;
+  EXPECT_TRUE(PaysOff(tiny, no_launch)) << "one rate missing is not a measurement";
+}
+
+TEST(OperandCopiesPayOff, TheBoundaryMovesWithTheRates) {
+  // 256x256x255, only A off the grid: the tensor cores save about 1.3 us of
+  // SIMT time at these rates, against one copy launch (and 0.1 us copying).
+  const GemmArguments mid = Bf16(256, 256, 255, Layout::kRowMajor, Layout::kRowMajor);
+  CopyPricing rates = HopperLikePricing();
+  EXPECT_FALSE(PaysOff(mid, rates)) << "a 3 us launch costs more than the copies save";
+  rates.launch_seconds = 0.5e-6;
+  EXPECT_TRUE(PaysOff(mid, rates)) << "a 0.5 us launch costs less";
+
+  const GemmArguments large = Bf16(3000, 5000, 700, Layout::kColMajor, Layout::kColMajor);
+  rates = HopperLikePricing();
+  rates.simt_flops_per_s = rates.tensor_flops_per_s;
+  EXPECT_FALSE(PaysOff(large, rates)) << "a SIMT kernel as fast as the tensor cores";
+  rates = HopperLikePricing();
+  rates.device_copy_bytes_per_s = 1e6;
+  EXPECT_FALSE(PaysOff(large, rates)) << "copies at 1 MB/s";
+}
+
 }  // namespace
 }  // namespace gemm_kernels

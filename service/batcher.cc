@@ -88,7 +88,7 @@ void Batcher::Run() {
 }
 
 void Batcher::DispatchIfIdle() {
-  if (!options_.dispatch_on_arrival) return;
+  if (!options_.dispatch_on_arrival || !executor_->runs_batches_here()) return;
   {
     absl::MutexLock lock(&mu_);
     if (stopping_ || in_flight_ != 0) return;

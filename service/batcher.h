@@ -35,8 +35,9 @@ struct BatcherOptions {
   // Dispatch at once when no batch is in flight (see above). Off, every batch
   // lingers up to max_queue_delay.
   bool dispatch_when_idle = true;
-  // DispatchIfIdle dispatches on the calling thread (off: it does nothing
-  // and the batching thread dispatches everything).
+  // DispatchIfIdle dispatches on the calling thread where the executor runs
+  // batches there (Executor::runs_batches_here; off, or on other executors:
+  // it does nothing and the batching thread dispatches everything).
   bool dispatch_on_arrival = true;
   // A batch DispatchIfIdle forms whose items the executor predicts to take
   // at most this long runs on the calling thread (ExecuteHere); one with an

@@ -23,6 +23,8 @@ class FakeExecutor : public Executor {
   int max_concurrent_batches() const override { return slots_; }
   absl::Duration PredictRunTime(const WorkItem&) const override { return predicted_; }
   void set_predicted(absl::Duration d) { predicted_ = d; }
+  bool runs_batches_here() const override { return runs_here_; }
+  void set_runs_here(bool runs_here) { runs_here_ = runs_here; }
   // Records the calling thread, then holds or finishes the batch as Execute.
   void ExecuteHere(Batch batch) override {
     {
@@ -98,6 +100,7 @@ class FakeExecutor : public Executor {
   const int slots_;
   BackendInfo info_;
   absl::Duration predicted_;
+  bool runs_here_ = true;
   std::vector<std::thread::id> here_threads_ ABSL_GUARDED_BY(mu_);
   absl::Mutex mu_;
   std::deque<Batch> batches_ ABSL_GUARDED_BY(mu_);
@@ -380,6 +383,17 @@ TEST_F(BatcherTest, DispatchOnArrivalOffLeavesEverythingToTheBatchingThread) {
   o.dispatch_on_arrival = false;
   Start(o, 1);
   EXPECT_TRUE(ArriveOneByOne(absl::Microseconds(50), 10).empty());
+}
+
+// An executor whose ExecuteHere only hands the batch over (the CUDA
+// backend's) is left to the batching thread, as with the option off.
+TEST_F(BatcherTest, AnExecutorThatDoesNotRunBatchesHereIsLeftToTheBatchingThread) {
+  BatcherOptions o;
+  o.run_on_arrival_max = absl::Milliseconds(1);
+  Start(o, 1);
+  executor_->set_runs_here(false);
+  EXPECT_TRUE(ArriveOneByOne(absl::Microseconds(50), 10).empty());
+  EXPECT_EQ(executor_->batch_count(), 10u);
 }
 
 TEST(BatcherOptionsTest, ValidateNamesTheField) {

@@ -65,6 +65,7 @@ class CpuExecutor : public Executor {
   // Runs the batch on the calling thread, counted among the running ones;
   // while the peaks are measured it is queued as by Execute.
   void ExecuteHere(Batch batch) override;
+  bool runs_batches_here() const override { return true; }
   // Every dtype runs through sgemm: FLOPs over the calibrated sgemm rate,
   // plus the fp16/bf16 widening and narrowing at the calibrated memory rate.
   // Zero without calibration.

@@ -77,6 +77,8 @@ absl::Status CudaExecutor::Init() {
   lane_options.device = options_.device;
   lane_options.reducing_schedules = options_.reducing_schedules;
   lane_options.copy_unaligned_operands = options_.copy_unaligned_operands;
+  // The lanes are the executor's and end before it.
+  lane_options.copy_pricing = [this](DType in) { return CopyPricingFor(in); };
   lane_options.reducing_min_flops = options_.reducing_min_flops;
   lane_options.max_reducing_workspace_bytes = options_.max_reducing_workspace_bytes;
   lane_options.device_model = absl::StrCat(prop.name, " (sm_", prop.major, prop.minor, ")");
@@ -149,12 +151,43 @@ absl::Status CudaExecutor::InitPortfolio(const std::string& gpu_name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The rates launches of `kind` ("bf16", "fp16") operands price copies at:
+// the Hopper kernel's peak at that type, the strict-fp32 peak (the SIMT
+// kernel runs it), the device memory's and the launch time.
+gemm_kernels::CopyPricing CopyPricingOf(const std::vector<PeakRate>& peaks, absl::string_view kind,
+                                        double launch_seconds) {
+  gemm_kernels::CopyPricing pricing;
+  pricing.tensor_flops_per_s = RateOf(peaks, kind);
+  pricing.simt_flops_per_s = RateOf(peaks, "fp32");
+  pricing.device_copy_bytes_per_s = RateOf(peaks, "memory");
+  pricing.launch_seconds = launch_seconds;
+  return pricing;
+}
+
+}  // namespace
+
 void CudaExecutor::Calibrate(void* stream) {
   gpu::Calibration measured = gpu::Calibrate(options_.device, static_cast<cudaStream_t>(stream));
   ApplyPeakOverrides(options_.peak_overrides, &measured.peak_rates);
+  const CopyPricingByType pricing{
+      CopyPricingOf(measured.peak_rates, "bf16", measured.launch_seconds),
+      CopyPricingOf(measured.peak_rates, "fp16", measured.launch_seconds)};
   peaks_.Set(std::move(measured.peak_rates));
+  spdlog::info("GPU {}: one small launch takes {:.2f} us back to back (0: not measured); "
+               "unaligned bf16/fp16 operands are copied where that is priced faster",
+               options_.device, measured.launch_seconds * 1e6);
   absl::MutexLock lock(&copy_rates_mu_);
   copy_rates_ = CopyRates{measured.copies.h2d, measured.copies.d2h, measured.copies.host_copy};
+  copy_pricing_ = pricing;
+}
+
+gemm_kernels::CopyPricing CudaExecutor::CopyPricingFor(DType in) const {
+  absl::MutexLock lock(&copy_rates_mu_);
+  if (in == DType::kBf16) return copy_pricing_.bf16;
+  if (in == DType::kFp16) return copy_pricing_.fp16;
+  return {};
 }
 
 absl::Status CudaExecutor::RemeasurePeaks() {

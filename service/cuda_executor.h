@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/gemm.h"
 #include "service/cuda/portfolio_policy.h"
 #include "service/executor.h"
 #include "service/peak_rate_store.h"
@@ -81,10 +82,14 @@ class CudaExecutor : public Executor {
     bool reducing_schedules = true;
     // bf16/fp16 operands whose rows start off TMA's 16-byte grid (a leading
     // dimension not a multiple of 8, say) are copied into an aligned K-major
-    // workspace on the lane's stream and run on the tensor cores; off, such
-    // problems run on the portable SIMT kernel
-    // (gemm_kernels::GemmArguments::copy_unaligned_operands).
-    bool copy_unaligned_operands = false;
+    // workspace on the lane's stream and run on the tensor cores where that
+    // is predicted faster than the portable SIMT kernel at the calibrated
+    // rates (tiny problems stay there). Without a calibration, and for
+    // deterministic launches (whose kernel must not depend on a
+    // measurement), they are copied wherever copies apply. Off, such
+    // problems run on the SIMT kernel
+    // (gemm_kernels::GemmArguments::copy_unaligned_operands, copy_pricing).
+    bool copy_unaligned_operands = true;
     // Same-host clients' shared-memory regions are page-locked when
     // registered, and operands and outputs in them are copied by DMA
     // straight between the region and the device (no staging copy).
@@ -167,8 +172,11 @@ class CudaExecutor : public Executor {
   explicit CudaExecutor(const Options& options);
   absl::Status Init();
   // Measures the device (service/cuda/calibration.h) on `stream` into
-  // peaks_ (with the overrides) and copy_rates_.
+  // peaks_ (with the overrides), copy_rates_ and copy_pricing_.
   void Calibrate(void* stream);
+  // The rates a launch of `in` operands prices unaligned-operand copies at
+  // (what LaneOptions::copy_pricing answers): all 0 but for bf16 and fp16.
+  gemm_kernels::CopyPricing CopyPricingFor(DType in) const;
   // The portfolio policy, checked against this process's table key, and a
   // cuBLAS context per lane where the policy may choose cuBLAS.
   absl::Status InitPortfolio(const std::string& gpu_name);
@@ -204,6 +212,12 @@ class CudaExecutor : public Executor {
   };
   mutable absl::Mutex copy_rates_mu_;
   CopyRates copy_rates_ ABSL_GUARDED_BY(copy_rates_mu_);
+  // From the peaks (measured or set by flag) and the measured launch time;
+  // all 0 (copy wherever copies apply) until a calibration measures them.
+  struct CopyPricingByType {
+    gemm_kernels::CopyPricing bf16, fp16;
+  };
+  CopyPricingByType copy_pricing_ ABSL_GUARDED_BY(copy_rates_mu_);
   absl::Mutex remeasure_mu_;  // one RemeasurePeaks at a time
   // Shared by the lanes (they hold a pointer): declared before them.
   std::unique_ptr<gpu::LaunchPolicy> policy_;

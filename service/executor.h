@@ -166,6 +166,12 @@ class Executor {
   // Returns once the work is done where it ran here. The default hands the
   // batch over as Execute does. Thread-safe.
   virtual void ExecuteHere(Batch batch) { Execute(std::move(batch)); }
+  // Whether ExecuteHere runs a batch on the calling thread (the CPU
+  // backend). Where it does not, dispatching on arrival would only move the
+  // hand-off to the executor onto the RPC thread; on the CUDA backend that
+  // measured slower than the batching thread's hand-off (docs/performance.md),
+  // so the batcher leaves those executors to its own thread.
+  virtual bool runs_batches_here() const { return false; }
 
   // Fault containment. A device that faulted (a sticky CUDA error, which
   // leaves its context unusable) goes out of service for good: its executor answers what it holds and

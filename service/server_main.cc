@@ -136,7 +136,10 @@ ABSL_FLAG(bool, cuda_reducing_schedules, kDefaults.cuda.reducing_schedules,
 ABSL_FLAG(bool, cuda_copy_unaligned_operands, kDefaults.cuda.copy_unaligned_operands,
           "CUDA backend: bf16/fp16 operands with rows off the 16-byte grid (a leading "
           "dimension not a multiple of 8) are copied aligned and run on the tensor cores "
-          "instead of the portable SIMT kernel");
+          "where that is predicted faster than the portable SIMT kernel at the calibrated "
+          "rates (tiny problems stay on the SIMT kernel; without calibration, and for "
+          "deterministic requests, they are copied wherever copies apply); false runs them "
+          "all on the SIMT kernel");
 ABSL_FLAG(bool, cuda_pin_shared_memory, kDefaults.cuda.pin_shared_memory,
           "CUDA backend: page-lock same-host clients' shared-memory regions and copy operands "
           "and results straight between them and the GPU (no staging copy)");
@@ -169,8 +172,8 @@ ABSL_FLAG(absl::Duration, max_queue_delay, kDefaults.batcher.max_queue_delay,
 ABSL_FLAG(bool, dispatch_when_idle, kDefaults.batcher.dispatch_when_idle,
           "an idle backend gets queued requests at once instead of after max_queue_delay");
 ABSL_FLAG(bool, dispatch_on_arrival, kDefaults.batcher.dispatch_on_arrival,
-          "an idle backend gets a request from the thread that received it, not through the "
-          "batching thread");
+          "an idle backend that runs batches on the calling thread (CPU) gets a request from "
+          "the thread that received it, not through the batching thread");
 ABSL_FLAG(absl::Duration, run_on_arrival_max, kDefaults.batcher.run_on_arrival_max,
           "with --dispatch_on_arrival, a batch predicted to take at most this long runs on "
           "the receiving thread where the backend can (CPU); 0 never");

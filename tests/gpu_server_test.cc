@@ -231,9 +231,10 @@ TEST_F(GpuServerTest, EveryDtypeLayoutAndTransposeIsRight) {
 }
 
 // bf16/fp16 problems whose leading dimensions leave rows off the 16-byte grid
-// (m, n or k odd, in every layout), with --cuda_copy_unaligned_operands: the
-// operands are copied aligned on the lane's stream and the problems run on
-// the Hopper kernel, counted under their own "_padded" label.
+// (m, n or k odd, in every layout), with --cuda_copy_unaligned_operands (the
+// default) and no calibration, so nothing is priced: the operands are copied
+// aligned on the lane's stream and the problems run on the Hopper kernel,
+// counted under their own "_padded" label.
 TEST_F(GpuServerTest, UnalignedSixteenBitOperandsRunOnTheTensorCoresWhenCopied) {
   ServerOptions o = DefaultOptions();
   o.cuda.copy_unaligned_operands = true;

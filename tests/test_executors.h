@@ -43,6 +43,7 @@ class ForwardingExecutor : public Executor {
     return inner_->QuantizeResident(source, q);
   }
   void Execute(Batch batch) override { inner_->Execute(std::move(batch)); }
+  bool runs_batches_here() const override { return inner_->runs_batches_here(); }
 
  private:
   const std::unique_ptr<Executor> inner_;

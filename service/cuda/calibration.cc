@@ -131,6 +131,33 @@ std::optional<PeakRate> MeasureMemory(int device) {
   return PeakRate{"memory", 2.0 * bytes / (Median(times) / 1e3), kPeakMethodMeasured};
 }
 
+// Seconds per launch of an 8x8x8 strict-fp32 GEMM (the SIMT kernel, a
+// single small block), 64 back to back on the legacy default stream between
+// two events: the median of 5 such rounds after a warm-up round.
+double MeasureLaunch(int device) {
+  constexpr int kSide = 8;
+  constexpr int kLaunches = 64;
+  constexpr size_t kMatrixBytes = kSide * kSide * sizeof(float);
+  auto memory = DeviceMemory::Allocate(3 * kMatrixBytes, device);
+  if (!memory.ok() || cudaMemset(memory->get(), 0, 3 * kMatrixBytes) != cudaSuccess) return 0;
+  const auto* base = static_cast<const unsigned char*>(memory->get());
+  gk::GemmArguments args;
+  args.m = args.n = args.k = kSide;
+  args.a = {base, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
+  args.b = {base + kMatrixBytes, gk::DataType::kFp32, gk::Layout::kColMajor, kSide, 0};
+  args.d = {base + 2 * kMatrixBytes, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
+  gk::Gemm gemm;
+  if (!gemm.Initialize(args).ok()) return 0;
+  auto ms = TimeOnDefaultStream(6, [&gemm] {
+    for (int i = 0; i < kLaunches; ++i)
+      if (!gemm.Run(nullptr).ok()) return false;
+    return true;
+  });
+  if (!ms) return 0;
+  ms->erase(ms->begin());  // the first round is warm-up
+  return Median(*ms) / 1e3 / kLaunches;
+}
+
 double MedianRate(size_t bytes, const std::vector<double>& seconds) {
   if (seconds.empty()) return 0.0;
   const double s = Median(seconds);
@@ -202,6 +229,8 @@ Calibration Calibrate(int device, cudaStream_t copy_stream) {
   if (std::optional<PeakRate> rate = MeasureMemory(device)) out.peak_rates.push_back(*rate);
   cudaGetLastError();
   out.copies = MeasureCopies(device, copy_stream);
+  cudaGetLastError();
+  out.launch_seconds = MeasureLaunch(device);
   cudaGetLastError();
   return out;
 }

@@ -1,7 +1,8 @@
 // Start-up measurements of the CUDA executor's device: the rates of our own
 // GEMM kernels per input type, the device's memory bandwidth, and the
-// host<->device copy rates a batch's bytes move at. About 0.2 s. A failed
-// measurement is left out rather than guessed.
+// host<->device copy rates a batch's bytes move at, and the time of one
+// small kernel launch. About 0.2 s. A failed measurement is left out rather
+// than guessed.
 #ifndef GEMM_SERVICE_CUDA_CALIBRATION_H_
 #define GEMM_SERVICE_CUDA_CALIBRATION_H_
 
@@ -25,6 +26,10 @@ struct Calibration {
   // "bf16", "fp16", "tf32", "fp32" (GEMM FLOP/s) and "memory" (bytes/s).
   std::vector<PeakRate> peak_rates;
   CopyRates copies;
+  // Seconds one small GEMM launch takes on a stream, launched back to back
+  // (the launch and the kernel's shortest run); 0 when not measured. What
+  // the launch API prices each extra launch at (gemm_kernels::CopyPricing).
+  double launch_seconds = 0;
 };
 
 // Measures `device`, which must be current. The kernels and the device copy

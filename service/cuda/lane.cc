@@ -307,6 +307,10 @@ void Lane::PrepareGemm(size_t li) {
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
   ls.args.copy_unaligned_operands = options_.copy_unaligned_operands;
+  // A deterministic launch's kernel is a function of the problem and the
+  // server's flags alone, never of rates measured at start-up.
+  if (options_.copy_unaligned_operands && !g.deterministic && options_.copy_pricing)
+    ls.args.copy_pricing = options_.copy_pricing(ls.args.a.dtype);
   if (p.quantize != GemmProblemRef::Quantize::kNone) {
     // The launch reads the partner's codes, made from its staged (or
     // resident) values.

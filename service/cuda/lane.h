@@ -45,6 +45,10 @@ struct LaneOptions {
   // CudaExecutor::Options::copy_unaligned_operands, for single and
   // strided-batched launches.
   bool copy_unaligned_operands = false;
+  // The measured rates a launch of these input types prices those copies at
+  // (gemm_kernels::GemmArguments::copy_pricing); asked per launch, as a
+  // calibration may measure them again. Empty: copies wherever they apply.
+  std::function<gemm_kernels::CopyPricing(DType in)> copy_pricing;
   double reducing_min_flops = 0;
   uint64_t max_reducing_workspace_bytes = 0;
   // Test seam (CudaExecutor::Options::before_launches): called with the
