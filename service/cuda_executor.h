@@ -94,6 +94,10 @@ class CudaExecutor : public Executor {
     // registered, and operands and outputs in them are copied by DMA
     // straight between the region and the device (no staging copy).
     bool pin_shared_memory = false;
+    // FP8 quantization on the GPU where FP8 runs (Hopper): RegisterMatrix /
+    // BeginUpload with `quantize`, and quantize_partner (kernels/quantize).
+    // Off, both are refused UNIMPLEMENTED by field, as on GPUs without FP8.
+    bool quantize_fp8 = true;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
     // A batch still running `watchdog` after its predicted run time (or
@@ -141,7 +145,10 @@ class CudaExecutor : public Executor {
   bool supports_grouped() const override { return grouped_; }
   // FP8 codes with their scales on Hopper; the server's quantization and
   // block scales with a column-major output are not built on the GPU.
-  Fp8Support fp8_support() const override { return {fp8_, fp8_, fp8_, false}; }
+  Fp8Support fp8_support() const override {
+    const bool quantizes = fp8_ && options_.quantize_fp8;
+    return {fp8_, quantizes, quantizes, false};
+  }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
   // gpu::IsStickyError) or a batch ran past the watchdog: from then on the

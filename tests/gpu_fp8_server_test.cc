@@ -137,6 +137,7 @@ class GpuFp8ServerTest : public ::testing::Test {
     o.backend = "cuda";
     o.cuda.calibrate = false;
     o.cuda.portfolio = portfolio;
+    o.cuda.quantize_fp8 = true;
     o.limits.max_resident_bytes = 64 << 20;
     auto server = GemmServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
