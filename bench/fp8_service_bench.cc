@@ -141,6 +141,7 @@ int Main() {
   so.listen_address = "127.0.0.1:0";
   so.backend = "cuda";
   so.cuda.calibrate = false;
+  so.cuda.quantize_fp8 = true;  // the registration part quantizes on the server
   auto server = GemmServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(server.status().message()).c_str());
