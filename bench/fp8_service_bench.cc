@@ -4,9 +4,16 @@
 // time of each request, the server's kernel time (compute_ns) and transfer
 // time beside it, and the ratio FP8 / bf16. FP8 sends half of bf16's
 // operand bytes; the target is FP8 <= 0.6x bf16's wall time. The client
-// quantizes before the clock starts (the server's quantization is another
-// figure). Random data; the two kinds alternate, after warm-up, medians
-// printed; a few rows of every result are checked against float64.
+// quantizes before the clock starts. Random data; the two kinds alternate,
+// after warm-up, medians printed; a few rows of every result are checked
+// against float64.
+//
+// Then the server's quantization: registering a --register_size square
+// bf16 matrix as FP8 e4m3 with block scales (quantized by the server, on
+// the GPU) beside registering it as bf16, alternating, medians; and the
+// client library's QuantizeToFp8 of the same matrix on this host for
+// comparison. The server's codes are downloaded once and checked against
+// the client's, bit for bit.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -28,6 +35,8 @@ ABSL_FLAG(int, size, 4096, "M = N = K");
 ABSL_FLAG(int, runs, 7, "measured requests of each kind (after 2 warm-up ones)");
 ABSL_FLAG(uint64_t, chunked_threshold_bytes, uint64_t{4} << 20,
           "requests larger than this go over the chunked path");
+ABSL_FLAG(int, register_size, 8192,
+          "rows = cols of the matrix registered as bf16 and as FP8 (0: skip that part)");
 
 namespace gemm {
 namespace {
@@ -64,12 +73,75 @@ double SampledError(const std::vector<float>& a, const std::vector<float>& b, in
   return std::sqrt(err2 / std::max(ref2, 1e-300));
 }
 
+// Registering a bf16 matrix as bf16 and as FP8 (block scales, as B)
+// through `client`, alternating; false when a step fails or the server's
+// codes differ from QuantizeToFp8's.
+bool RegisterBench(Client* client, int size, int runs) {
+  const size_t elems = size_t(size) * size;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(elems);
+  for (float& x : values) x = normal(rng);
+  std::vector<uint16_t> bf16(elems);
+  FromFloat(DType::kBf16, values.data(), bf16.data(), elems);
+  const MatrixView view(bf16.data(), size, size, DType::kBf16);
+  const Fp8Quantization how{DType::kFp8E4m3, ScaleMode::kBlock, OperandRole::kB, false};
+
+  std::vector<double> plain_ms, quantized_ms, local_ms;
+  bool checked = false;
+  for (int r = 0; r < runs + 1; ++r) {
+    absl::Time t0 = absl::Now();
+    auto plain = client->RegisterMatrix(view, "bench bf16");
+    const double plain_wall = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (!plain.ok()) {
+      std::fprintf(stderr, "register bf16: %s\n", std::string(plain.status().message()).c_str());
+      return false;
+    }
+    if (!client->ReleaseMatrix(*plain).ok()) return false;
+    t0 = absl::Now();
+    auto quantized = client->RegisterQuantized(view, how, "bench fp8");
+    const double quantized_wall = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (!quantized.ok()) {
+      std::fprintf(stderr, "register fp8: %s\n",
+                   std::string(quantized.status().message()).c_str());
+      return false;
+    }
+    t0 = absl::Now();
+    auto local = QuantizeToFp8(view, how);
+    const double local_wall = absl::ToDoubleMilliseconds(absl::Now() - t0);
+    if (!local.ok()) return false;
+    if (!checked) {
+      std::vector<uint8_t> codes(elems);
+      if (!client->DownloadMatrix(quantized->handle, codes.data(), codes.size()).ok()) return false;
+      if (codes != local->codes) {
+        std::printf("FAILED: the server's FP8 codes differ from QuantizeToFp8's\n");
+        return false;
+      }
+      checked = true;
+    }
+    if (!client->ReleaseMatrix(*quantized).ok()) return false;
+    if (r == 0) continue;  // warm-up
+    plain_ms.push_back(plain_wall);
+    quantized_ms.push_back(quantized_wall);
+    local_ms.push_back(local_wall);
+  }
+  std::printf("\nregistering a %d x %d bf16 matrix (%d runs each, medians; the server's FP8 "
+              "codes equal QuantizeToFp8's)\n",
+              size, size, runs);
+  std::printf("  as bf16:                          %9.1f ms\n", Median(plain_ms));
+  std::printf("  as FP8 e4m3 block, on the server: %9.1f ms  (%.3fx bf16)\n",
+              Median(quantized_ms), Median(quantized_ms) / Median(plain_ms));
+  std::printf("  QuantizeToFp8 on this host alone: %9.1f ms\n", Median(local_ms));
+  return true;
+}
+
 int Main() {
   const int n = absl::GetFlag(FLAGS_size);
   ServerOptions so;
   so.listen_address = "127.0.0.1:0";
   so.backend = "cuda";
   so.cuda.calibrate = false;
+  so.cuda.quantize_fp8 = true;  // the registration part quantizes on the server
   auto server = GemmServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "server: %s\n", std::string(server.status().message()).c_str());
@@ -169,10 +241,13 @@ int Main() {
                 k.kernel.c_str());
   }
   std::printf("ratio fp8/bf16 wall: %.3f (target <= 0.6)\n", wall[1] / wall[0]);
-  (*server)->Shutdown(absl::Seconds(10));
   const bool accurate = kinds[0].worst_error < 2e-2 && kinds[1].worst_error < 2e-2;
   if (!accurate) std::printf("FAILED: a result is off (see rel_error)\n");
-  return accurate ? 0 : 1;
+  const int register_size = absl::GetFlag(FLAGS_register_size);
+  const bool registered =
+      register_size <= 0 || RegisterBench(client->get(), register_size, runs);
+  (*server)->Shutdown(absl::Seconds(10));
+  return accurate && registered ? 0 : 1;
 }
 
 }  // namespace

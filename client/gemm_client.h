@@ -209,8 +209,9 @@ class Client {
   // matrix will serve as) and stores the codes and scales. The handle's
   // dtype is quantize.format; problems name it without scales. Large
   // matrices go in chunks (BeginUpload with Quantization) as RegisterMatrix
-  // sends them. Backends without FP8 (CUDA, so far) answer UNIMPLEMENTED
-  // naming "quantize".
+  // sends them. Backends that do not quantize (a GPU older than Hopper, or
+  // a CUDA server without --cuda_quantize_fp8) answer UNIMPLEMENTED naming
+  // "quantize".
   absl::StatusOr<ResidentHandle> RegisterQuantized(const MatrixView& matrix,
                                                    const Fp8Quantization& quantize,
                                                    absl::string_view label = "",

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 namespace gemm {
@@ -72,8 +73,6 @@ void ForEachElement(const Fp8Operand& g, F f) {
 
 }  // namespace
 
-float Fp8Max(DType format) { return format == DType::kFp8E4m3 ? 448.0f : 57344.0f; }
-
 float Fp8ToFloat(uint8_t code, DType format) { return TableOf(format)[code]; }
 
 void Fp8ToFloatN(const uint8_t* src, DType format, float* dst, uint64_t n) {
@@ -81,85 +80,13 @@ void Fp8ToFloatN(const uint8_t* src, DType format, float* dst, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) dst[i] = table[src[i]];
 }
 
-uint8_t FloatToFp8(double x, DType format) {
-  const Fp8Spec f = SpecOf(format);
-  uint64_t u;
-  std::memcpy(&u, &x, sizeof u);
-  const uint8_t sign = static_cast<uint8_t>((u >> 56) & 0x80);
-  const uint64_t abs = u & 0x7fffffffffffffffull;
-  constexpr uint64_t kInfBits = 0x7ff0000000000000ull;
-  if (abs > kInfBits) return sign | f.nan_code;
-  if (abs == kInfBits) return sign | f.max_code;
-  const int64_t biased = static_cast<int64_t>(abs >> 52);
-  if (biased == 0) return sign;  // zero, or a double subnormal: far below FP8's range
-  const int64_t e = biased - 1023;
-  const int64_t emin = 1 - f.bias;
-  if (e >= emin) {
-    // Round the 52-bit mantissa to mantissa_bits, ties to even; a carry
-    // moves into the exponent, which is the right next code.
-    const int shift = 52 - f.mantissa_bits;
-    const uint64_t rounded =
-        abs + ((uint64_t{1} << (shift - 1)) - 1) + ((abs >> shift) & 1);
-    const uint64_t code = (rounded >> shift) - (uint64_t(1023 - f.bias) << f.mantissa_bits);
-    return sign | static_cast<uint8_t>(std::min<uint64_t>(code, f.max_code));
-  }
-  // Subnormal FP8: the value in units of 2^(emin - mantissa_bits).
-  const uint64_t man = (abs & ((uint64_t{1} << 52) - 1)) | (uint64_t{1} << 52);
-  const int64_t shift = 52 + emin - f.mantissa_bits - e;  // > 52 - mantissa_bits
-  if (shift >= 54) return sign;  // below half the smallest subnormal
-  const uint64_t units = man >> shift;
-  const uint64_t rem = man & ((uint64_t{1} << shift) - 1);
-  const uint64_t halfway = uint64_t{1} << (shift - 1);
-  const uint64_t up = rem > halfway || (rem == halfway && (units & 1)) ? 1 : 0;
-  return sign | static_cast<uint8_t>(units + up);
-}
-
 const char* OperandName(OperandRole operand) { return operand == OperandRole::kA ? "a" : "b"; }
-
-uint64_t ScaleCount(const Fp8Operand& g) {
-  const uint64_t outer = g.outer(), k_blocks = Fp8KBlocks(g.k());
-  switch (g.mode) {
-    case ScaleMode::kNone:
-      return 0;
-    case ScaleMode::kTensor:
-      return 1;
-    case ScaleMode::kChannel:
-      return outer;
-    case ScaleMode::kBlock:
-      return g.operand == OperandRole::kA ? outer * k_blocks
-                                      : k_blocks * ((outer + kFp8BlockK - 1) / kFp8BlockK);
-  }
-  return 0;
-}
-
-uint64_t ScaleIndex(const Fp8Operand& g, uint64_t row, uint64_t col) {
-  const bool outer_is_row = g.outer_is_row();
-  const uint64_t o = outer_is_row ? row : col;
-  const uint64_t kk = outer_is_row ? col : row;
-  switch (g.mode) {
-    case ScaleMode::kNone:
-    case ScaleMode::kTensor:
-      return 0;
-    case ScaleMode::kChannel:
-      return o;
-    case ScaleMode::kBlock:
-      if (g.operand == OperandRole::kA) return o * Fp8KBlocks(g.k()) + kk / kFp8BlockK;
-      return (kk / kFp8BlockK) * ((g.outer() + kFp8BlockK - 1) / kFp8BlockK) + o / kFp8BlockK;
-  }
-  return 0;
-}
 
 float ScaleAt(const void* scales, uint64_t i) {
   // Little-endian fp32 on the wire; the hosts this builds for are little-endian.
   float s;
   std::memcpy(&s, static_cast<const unsigned char*>(scales) + i * sizeof(float), sizeof s);
   return s;
-}
-
-float ScaleForAmax(float amax, DType format) {
-  if (amax == 0.0f) return 1.0f;
-  const float scale = amax / Fp8Max(format);
-  return scale > 0.0f ? scale : std::numeric_limits<float>::denorm_min();
 }
 
 uint64_t QuantizeFp8(const float* values, const Fp8Operand& g, DType format, uint8_t* codes,
@@ -177,11 +104,8 @@ uint64_t QuantizeFp8(const float* values, const Fp8Operand& g, DType format, uin
   });
   if (bad != kQuantizeOk) return bad;
   for (size_t i = 0; i < amax.size(); ++i) scales[i] = ScaleForAmax(amax[i], format);
-  // The quotient of two floats in double is close enough to exact that
-  // rounding it to FP8 rounds the exact quotient (a float quotient would
-  // round twice).
   ForEachElement(g, [&](uint64_t e, uint64_t r, uint64_t c) {
-    codes[e] = FloatToFp8(static_cast<double>(values[e]) / scales[ScaleIndex(g, r, c)], format);
+    codes[e] = QuantizeElement(values[e], scales[ScaleIndex(g, r, c)], format);
   });
   return kQuantizeOk;
 }

@@ -31,62 +31,29 @@
 #define GEMM_COMMON_FP8_H_
 
 #include <cstdint>
-#include <limits>
 
+#include "common/fp8_rule.h"
 #include "common/types.h"
 
 namespace gemm {
 
 // ---- Element codec ----------------------------------------------------
 
-// The largest finite magnitude: 448 (e4m3), 57344 (e5m2). `format` must be
-// an FP8 type (IsFp8).
-float Fp8Max(DType format);
+// Fp8Max and FloatToFp8 (one code from a double) are in common/fp8_rule.h.
 
 // The value of an FP8 code (exact in fp32): NaN for e4m3's 0x7f/0xff and
 // e5m2's NaN codes, +-infinity for e5m2's 0x7c/0xfc.
 float Fp8ToFloat(uint8_t code, DType format);
-
-// The FP8 code nearest to `x` (ties to even), saturating: magnitudes past
-// FMT_MAX, infinities included, give +-FMT_MAX; NaN gives the format's NaN
-// (0x7f, or 0x7e on e5m2, with x's sign). Takes a double so that a quotient
-// computed in double rounds exactly once (see QuantizeFp8).
-uint8_t FloatToFp8(double x, DType format);
 
 // n codes to fp32 (`dst` may not alias `src`).
 void Fp8ToFloatN(const uint8_t* src, DType format, float* dst, uint64_t n);
 
 // ---- Scales -------------------------------------------------------------
 
-// ScaleMode and ScaleModeName are in common/types.h.
-// Which operand of D = op(A) op(B) a matrix is: it fixes which dimension a
-// channel runs along and the block shape.
-enum class OperandRole { kA, kB };
-
-constexpr uint64_t kFp8BlockK = 128;
-
-// Blocks of block scales along K: ceil(k / 128), the last one partial
-// where k % 128 != 0.
-constexpr uint64_t Fp8KBlocks(uint64_t k) { return (k + kFp8BlockK - 1) / kFp8BlockK; }
-
+// ScaleMode and ScaleModeName are in common/types.h; OperandRole, Fp8Operand,
+// kFp8BlockK, Fp8KBlocks, ScaleCount, ScaleIndex and ScaleForAmax in
+// common/fp8_rule.h.
 const char* OperandName(OperandRole operand);   // "a", "b"
-
-// An FP8 operand as stored (rows x cols in `layout`; op(X) = X^T when
-// `transposed`), with what its scales mean.
-struct Fp8Operand {
-  uint64_t rows = 0;
-  uint64_t cols = 0;
-  Layout layout = Layout::kRowMajor;
-  OperandRole operand = OperandRole::kA;
-  bool transposed = false;
-  ScaleMode mode = ScaleMode::kTensor;
-
-  // M (for A) or N (for B): the dimension of op(X) that is not K.
-  uint64_t outer() const { return outer_is_row() ? rows : cols; }
-  uint64_t k() const { return outer_is_row() ? cols : rows; }
-  // Whether stored rows index the outer dimension (A as stored, B transposed).
-  bool outer_is_row() const { return (operand == OperandRole::kA) != transposed; }
-};
 
 // How to quantize a matrix that will serve as `operand` (transposed or
 // not): the gemm.v1 Quantization of RegisterMatrix / BeginUpload, and the
@@ -98,25 +65,15 @@ struct Fp8Quantization {
   bool transposed = false;
 };
 
-// Scales `g` needs: 1, outer, or the block grid above (0 for kNone).
-uint64_t ScaleCount(const Fp8Operand& g);
-
-// Index into the scales of the element stored at (row, col).
-uint64_t ScaleIndex(const Fp8Operand& g, uint64_t row, uint64_t col);
-
 // Reads scale `i` of little-endian fp32 scales at `scales` (may be unaligned).
 float ScaleAt(const void* scales, uint64_t i);
 
 // ---- Quantization -------------------------------------------------------
 
-// The rule above for one group's amax: the fp32 scale.
-float ScaleForAmax(float amax, DType format);
-
 // Quantizes `values` (g.rows x g.cols floats in g.layout) to `format`:
 // writes the codes (same layout) to `codes` and ScaleCount(g) scales to
 // `scales`. Returns the index (into `values`) of the first non-finite value,
-// in which case nothing is defined, or kQuantizeOk.
-constexpr uint64_t kQuantizeOk = std::numeric_limits<uint64_t>::max();
+// in which case nothing is defined, or kQuantizeOk (common/fp8_rule.h).
 uint64_t QuantizeFp8(const float* values, const Fp8Operand& g, DType format, uint8_t* codes,
                      float* scales);
 

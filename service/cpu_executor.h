@@ -60,7 +60,7 @@ class CpuExecutor : public Executor {
   absl::Status RemeasurePeaks() override;
   int max_concurrent_batches() const override { return options_.concurrent_requests; }
   // FP8 operands are decoded with their scales and run through sgemm.
-  Fp8Support fp8_support() const override { return {true, true, true}; }
+  Fp8Support fp8_support() const override { return {true, true, true, true}; }
   void Execute(Batch batch) override;
   // Runs the batch on the calling thread, counted among the running ones;
   // while the peaks are measured it is queued as by Execute.

@@ -441,6 +441,11 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::CreateResident(
   return gpu::CopyToDeviceMatrix(source, options_.device);
 }
 
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> CudaExecutor::QuantizeResident(
+    const MatrixRef& source, const Fp8Quantization& q) const {
+  return gpu::QuantizeToDeviceMatrix(source, q, options_.device);
+}
+
 std::shared_ptr<void> CudaExecutor::PinHostMemory(void* base, uint64_t bytes) const {
   if (!options_.pin_shared_memory) return nullptr;
   const cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterPortable);

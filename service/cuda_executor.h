@@ -94,6 +94,11 @@ class CudaExecutor : public Executor {
     // registered, and operands and outputs in them are copied by DMA
     // straight between the region and the device (no staging copy).
     bool pin_shared_memory = false;
+    // FP8 quantization on the GPU where FP8 runs (Hopper): RegisterMatrix /
+    // BeginUpload with `quantize`, and quantize_partner (kernels/quantize).
+    // Off, both are refused UNIMPLEMENTED by field, as on GPUs without FP8.
+    // Off by default until its GPU tests have run on a Hopper GPU.
+    bool quantize_fp8 = false;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
     // A batch still running `watchdog` after its predicted run time (or
@@ -141,7 +146,10 @@ class CudaExecutor : public Executor {
   bool supports_grouped() const override { return grouped_; }
   // FP8 codes with their scales on Hopper; the server's quantization and
   // block scales with a column-major output are not built on the GPU.
-  Fp8Support fp8_support() const override { return {fp8_, false, false}; }
+  Fp8Support fp8_support() const override {
+    const bool quantizes = fp8_ && options_.quantize_fp8;
+    return {fp8_, quantizes, quantizes, false};
+  }
   void Execute(Batch batch) override;
   // False for good once a sticky CUDA error was seen on the device (see
   // gpu::IsStickyError) or a batch ran past the watchdog: from then on the
@@ -159,6 +167,9 @@ class CudaExecutor : public Executor {
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
+  // On the device (kernels/quantize), codes kept there.
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeResident(
+      const MatrixRef& source, const Fp8Quantization& q) const override;
   // With Options::pin_shared_memory: cudaHostRegister (portable, so every
   // device of the process reads it), unregistered when the result is
   // dropped. A failure (a mapping the driver cannot lock) logs a WARN and

@@ -50,15 +50,18 @@ struct BackendInfo {
 struct Fp8Support {
   // FP8 problems whose inputs arrive as FP8 codes with their scales.
   bool runs = false;
-  // Quantizing bf16/fp32 to FP8 itself: quantize_partner, quantize on
-  // register.
-  bool quantizes = false;
+  // Quantizing a bf16/fp32 matrix to FP8 itself when it is registered or
+  // uploaded with `quantize` (QuantizeResident).
+  bool quantizes_matrices = false;
+  // Quantizing a bf16/fp32 operand per problem (quantize_partner).
+  bool quantizes_partner = false;
   // Block scales with a column-major output.
   bool block_scales_column_major_output = false;
 
   // What every one of several executors can do.
   Fp8Support And(const Fp8Support& o) const {
-    return {runs && o.runs, quantizes && o.quantizes,
+    return {runs && o.runs, quantizes_matrices && o.quantizes_matrices,
+            quantizes_partner && o.quantizes_partner,
             block_scales_column_major_output && o.block_scales_column_major_output};
   }
 };
@@ -119,6 +122,18 @@ class Executor {
   virtual absl::StatusOr<std::shared_ptr<ResidentMatrix>> CreateResident(
       const MatrixRef& source) const {
     return MakeHostResident(source);
+  }
+
+  // `source` (dense host bf16, fp16 or fp32, as described) quantized to
+  // FP8 by `q` (common/fp8.h's rule) and kept where this executor's
+  // launches read it, for RegisterMatrix and BeginUpload with `quantize`
+  // (fp8_support().quantizes_matrices). The default quantizes on the
+  // calling thread into host memory; a GPU executor quantizes on its device
+  // and keeps the codes there. INVALID_ARGUMENT naming "data" for a NaN or
+  // infinite element. Thread-safe.
+  virtual absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeResident(
+      const MatrixRef& source, const Fp8Quantization& q) const {
+    return QuantizeToHostResident(source, q);
   }
 
   // Page-locks host memory a same-host client shares (a registered

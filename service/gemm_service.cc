@@ -53,7 +53,8 @@ BackendFeatures FeaturesOf(const Executor& executor) {
   f.backend = executor.info().backend;
   const Fp8Support fp8 = executor.fp8_support();
   f.fp8 = fp8.runs;
-  f.fp8_quantize = fp8.quantizes;
+  f.fp8_quantize_matrices = fp8.quantizes_matrices;
+  f.fp8_quantize_partner = fp8.quantizes_partner;
   f.fp8_block_scales_column_major_output = fp8.block_scales_column_major_output;
   return f;
 }
@@ -889,15 +890,11 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
     st = quantize.status();
   } else {
     const std::string caller = CallerIdentity(*context);
-    // A quantized matrix is made on the host here (only the CPU backend
-    // offers quantization so far), and held at its FP8 size plus scales.
-    auto registered =
-        quantize->has_value()
-            ? residents_->Register(
-                  caller, *source,
-                  [q = **quantize](const MatrixRef& src) { return QuantizeToHostResident(src, q); },
-                  QuantizedBytes(*source, **quantize))
-            : residents_->Register(caller, *source);
+    // A quantized matrix is made by the executor (on the GPU where there is
+    // one) and held at its FP8 size plus scales.
+    auto registered = quantize->has_value()
+                          ? residents_->RegisterQuantized(caller, *source, **quantize)
+                          : residents_->Register(caller, *source);
     if (registered.ok()) {
       response->set_handle(registered->handle);
       response->set_bytes(registered->bytes);

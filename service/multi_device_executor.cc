@@ -215,7 +215,7 @@ absl::Duration MultiDeviceExecutor::PredictRunTime(const WorkItem& item) const {
 }
 
 Fp8Support MultiDeviceExecutor::fp8_support() const {
-  Fp8Support all{true, true, true};
+  Fp8Support all{true, true, true, true};
   for (const auto& c : children_) all = all.And(c->fp8_support());
   return all;
 }
@@ -396,6 +396,13 @@ absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::AllocateRes
     const MatrixRef& shape) const {
   return PlaceResident(shape.bytes(),
                        [&shape](const Executor& e) { return e.AllocateResident(shape); });
+}
+
+absl::StatusOr<std::shared_ptr<ResidentMatrix>> MultiDeviceExecutor::QuantizeResident(
+    const MatrixRef& source, const Fp8Quantization& q) const {
+  return PlaceResident(QuantizedBytes(source, q), [&source, &q](const Executor& e) {
+    return e.QuantizeResident(source, q);
+  });
 }
 
 std::shared_ptr<void> MultiDeviceExecutor::PinHostMemory(void* base, uint64_t bytes) const {

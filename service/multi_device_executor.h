@@ -70,6 +70,8 @@ class MultiDeviceExecutor : public Executor {
       const MatrixRef& source) const override;
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> AllocateResident(
       const MatrixRef& shape) const override;
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeResident(
+      const MatrixRef& source, const Fp8Quantization& q) const override;
   // One page-locking serves every device (it is portable): the first's.
   std::shared_ptr<void> PinHostMemory(void* base, uint64_t bytes) const override;
 

@@ -155,6 +155,16 @@ absl::Status NoQuantizingHere(const BackendFeatures& features, absl::string_view
       "backend"));
 }
 
+absl::Status NoPartnerQuantizingHere(const BackendFeatures& features, absl::string_view field) {
+  if (!features.fp8_quantize_matrices) return NoQuantizingHere(features, field);
+  return absl::UnimplementedError(absl::StrCat(
+      field, ": the ", features.backend,
+      " backend does not quantize an operand per problem yet; register it with `quantize` "
+      "(RegisterMatrix or BeginUpload: quantized once, on the server) and name its handle, "
+      "send FP8 codes with their scales (the client libraries' QuantizeToFp8 / quantize_fp8 "
+      "follow the server's rule), or use the CPU backend"));
+}
+
 // The scales of operand `name` (its MatrixRef `ref` already checked): set
 // ref->scales from the request, or check the ones a server-quantized
 // resident matrix keeps.
@@ -351,8 +361,8 @@ absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int ind
   // malformed request gets the same INVALID_ARGUMENT on every backend.
   if (fp8 && !features.fp8)
     return NoFp8Here(features, Field(index, IsFp8(*in) ? "input_dtype" : "b_dtype"));
-  if (out.quantize != GemmProblemRef::Quantize::kNone && !features.fp8_quantize)
-    return NoQuantizingHere(features, Field(index, "quantize_partner"));
+  if (out.quantize != GemmProblemRef::Quantize::kNone && !features.fp8_quantize_partner)
+    return NoPartnerQuantizingHere(features, Field(index, "quantize_partner"));
   if (fp8 && s.layout_d == Layout::kColMajor && !features.fp8_block_scales_column_major_output &&
       (out.a.scales.mode == ScaleMode::kBlock || out.b.scales.mode == ScaleMode::kBlock ||
        out.quantize_mode == ScaleMode::kBlock))
@@ -555,7 +565,7 @@ absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(
                  absl::StrCat("unknown operand ", static_cast<int>(quantize.operand())));
   }
   q.transposed = quantize.transposed();
-  if (!features.fp8_quantize) return NoQuantizingHere(features, "quantize");
+  if (!features.fp8_quantize_matrices) return NoQuantizingHere(features, "quantize");
   return q;
 }
 

@@ -44,9 +44,14 @@ struct BackendFeatures {
   // request, or a resident FP8 matrix): the CPU backend, and the CUDA
   // backend on Hopper (sm_90) GPUs.
   bool fp8 = true;
-  // The server quantizing to FP8 (GemmProblem.quantize_partner, quantize on
-  // RegisterMatrix / BeginUpload): the CPU backend only so far.
-  bool fp8_quantize = true;
+  // The server quantizing a matrix to FP8 when it is registered or uploaded
+  // with `quantize` (RegisterMatrix / BeginUpload): the CPU backend and
+  // the CUDA backend where it runs FP8.
+  bool fp8_quantize_matrices = true;
+  // The server quantizing an operand per problem
+  // (GemmProblem.quantize_partner): the CPU backend and the CUDA backend
+  // where it runs FP8.
+  bool fp8_quantize_partner = true;
   // FP8 block scales with a column-major output (the CUDA kernel computes a
   // column-major D as D^T = B^T A^T, where A's 1 x 128 blocks do not fit).
   bool fp8_block_scales_column_major_output = true;
@@ -70,7 +75,7 @@ struct BackendFeatures {
 // else.
 // A problem that passes every rule but needs what the backend lacks is
 // UNIMPLEMENTED naming the field: an FP8 input without features.fp8 (its
-// dtype field), quantize_partner without features.fp8_quantize, block scales
+// dtype field), quantize_partner without features.fp8_quantize_partner, block scales
 // with a column-major output without its feature (output_layout).
 absl::StatusOr<GemmProblemRef> ValidateProblem(const v1::GemmProblem& p, int index,
                                                const ServiceLimits& limits,
@@ -116,7 +121,7 @@ absl::StatusOr<MatrixRef> ValidateBeginUpload(const v1::BeginUploadRequest& requ
 // of `shape` (as ValidateRegisterMatrix / ValidateBeginUpload returned it):
 // nullopt when the request has none. INVALID_ARGUMENT names the field
 // ("quantize.mode", "dtype", ...); a valid quantization without
-// features.fp8_quantize is UNIMPLEMENTED naming "quantize". An FP8 dtype
+// features.fp8_quantize_matrices is UNIMPLEMENTED naming "quantize". An FP8 dtype
 // without quantization is accepted only with features.fp8 (UNIMPLEMENTED
 // naming "dtype" otherwise).
 absl::StatusOr<std::optional<Fp8Quantization>> ValidateQuantization(

@@ -252,7 +252,8 @@ TEST(Fp8ValidationTest, OperandBytesAreOneBytePerElement) {
 TEST(Fp8ValidationTest, ABackendWithoutFp8RefusesItByField) {
   BackendFeatures cuda;
   cuda.fp8 = false;
-  cuda.fp8_quantize = false;
+  cuda.fp8_quantize_matrices = false;
+  cuda.fp8_quantize_partner = false;
   cuda.backend = "cuda";
   ExpectError(Validate(Fp8Problem(), cuda).status(), absl::StatusCode::kUnimplemented,
               "problems[0].input_dtype");
@@ -269,7 +270,8 @@ TEST(Fp8ValidationTest, MalformedFp8IsInvalidOnEveryBackend) {
   // naming the field whether the backend runs FP8 or not.
   BackendFeatures none;
   none.fp8 = false;
-  none.fp8_quantize = false;
+  none.fp8_quantize_matrices = false;
+  none.fp8_quantize_partner = false;
   none.fp8_block_scales_column_major_output = false;
   none.backend = "cuda";
   BackendFeatures gpu = none;
@@ -295,8 +297,9 @@ TEST(Fp8ValidationTest, MalformedFp8IsInvalidOnEveryBackend) {
 }
 
 TEST(Fp8ValidationTest, ABackendThatRunsButDoesNotQuantizeRefusesQuantizePartner) {
+  // The CUDA backend: it quantizes registered matrices, not per problem.
   BackendFeatures gpu;
-  gpu.fp8_quantize = false;
+  gpu.fp8_quantize_partner = false;
   gpu.backend = "cuda";
   EXPECT_TRUE(Validate(Fp8Problem(), gpu).ok());
   v1::GemmProblem p = Fp8Problem();
@@ -305,8 +308,10 @@ TEST(Fp8ValidationTest, ABackendThatRunsButDoesNotQuantizeRefusesQuantizePartner
   p.mutable_a()->clear_scales();
   p.set_quantize_partner(true);
   ASSERT_TRUE(Validate(p).ok()) << Validate(p).status();
-  ExpectError(Validate(p, gpu).status(), absl::StatusCode::kUnimplemented,
-              "problems[0].quantize_partner");
+  const absl::Status refused = Validate(p, gpu).status();
+  ExpectError(refused, absl::StatusCode::kUnimplemented, "problems[0].quantize_partner");
+  EXPECT_NE(refused.message().find("register it with `quantize`"), std::string::npos)
+      << refused;
 }
 
 TEST(Fp8ValidationTest, BlockScalesWithAColumnMajorOutputWhereTheBackendLacksThem) {
@@ -418,7 +423,8 @@ TEST(Fp8ValidationTest, QuantizationFieldsNameThemselves) {
 TEST(Fp8ValidationTest, QuantizationAndFp8MatricesOnABackendWithoutFp8) {
   BackendFeatures cuda;
   cuda.fp8 = false;
-  cuda.fp8_quantize = false;
+  cuda.fp8_quantize_matrices = false;
+  cuda.fp8_quantize_partner = false;
   cuda.backend = "cuda";
   ExpectError(ValidateQuantization(true, Quantization(v1::SCALE_MODE_TENSOR, v1::OPERAND_A),
                                    Shape(3, 3), cuda)
@@ -432,7 +438,8 @@ TEST(Fp8ValidationTest, QuantizationAndFp8MatricesOnABackendWithoutFp8) {
 
 TEST(Fp8ValidationTest, QuantizationIsValidatedBeforeTheBackendRefusesIt) {
   BackendFeatures gpu;
-  gpu.fp8_quantize = false;
+  gpu.fp8_quantize_matrices = false;
+  gpu.fp8_quantize_partner = false;
   gpu.backend = "cuda";
   v1::Quantization q = Quantization(v1::SCALE_MODE_CHANNEL, v1::OPERAND_A);
   q.set_format(v1::DATA_TYPE_BF16);
@@ -444,6 +451,16 @@ TEST(Fp8ValidationTest, QuantizationIsValidatedBeforeTheBackendRefusesIt) {
   EXPECT_TRUE(
       ValidateQuantization(false, v1::Quantization(), Shape(3, 3, DType::kFp8E4m3), gpu).ok())
       << "a backend that runs FP8 keeps FP8 matrices the client quantized";
+}
+
+TEST(Fp8ValidationTest, ABackendThatQuantizesMatricesOnlyTakesQuantizeOnRegistration) {
+  // The CUDA backend on Hopper.
+  BackendFeatures gpu;
+  gpu.fp8_quantize_partner = false;
+  gpu.backend = "cuda";
+  EXPECT_TRUE(ValidateQuantization(true, Quantization(v1::SCALE_MODE_BLOCK, v1::OPERAND_B),
+                                   Shape(3, 3), gpu)
+                  .ok());
 }
 
 TEST(Fp8ValidationTest, RegisterMatrixTakesFp8Bytes) {

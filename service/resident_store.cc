@@ -86,11 +86,13 @@ struct ResidentStore::Budget {
 };
 
 ResidentStore::ResidentStore(const Options& options, Allocator allocator,
-                             Allocator upload_allocator, const Clock* clock)
+                             Allocator upload_allocator, const Clock* clock,
+                             Quantizer quantizer)
     : options_(options),
       allocator_(std::move(allocator)),
       upload_allocator_(std::move(upload_allocator)),
       clock_(clock),
+      quantizer_(std::move(quantizer)),
       budget_(std::make_shared<Budget>()) {}
 
 ResidentStore::~ResidentStore() = default;
@@ -182,6 +184,13 @@ ResidentStore::Registration ResidentStore::Insert(Entry entry, uint64_t bytes) {
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
                                                                     const MatrixRef& source) {
   return Register(owner, source, allocator_, source.bytes());
+}
+
+absl::StatusOr<ResidentStore::Registration> ResidentStore::RegisterQuantized(
+    absl::string_view owner, const MatrixRef& source, const Fp8Quantization& q) {
+  return Register(
+      owner, source, [this, &q](const MatrixRef& src) { return quantizer_(src, q); },
+      QuantizedBytes(source, q));
 }
 
 absl::StatusOr<ResidentStore::Registration> ResidentStore::Register(absl::string_view owner,
@@ -299,8 +308,7 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
     return absl::OkStatus();
   }
   // Outside the lock: quantizing a large matrix takes a while.
-  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made =
-      QuantizeToHostResident(raw->view(), quantize);
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = quantizer_(raw->view(), quantize);
   raw.reset();
   std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
   absl::Status outcome;

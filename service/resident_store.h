@@ -52,6 +52,10 @@ class ResidentStore {
   // Makes the stored copy of a matrix (Executor::CreateResident in the server).
   using Allocator =
       std::function<absl::StatusOr<std::shared_ptr<ResidentMatrix>>(const MatrixRef& source)>;
+  // Makes the stored FP8 matrix of a bf16/fp32 one the server quantizes
+  // (Executor::QuantizeResident in the server).
+  using Quantizer = std::function<absl::StatusOr<std::shared_ptr<ResidentMatrix>>(
+      const MatrixRef& source, const Fp8Quantization& q)>;
 
   struct Options {
     // Bytes of all resident matrices together (ServiceLimits::max_resident_bytes).
@@ -70,10 +74,12 @@ class ResidentStore {
   };
 
   // `upload_allocator` makes the (uninitialized) matrix of BeginUpload from a
-  // shape; `clock` times idleness.
+  // shape; `clock` times idleness; `quantizer` makes the matrices of
+  // RegisterQuantized and of uploads with `quantize`.
   ResidentStore(const Options& options, Allocator allocator,
                 Allocator upload_allocator = MakeHostResidentUninitialized,
-                const Clock* clock = Clock::Real());
+                const Clock* clock = Clock::Real(),
+                Quantizer quantizer = QuantizeToHostResident);
   ~ResidentStore();
 
   // Resolves owners to tenants (tenants.h) for each tenant's
@@ -95,11 +101,14 @@ class ResidentStore {
   // "max_resident_bytes" or "tenant.max_resident_bytes"); the allocator's
   // error when allocation fails.
   absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source);
-  // The same with `make` in place of the store's allocator, holding `bytes`
-  // against the budget (reserved before `make` runs): a matrix the server
-  // quantizes on registration.
-  absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source,
-                                        const Allocator& make, uint64_t bytes);
+  // The same for a matrix the server quantizes on registration: `source`
+  // (bf16/fp32) through the store's quantizer, held at QuantizedBytes
+  // against the budget (reserved before the quantizer runs). The
+  // quantizer's INVALID_ARGUMENT for a non-finite element comes back as it
+  // is.
+  absl::StatusOr<Registration> RegisterQuantized(absl::string_view owner,
+                                                 const MatrixRef& source,
+                                                 const Fp8Quantization& q);
 
   // Reserves and allocates a matrix of `shape` (its data ignored) whose bytes
   // arrive later by ClaimUpload / FinishUploadRange: in host memory when
@@ -108,7 +117,7 @@ class ResidentStore {
   //
   // With `quantize`, the bytes arrive as `shape` describes them (bf16 or
   // fp32, into host memory) and the chunk that completes the upload
-  // quantizes them (QuantizeToHostResident) on its caller's thread; the
+  // quantizes them (the store's quantizer) on its caller's thread; the
   // matrix is usable once that is done. It reserves the larger of the two
   // sizes until then and the quantized size afterwards.
   absl::StatusOr<Registration> BeginUpload(absl::string_view owner, const MatrixRef& shape,
@@ -219,6 +228,9 @@ class ResidentStore {
   // budget when the matrix is freed.
   absl::StatusOr<std::shared_ptr<const ResidentMatrix>> Account(
       std::shared_ptr<ResidentMatrix> made, uint64_t bytes, const std::string& tenant);
+  // Register's work with `make` in place of the allocator, holding `bytes`.
+  absl::StatusOr<Registration> Register(absl::string_view owner, const MatrixRef& source,
+                                        const Allocator& make, uint64_t bytes);
   // Takes `bytes` from the budget and from `owner`'s tenant's; returns the
   // tenant ("" without tenants) or RESOURCE_EXHAUSTED. With `reserve`
   // false takes nothing and answers the same (CheckRoom).
@@ -240,6 +252,7 @@ class ResidentStore {
   const Allocator allocator_;
   const Allocator upload_allocator_;
   const Clock* const clock_;
+  const Quantizer quantizer_;
   const std::shared_ptr<Budget> budget_;
 
   mutable absl::Mutex mu_;

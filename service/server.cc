@@ -246,7 +246,11 @@ absl::StatusOr<std::unique_ptr<GemmServer>> GemmServer::Start(
   s->residents_ = std::make_unique<ResidentStore>(
       store_options,
       [ex = s->executor_.get()](const MatrixRef& m) { return ex->CreateResident(m); },
-      [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); });
+      [ex = s->executor_.get()](const MatrixRef& m) { return ex->AllocateResident(m); },
+      Clock::Real(),
+      [ex = s->executor_.get()](const MatrixRef& m, const Fp8Quantization& q) {
+        return ex->QuantizeResident(m, q);
+      });
   ResidentStore* residents = s->residents_.get();
   residents->SetTenants(options.tenants);
   s->metrics_->SetTenants(options.tenants.get());

@@ -140,6 +140,10 @@ ABSL_FLAG(bool, cuda_copy_unaligned_operands, kDefaults.cuda.copy_unaligned_oper
           "rates (tiny problems stay on the SIMT kernel; without calibration, and for "
           "deterministic requests, they are copied wherever copies apply); false runs them "
           "all on the SIMT kernel");
+ABSL_FLAG(bool, cuda_quantize_fp8, kDefaults.cuda.quantize_fp8,
+          "CUDA backend on Hopper: quantize to FP8 on the GPU (RegisterMatrix / BeginUpload "
+          "with quantize, and quantize_partner); false (the default until its GPU tests have "
+          "run on a Hopper GPU) refuses both UNIMPLEMENTED");
 ABSL_FLAG(bool, cuda_pin_shared_memory, kDefaults.cuda.pin_shared_memory,
           "CUDA backend: page-lock same-host clients' shared-memory regions and copy operands "
           "and results straight between them and the GPU (no staging copy)");
@@ -377,6 +381,7 @@ int main(int argc, char** argv) {
   options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
   options.cuda.copy_unaligned_operands = absl::GetFlag(FLAGS_cuda_copy_unaligned_operands);
   options.cuda.pin_shared_memory = absl::GetFlag(FLAGS_cuda_pin_shared_memory);
+  options.cuda.quantize_fp8 = absl::GetFlag(FLAGS_cuda_quantize_fp8);
   options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
   options.cuda.portfolio.policy =
       *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");

@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <future>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -135,6 +137,7 @@ class GpuFp8ServerTest : public ::testing::Test {
     o.backend = "cuda";
     o.cuda.calibrate = false;
     o.cuda.portfolio = portfolio;
+    o.cuda.quantize_fp8 = true;
     o.limits.max_resident_bytes = 64 << 20;
     auto server = GemmServer::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -550,30 +553,173 @@ TEST_F(GpuFp8ServerTest, DeterministicFp8IsBatchInvariant) {
   }
 }
 
-TEST_F(GpuFp8ServerTest, QuantizingOnTheServerIsRefusedByField) {
+// RegisterMatrix / BeginUpload with `quantize` on the GPU: the codes the
+// server keeps are the host rule's bit for bit (downloaded and compared with
+// the client helper's), and the matrix serves as an FP8 operand of either
+// role; a NaN is refused naming "data" and leaves nothing held.
+TEST_F(GpuFp8ServerTest, QuantizingOnRegistrationRunsOnTheGpuWithTheHostRulesCodes) {
   SkipUnlessHopper();
   std::mt19937 rng(8);
-  const std::vector<float> w = RandomFloats(256 * 64, &rng);
-  auto handle = client_->RegisterQuantized(
-      MatrixView(w.data(), 256, 64),
-      Fp8Quantization{DType::kFp8E4m3, ScaleMode::kTensor, OperandRole::kB, false});
-  EXPECT_EQ(handle.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(handle.status().message()), HasSubstr("quantize"));
+  for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+    for (uint64_t threshold : {uint64_t{0}, uint64_t{4096}}) {  // whole, then in chunks
+      for (OperandRole role : {OperandRole::kA, OperandRole::kB}) {
+        SCOPED_TRACE(absl::StrCat(ScaleModeName(mode), threshold == 0 ? " whole" : " chunked",
+                                  role == OperandRole::kA ? " as A" : " as B"));
+        ClientOptions co;
+        co.target = absl::StrCat("127.0.0.1:", server_->port());
+        co.default_timeout = absl::Seconds(60);
+        co.chunked_threshold_bytes = threshold;
+        auto client = Client::Create(co);
+        ASSERT_TRUE(client.ok()) << client.status();
+        // K = 1000: a partial last block along K. The registered matrix is
+        // A (m x k) or B (k x n); fp32 for A, bf16 for B.
+        const uint64_t k = 1000, other = role == OperandRole::kA ? 72 : 200;
+        const uint64_t rows = role == OperandRole::kA ? other : k;
+        const uint64_t cols = role == OperandRole::kA ? k : other;
+        const std::vector<float> values = RandomFloats(rows * cols, &rng);
+        const std::vector<uint16_t> values16 = test::ToBf16(values);
+        const MatrixView source = role == OperandRole::kA
+                                      ? MatrixView(values.data(), rows, cols)
+                                      : MatrixView(values16.data(), rows, cols, DType::kBf16);
+        const Fp8Quantization how{DType::kFp8E4m3, mode, role, false};
+        const QuantizedMatrix local = Quantize(source, how.format, mode, role, false);
+        auto handle = (*client)->RegisterQuantized(source, how, "fp8 on the gpu");
+        ASSERT_TRUE(handle.ok()) << handle.status();
+        EXPECT_EQ(handle->dtype, DType::kFp8E4m3);
+        std::vector<uint8_t> codes(local.codes.size());
+        ASSERT_TRUE((*client)->DownloadMatrix(handle->handle, codes.data(), codes.size()).ok());
+        EXPECT_EQ(codes, local.codes);
 
-  // quantize_partner: an FP8 B with a bf16 A the server would quantize.
-  Fp8Case c;
-  std::unique_ptr<BuiltProblem> built = Build(c, &rng);
-  const std::vector<uint16_t> a16 = test::ToBf16(RandomFloats(c.m * c.k, &rng));
-  ProblemOptions o;
-  o.output_dtype = DType::kFp32;
-  o.quantize_partner = true;
-  v1::GemmRequest request;
-  ASSERT_TRUE(
-      AddProblem(&request, MatrixView(a16.data(), c.m, c.k, DType::kBf16), built->b.view(), o)
-          .ok());
-  GemmResult r = client_->Gemm(request);
-  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("problems[0].quantize_partner"));
+        // The partner: FP8 e5m2 quantized here with the same mode.
+        const uint64_t prow = role == OperandRole::kA ? k : 64;
+        const uint64_t pcol = role == OperandRole::kA ? 64 : k;
+        const std::vector<float> p = RandomFloats(prow * pcol, &rng);
+        const QuantizedMatrix partner =
+            Quantize(MatrixView(p.data(), prow, pcol), DType::kFp8E5m2, mode,
+                     role == OperandRole::kA ? OperandRole::kB : OperandRole::kA, false);
+        ProblemOptions o;
+        o.output_dtype = DType::kFp32;
+        v1::GemmRequest sent, checked;
+        if (role == OperandRole::kA) {
+          ASSERT_TRUE(AddProblem(&sent, *handle, partner.view(), o).ok());
+          ASSERT_TRUE(AddProblem(&checked, local.view(), partner.view(), o).ok());
+        } else {
+          ASSERT_TRUE(AddProblem(&sent, partner.view(), *handle, o).ok());
+          ASSERT_TRUE(AddProblem(&checked, partner.view(), local.view(), o).ok());
+        }
+        GemmResult r = (*client)->Gemm(sent);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_LE(ErrorAgainst(checked.problems(0), r->results(0)), Tolerance(DType::kFp32))
+            << r->kernel();
+        const v1::OperandPrecision& precision = role == OperandRole::kA
+                                                    ? r->results(0).a_precision()
+                                                    : r->results(0).b_precision();
+        EXPECT_TRUE(precision.quantized_by_server());
+        EXPECT_EQ(precision.scale_mode(), ToProto(mode));
+        ASSERT_TRUE((*client)->ReleaseMatrix(*handle).ok());
+
+        std::vector<float> nan = values;
+        nan[rows * cols / 2] = std::numeric_limits<float>::quiet_NaN();
+        auto refused = (*client)->RegisterQuantized(MatrixView(nan.data(), rows, cols), how);
+        EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+        EXPECT_THAT(std::string(refused.status().message()), HasSubstr("data"));
+      }
+    }
+  }
+  EXPECT_EQ(test::MetricValue(server_->metrics()->Scrape(), "gemm_resident_bytes"), 0.0)
+      << "nothing stays held";
+}
+
+// quantize_partner on the GPU: a bf16 A (or an fp32 B) beside an FP8
+// partner, quantized by the server per problem with the partner's format and
+// mode. Three same-shape problems in one request share a strided-batched
+// launch, each member with its own scales; the results match the product of
+// the operands quantized here by the same rule (the same codes), and a NaN
+// fails its request naming the field while the server serves on.
+TEST_F(GpuFp8ServerTest, APartnerIsQuantizedPerProblemOnTheGpu) {
+  SkipUnlessHopper();
+  std::mt19937 rng(18);
+  for (ScaleMode mode : {ScaleMode::kTensor, ScaleMode::kChannel, ScaleMode::kBlock}) {
+    for (OperandRole quantized : {OperandRole::kA, OperandRole::kB}) {
+      SCOPED_TRACE(absl::StrCat(ScaleModeName(mode),
+                                quantized == OperandRole::kA ? " bf16 A" : " fp32 B"));
+      const uint64_t m = 96, n = 80, k = 300;  // a partial last block along K
+      v1::GemmRequest sent, checked;
+      std::vector<std::vector<float>> keep;
+      std::vector<std::vector<uint16_t>> keep16;
+      std::vector<QuantizedMatrix> keep_q;
+      keep.reserve(6);
+      keep16.reserve(3);
+      keep_q.reserve(6);
+      for (int member = 0; member < 3; ++member) {
+        keep.push_back(RandomFloats(m * k, &rng));  // A, m x k
+        keep.push_back(RandomFloats(k * n, &rng));  // B, k x n
+        const std::vector<float>& a = keep[keep.size() - 2];
+        const std::vector<float>& b = keep.back();
+        ProblemOptions o;
+        o.output_dtype = DType::kFp32;
+        if (quantized == OperandRole::kA) {
+          keep16.push_back(test::ToBf16(a));
+          const MatrixView va(keep16.back().data(), m, k, DType::kBf16);
+          keep_q.push_back(Quantize(MatrixView(b.data(), k, n), DType::kFp8E5m2, mode,
+                                    OperandRole::kB, false));
+          keep_q.push_back(Quantize(va, DType::kFp8E5m2, mode, OperandRole::kA, false));
+          ProblemOptions q = o;
+          q.quantize_partner = true;
+          ASSERT_TRUE(AddProblem(&sent, va, keep_q[keep_q.size() - 2].view(), q).ok());
+          ASSERT_TRUE(AddProblem(&checked, keep_q.back().view(), keep_q[keep_q.size() - 2].view(),
+                                 o)
+                          .ok());
+        } else {
+          keep_q.push_back(Quantize(MatrixView(a.data(), m, k), DType::kFp8E4m3, mode,
+                                    OperandRole::kA, false));
+          keep_q.push_back(Quantize(MatrixView(b.data(), k, n), DType::kFp8E4m3, mode,
+                                    OperandRole::kB, false));
+          ProblemOptions q = o;
+          q.quantize_partner = true;
+          ASSERT_TRUE(AddProblem(&sent, keep_q[keep_q.size() - 2].view(),
+                                 MatrixView(b.data(), k, n), q)
+                          .ok());
+          ASSERT_TRUE(AddProblem(&checked, keep_q[keep_q.size() - 2].view(), keep_q.back().view(),
+                                 o)
+                          .ok());
+        }
+      }
+      GemmResult r = client_->Gemm(sent);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_THAT(r->kernel(), HasSubstr(quantized == OperandRole::kA ? "+quantize_a"
+                                                                       : "+quantize_b"));
+      for (int member = 0; member < 3; ++member) {
+        EXPECT_LE(ErrorAgainst(checked.problems(member), r->results(member)), 1e-4)
+            << member << " " << r->kernel();
+        const v1::OperandPrecision& pq = quantized == OperandRole::kA
+                                             ? r->results(member).a_precision()
+                                             : r->results(member).b_precision();
+        EXPECT_TRUE(pq.quantized_by_server());
+        EXPECT_EQ(pq.scale_mode(), ToProto(mode));
+      }
+
+      // A NaN in the second problem's partner fails the request by field.
+      v1::GemmRequest bad = sent;
+      v1::Matrix* partner = quantized == OperandRole::kA ? bad.mutable_problems(1)->mutable_a()
+                                                         : bad.mutable_problems(1)->mutable_b();
+      std::string data = partner->data();
+      if (quantized == OperandRole::kA) {
+        const uint16_t nan16 = 0x7fc0;
+        std::memcpy(&data[2 * 37], &nan16, sizeof nan16);
+      } else {
+        const float nan = std::numeric_limits<float>::quiet_NaN();
+        std::memcpy(&data[4 * 37], &nan, sizeof nan);
+      }
+      partner->set_data(data);
+      GemmResult refused = client_->Gemm(bad);
+      EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(refused.status().message()),
+                  HasSubstr(quantized == OperandRole::kA ? "problems[1].a.data"
+                                                         : "problems[1].b.data"));
+      EXPECT_TRUE(client_->Gemm(sent).ok()) << "the server serves on";
+    }
+  }
 }
 
 TEST_F(GpuFp8ServerTest, MalformedFp8IsInvalidNamingTheField) {

@@ -38,6 +38,10 @@ class ForwardingExecutor : public Executor {
       const MatrixRef& shape) const override {
     return inner_->AllocateResident(shape);
   }
+  absl::StatusOr<std::shared_ptr<ResidentMatrix>> QuantizeResident(
+      const MatrixRef& source, const Fp8Quantization& q) const override {
+    return inner_->QuantizeResident(source, q);
+  }
   void Execute(Batch batch) override { inner_->Execute(std::move(batch)); }
   bool runs_batches_here() const override { return inner_->runs_batches_here(); }
 

@@ -60,7 +60,14 @@ absl::Status Lane::Enqueue(Batch batch) {
   };
   GEMM_ASSIGN_OR_RETURN(layout_, LayOutBatch(batch_, layout_options));
   launches_.resize(batch_.launches.size());
-  GEMM_RETURN_IF_ERROR(GrowStaging(layout_.staging_bytes()));
+  GEMM_RETURN_IF_ERROR(GrowPinned(staging_, layout_.staging_bytes()));
+  size_t quantized_members = 0;
+  for (size_t li = 0; li < launches_.size(); ++li) {
+    if (layout_.problem(li, 0).problem->quantize == GemmProblemRef::Quantize::kNone) continue;
+    launches_[li].quantize_flags_at = quantized_members;
+    quantized_members += layout_.launches[li].count;
+  }
+  GEMM_RETURN_IF_ERROR(GrowPinned(quantize_flags_, quantized_members * sizeof(uint64_t)));
   StageInputs(layout_, staging_.data());
   // The device buffer's address is needed before the launches are set up:
   // tensor maps and grouped descriptors name it.
@@ -122,17 +129,17 @@ void Lane::Abandon() {
   FreeOperandCopies();
 }
 
-absl::Status Lane::GrowStaging(size_t bytes) {
-  if (staging_.size() >= bytes) return absl::OkStatus();
+absl::Status Lane::GrowPinned(PinnedBuffer& buffer, size_t bytes) {
+  if (buffer.size() >= bytes) return absl::OkStatus();
   // Grow geometrically so that a lane reallocates only a few times.
-  const size_t size = std::max(bytes, 2 * staging_.size());
+  const size_t size = std::max(bytes, 2 * buffer.size());
   GEMM_ASSIGN_OR_RETURN(PinnedBuffer grown, PinnedBuffer::Allocate(size));
   // cudaFreeHost waits for the whole device: on the hot path, behind a hung
   // kernel of another lane (or executor), it would stop this lane too. The
   // outgrown buffer is kept until the lane goes; growth is geometric, so all
   // of them together are smaller than the buffer in use.
-  if (staging_.size() > 0) outgrown_staging_.push_back(std::move(staging_));
-  staging_ = std::move(grown);
+  if (buffer.size() > 0) outgrown_staging_.push_back(std::move(buffer));
+  buffer = std::move(grown);
   return absl::OkStatus();
 }
 
@@ -150,6 +157,22 @@ void Lane::FreeOperandCopies() {
   for (LaunchState& ls : launches_) {
     ls.operand_copies.Free().IgnoreError();
     ls.blas_pointers.Free().IgnoreError();
+    ls.quantize.Free();
+  }
+}
+
+void Lane::CheckPartnerQuantization() {
+  const auto* flags = reinterpret_cast<const uint64_t*>(quantize_flags_.data());
+  for (size_t li = 0; li < launches_.size(); ++li) {
+    const LaunchState& ls = launches_[li];
+    if (!ls.quantize.active() || !ls.status.ok()) continue;
+    for (int64_t i = 0; i < ls.quantize.members(); ++i) {
+      const ProblemLayout& q = layout_.problem(li, static_cast<size_t>(i));
+      const WorkItem& item = *batch_.items[q.item];
+      const int index = static_cast<int>(q.problem - item.problems.data());
+      absl::Status st = ls.quantize.MemberStatus(i, index, flags + ls.quantize_flags_at);
+      if (!st.ok() && item_status_[q.item].ok()) item_status_[q.item] = std::move(st);
+    }
   }
 }
 
@@ -288,6 +311,23 @@ void Lane::PrepareGemm(size_t li) {
   // server's flags alone, never of rates measured at start-up.
   if (options_.copy_unaligned_operands && !g.deterministic && options_.copy_pricing)
     ls.args.copy_pricing = options_.copy_pricing(ls.args.a.dtype);
+  if (p.quantize != GemmProblemRef::Quantize::kNone) {
+    // The launch reads the partner's codes, made from its staged (or
+    // resident) values.
+    const bool is_a = p.quantize == GemmProblemRef::Quantize::kA;
+    const MatrixRef& m = is_a ? p.a : p.b;
+    const size_t at = is_a ? first.placement.a : first.placement.b;
+    const size_t next = is_a ? pl2.a : pl2.b;
+    const void* resident = ResidentData(m);
+    ls.status = ls.quantize.Prepare(p, count, resident != nullptr ? resident : dev + at,
+                                    resident == nullptr && count > 1 ? next - at : 0, &ls.args,
+                                    stream_.get());
+    if (!ls.status.ok()) {
+      cudaGetLastError();  // reported through the launch's requests
+      ls.gemm = std::make_unique<gk::Gemm>();  // names no kernel
+      return;
+    }
+  }
   ls.member = ChooseSingle(ls.args, g.deterministic);
   if (ls.member.family != gt::CandidateFamily::kOurs) {
     const absl::Status st = PrepareCublas(ls);
@@ -346,6 +386,13 @@ void Lane::PrepareGemm(size_t li) {
 void Lane::EnqueueLaunch(size_t li) {
   LaunchState& ls = launches_[li];
   const LaunchGroup& g = batch_.launches[li];
+  std::string suffix;  // what ran before the kernel, for its name
+  if (ls.status.ok() && ls.quantize.active()) {
+    ls.status = ls.quantize.Enqueue(
+        stream_.get(),
+        reinterpret_cast<uint64_t*>(quantize_flags_.data()) + ls.quantize_flags_at);
+    suffix = ls.quantize.KernelSuffix();
+  }
   if (ls.blas || ls.blas_group) {
     // cuBLAS runs on this lane's stream through its context; deterministic
     // launches never get here (portfolio_policy.h).
@@ -354,7 +401,7 @@ void Lane::EnqueueLaunch(size_t li) {
     const bool fp8 = ls.blas && IsFp8(ls.args.a.dtype);
     ls.label = absl::StrCat(LaunchKindName(g.kind), "/", CublasFamilyLabel(ls.member.family),
                             fp8 ? "_fp8" : "");
-    RecordOutcome(li, kernel);
+    RecordOutcome(li, kernel + suffix);
     return;
   }
   if (ls.status.ok()) {
@@ -376,8 +423,8 @@ void Lane::EnqueueLaunch(size_t li) {
                       ls.gemm->copies_operands();
   ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "",
                           padded ? "_padded" : "");
-  if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel);
-  RecordOutcome(li, kernel);
+  if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel + suffix);
+  RecordOutcome(li, kernel + suffix);
 }
 
 void Lane::RecordOutcome(size_t li, const std::string& kernel) {
@@ -478,7 +525,10 @@ Outcomes Lane::Finish() {
     t.launch_ms.assign(launches_.size(), 0.0f);
   }
   // The one host copy on the way out: staging into each response.
-  if (batch_status.ok()) CopyOutResults(layout_, staging_.data(), item_status_);
+  if (batch_status.ok()) {
+    CheckPartnerQuantization();
+    CopyOutResults(layout_, staging_.data(), item_status_);
+  }
   FillReports(t);
   Outcomes outcomes;
   for (size_t i = 0; i < batch_.items.size(); ++i)

@@ -26,6 +26,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/tuning/candidate.h"
 #include "service/cuda/batch_layout.h"
+#include "service/cuda/partner_quantization.h"
 #include "service/cuda/portfolio_policy.h"
 #include "service/cuda/reducing_stream.h"
 #include "service/cuda/resources.h"
@@ -81,6 +82,11 @@ struct LaunchState {
   // none is needed or the allocation failed (then the strict-fp32 kernel
   // runs).
   PoolMemory operand_copies;
+  // quantize_partner: the partner's codes and scales, made on the lane's
+  // stream before the launch; its members' outcomes land in the lane's
+  // quantize_flags_ from index quantize_flags_at.
+  PartnerQuantization quantize;
+  size_t quantize_flags_at = 0;
   absl::Status status;  // set-up or launch failure: its requests fail
   std::string label;    // metrics: "<plan kind>/<kernel family>[_fp8]"
 };
@@ -127,7 +133,8 @@ class Lane {
       : options_(options), reducer_(reducer), on_done_(std::move(on_done)) {}
   static void CUDART_CB HostDone(void* lane);
 
-  absl::Status GrowStaging(size_t bytes);
+  // Grows `buffer` (staging_ or quantize_flags_) to at least `bytes`.
+  absl::Status GrowPinned(PinnedBuffer& buffer, size_t bytes);
   absl::Status GrowLaunchEvents(size_t launches);
   // Each launch's kernel chosen and set up (grouped descriptors written into
   // staging), then enqueued in turn.
@@ -153,6 +160,9 @@ class Lane {
   absl::Status EnqueueReducing(size_t launch);
   // Stream-ordered: after every launch of the lane that reads them.
   void FreeOperandCopies();
+  // After the batch: a member whose quantize_partner met a NaN or infinity
+  // fails its request.
+  void CheckPartnerQuantization();
   // Milliseconds of the H2D copy, each launch and the D2H copy.
   struct Timings {
     float h2d_ms = 0, d2h_ms = 0, compute_ms = 0;
@@ -175,6 +185,8 @@ class Lane {
   // reducing launches, which is not this launch's compute time.
   std::vector<Event> reduce_start_, reduce_end_;
   PinnedBuffer staging_;
+  // One uint64 per member whose partner is quantized (PartnerQuantization).
+  PinnedBuffer quantize_flags_;
   std::vector<PinnedBuffer> outgrown_staging_;  // freed with the lane
   PoolMemory device_;  // this batch's device buffer
 
