@@ -304,19 +304,19 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
     }
   }
   if (raw == nullptr) {
-    RunWaiters(std::move(complete), absl::OkStatus());
+    RunWaiters({}, std::move(complete), absl::OkStatus());
     return absl::OkStatus();
   }
   // Outside the lock: quantizing a large matrix takes a while.
   absl::StatusOr<std::shared_ptr<ResidentMatrix>> made = quantizer_(raw->view(), quantize);
   raw.reset();
-  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
+  Dropped dropped;  // freed after the lock
   absl::Status outcome;
   {
     absl::MutexLock lock(&mu_);
     auto it = entries_.find(handle);
     if (it == entries_.end() || it->second.upload == nullptr) return made.status();
-    dropped = std::move(it->second.matrix);
+    dropped.push_back(std::move(it->second.matrix));
     complete = TakeWaiters(it->second);
     if (!made.ok()) {
       entries_.erase(it);
@@ -329,8 +329,7 @@ absl::Status ResidentStore::FinishUploadRange(absl::string_view handle, uint64_t
       it->second.upload.reset();
     }
   }
-  dropped.reset();  // before the waiters: their callers see the memory given back
-  RunWaiters(std::move(complete), outcome);
+  RunWaiters(std::move(dropped), std::move(complete), outcome);
   return outcome;
 }
 
@@ -342,7 +341,9 @@ std::vector<ResidentStore::UploadWaiter> ResidentStore::TakeWaiters(Entry& entry
   return out;
 }
 
-void ResidentStore::RunWaiters(std::vector<UploadWaiter> waiters, const absl::Status& status) {
+void ResidentStore::RunWaiters(Dropped dropped, std::vector<UploadWaiter> waiters,
+                               const absl::Status& status) {
+  dropped.clear();
   for (UploadWaiter& done : waiters) done(status);
 }
 
@@ -376,7 +377,7 @@ void ResidentStore::CancelWait(absl::string_view handle, uint64_t ticket) {
 
 void ResidentStore::AbandonUpload(absl::string_view owner, absl::string_view handle,
                                   const absl::Status& why) {
-  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock
+  Dropped dropped;  // freed after the lock
   std::vector<UploadWaiter> waiters;
   uint64_t written = 0, total = 0;
   {
@@ -386,11 +387,10 @@ void ResidentStore::AbandonUpload(absl::string_view owner, absl::string_view han
     written = it->second.upload->written;
     total = it->second.matrix->bytes();
     waiters = TakeWaiters(it->second);
-    dropped = std::move(it->second.matrix);
+    dropped.push_back(std::move(it->second.matrix));
     entries_.erase(it);
   }
-  dropped.reset();  // before the waiters: their callers see the memory given back
-  RunWaiters(std::move(waiters),
+  RunWaiters(std::move(dropped), std::move(waiters),
              absl::AbortedError(absl::StrCat("the upload of \"", handle, "\" was abandoned after ",
                                              written, " of ", total,
                                              " bytes: its Transfer.Upload stream ended (",
@@ -411,7 +411,7 @@ absl::StatusOr<ResidentStore::Registration> ResidentStore::Adopt(
 }
 
 size_t ResidentStore::ExpireIdle() {
-  std::vector<std::shared_ptr<const ResidentMatrix>> dropped;  // freed after the lock
+  Dropped dropped;  // freed after the lock
   std::vector<std::pair<std::string, std::vector<UploadWaiter>>> waiting;
   {
     absl::MutexLock lock(&mu_);
@@ -437,9 +437,9 @@ size_t ResidentStore::ExpireIdle() {
     }
   }
   const size_t expired = dropped.size();
-  dropped.clear();  // before the waiters: their callers see the memory given back
+  // The first RunWaiters frees every expired matrix, before any waiter runs.
   for (auto& [handle, waiters] : waiting)
-    RunWaiters(std::move(waiters),
+    RunWaiters(std::exchange(dropped, {}), std::move(waiters),
                absl::AbortedError(absl::StrCat(
                    "the upload of \"", handle, "\" was abandoned: no chunk arrived for ",
                    absl::FormatDuration(options_.idle_timeout),
@@ -448,7 +448,7 @@ size_t ResidentStore::ExpireIdle() {
 }
 
 absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view handle) {
-  std::shared_ptr<const ResidentMatrix> dropped;  // freed after the lock is released
+  Dropped dropped;  // freed after the lock
   std::vector<UploadWaiter> waiters;
   {
     absl::MutexLock lock(&mu_);
@@ -456,11 +456,10 @@ absl::Status ResidentStore::Release(absl::string_view owner, absl::string_view h
     if (it == entries_.end()) return NotFound(handle);
     if (it->second.owner != owner) return NotOwner();
     waiters = TakeWaiters(it->second);
-    dropped = std::move(it->second.matrix);
+    dropped.push_back(std::move(it->second.matrix));
     entries_.erase(it);
   }
-  dropped.reset();  // before the waiters: their callers see the memory given back
-  RunWaiters(std::move(waiters),
+  RunWaiters(std::move(dropped), std::move(waiters),
              absl::AbortedError(absl::StrCat("the upload of \"", handle,
                                              "\" was released before all its bytes arrived")));
   return absl::OkStatus();

@@ -243,7 +243,12 @@ class ResidentStore {
   // The waiters of an upload entry about to end, taken out to run after the
   // lock is released (RunWaiters).
   static std::vector<UploadWaiter> TakeWaiters(Entry& entry);
-  static void RunWaiters(std::vector<UploadWaiter> waiters, const absl::Status& status);
+  // The matrices an ending entry dropped, released outside the lock.
+  using Dropped = std::vector<std::shared_ptr<const ResidentMatrix>>;
+  // Frees `dropped`, then runs `waiters` with `status`: a waiter's caller
+  // answers its client, which must find the memory already given back.
+  static void RunWaiters(Dropped dropped, std::vector<UploadWaiter> waiters,
+                         const absl::Status& status);
   // Byte accounting shared with the matrices' deleters, which may run after
   // the store is gone.
   struct Budget;
