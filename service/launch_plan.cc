@@ -32,9 +32,10 @@ auto BatchKey(const GemmProblemRef& p) {
 int DeterministicTile(const GemmProblemRef& p, bool deterministic) {
   if (!deterministic) return -1;
   const GemmShape& s = p.shape;
-  return static_cast<int>(gemm_kernels::PlanDeterministicSm90ForLayout(
-                              static_cast<int64_t>(s.m), static_cast<int64_t>(s.n),
-                              static_cast<int64_t>(s.k), s.layout_d == Layout::kColMajor)
+  return static_cast<int>(gemm_kernels::DeterministicSm90Recipe(
+                              s.input_dtype, static_cast<int64_t>(s.m),
+                              static_cast<int64_t>(s.n), static_cast<int64_t>(s.k),
+                              s.layout_d == Layout::kColMajor)
                               .tile);
 }
 

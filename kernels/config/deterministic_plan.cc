@@ -1,5 +1,6 @@
 #include "kernels/config/deterministic_plan.h"
 
+#include <string>
 #include <vector>
 
 namespace gemm_kernels {
@@ -19,6 +20,38 @@ Sm90LaunchChoice DeterministicSm90Launch(int64_t m, int64_t n, int64_t k, int64_
                                          int num_sms) {
   return MakeSm90Launch(PlanDeterministicSm90(m, n, k).tile, Sm90Schedule::kDataParallel, m, n, k,
                         batch, bk, num_sms);
+}
+
+DeterministicRecipe DeterministicSm90Recipe(::gemm::DType input, int64_t m, int64_t n, int64_t k,
+                                            bool d_column_major) {
+  DeterministicRecipe r;
+  switch (input) {
+    case ::gemm::DType::kFp8E4m3:
+    case ::gemm::DType::kFp8E5m2:
+      // The FP8 kernel's promoting tile, whatever the shape (heuristic.h,
+      // kFp8PromoteEvery).
+      r.tile = Sm90Tile::k128x128;
+      r.reduction_order =
+          "one CTA per output tile: k-blocks of 128 ascending, FP8 wgmma k-steps of 32 in order "
+          "into a temporary promoted into fp32 accumulators every " +
+          std::to_string(kFp8PromoteEvery) +
+          " k-block(s) (block scales: every k-block), scales applied at promotion (block) or in "
+          "the epilogue; K never split";
+      return r;
+    case ::gemm::DType::kFp32:  // on tf32 wgmma
+      r.reduction_order =
+          "one CTA per output tile: k-blocks of 32 ascending, tf32 wgmma k-steps of 8 in order, "
+          "fp32 accumulators; K never split";
+      break;
+    case ::gemm::DType::kBf16:
+    case ::gemm::DType::kFp16:
+      r.reduction_order =
+          "one CTA per output tile: k-blocks of 64 ascending, wgmma k-steps of 16 in order, fp32 "
+          "accumulators; K never split";
+      break;
+  }
+  r.tile = PlanDeterministicSm90ForLayout(m, n, k, d_column_major).tile;
+  return r;
 }
 
 std::optional<Sm90Tile> DeterministicGroupedTile(const std::vector<GroupedMemberShape>& members) {

@@ -16,8 +16,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "common/types.h"
 #include "kernels/config/heuristic.h"
 
 namespace gemm_kernels {
@@ -61,6 +63,19 @@ Sm90LaunchChoice DeterministicSm90Launch(int64_t m, int64_t n, int64_t k, int64_
 // shapes): their common plan tile, or nullopt where their plans differ
 // (then each member runs a launch of its own). An empty list has none.
 std::optional<Sm90Tile> DeterministicGroupedTile(const std::vector<GroupedMemberShape>& members);
+
+// The whole deterministic rule of the Hopper kernels for one problem
+// with operands of `input` (A's dtype; stated with D's layout): the tile it
+// runs (FP8: one tile for every shape), and the order in which each
+// output element's k-reduction runs, in words, for the reproducibility
+// record a response carries. The lane launches the tile, the batcher groups
+// by it, and the record reports it: all three ask here.
+struct DeterministicRecipe {
+  Sm90Tile tile = Sm90Tile::k128x256;
+  std::string reduction_order;
+};
+DeterministicRecipe DeterministicSm90Recipe(::gemm::DType input, int64_t m, int64_t n, int64_t k,
+                                            bool d_column_major);
 
 // "128x256", "128x128", ... (the tile's rows x columns of D as the kernel
 // sees it: of D^T for a column-major D).

@@ -1,12 +1,16 @@
 #include "kernels/config/deterministic_plan.h"
 
 #include <random>
+#include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gemm_kernels {
 namespace {
+
+using ::testing::HasSubstr;
 
 // Ragged and K-heavy shapes alike: small to 16384 on each side, K to 65536.
 GroupedMemberShape RandomShape(std::mt19937_64& rng) {
@@ -107,6 +111,29 @@ TEST(DeterministicPlanTest, GroupedTileIsEveryMembersOwn) {
   EXPECT_GT(shared, 0);
   EXPECT_GT(mixed, 0);
   EXPECT_FALSE(DeterministicGroupedTile({}).has_value());
+}
+
+TEST(DeterministicPlanTest, TheRecipeIsThePlanForSixteenBitAndTf32AndOneTileForFp8) {
+  using ::gemm::DType;
+  const std::vector<GroupedMemberShape> shapes = {
+      {1, 1, 1}, {77, 4096, 14336}, {4096, 77, 512}, {8192, 8192, 8192}, {300, 5000, 700}};
+  for (const GroupedMemberShape& s : shapes) {
+    for (const bool col : {false, true}) {
+      const Sm90Tile planned = PlanDeterministicSm90ForLayout(s.m, s.n, s.k, col).tile;
+      for (const DType t : {DType::kBf16, DType::kFp16, DType::kFp32})
+        EXPECT_EQ(DeterministicSm90Recipe(t, s.m, s.n, s.k, col).tile, planned);
+      for (const DType t : {DType::kFp8E4m3, DType::kFp8E5m2})
+        EXPECT_EQ(DeterministicSm90Recipe(t, s.m, s.n, s.k, col).tile, Sm90Tile::k128x128);
+    }
+  }
+  // The record's words name each kernel's k-blocks and k-steps.
+  EXPECT_THAT(DeterministicSm90Recipe(DType::kBf16, 64, 64, 64, false).reduction_order,
+              HasSubstr("k-blocks of 64 ascending, wgmma k-steps of 16"));
+  EXPECT_THAT(DeterministicSm90Recipe(DType::kFp32, 64, 64, 64, false).reduction_order,
+              HasSubstr("k-blocks of 32 ascending, tf32 wgmma k-steps of 8"));
+  EXPECT_THAT(DeterministicSm90Recipe(DType::kFp8E4m3, 64, 64, 64, false).reduction_order,
+              HasSubstr("promoted into fp32 accumulators every " +
+                        std::to_string(kFp8PromoteEvery) + " k-block(s)"));
 }
 
 TEST(DeterministicPlanTest, TileNames) {

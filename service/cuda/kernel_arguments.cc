@@ -1,6 +1,7 @@
 #include "service/cuda/kernel_arguments.h"
 
-#include "absl/strings/str_cat.h"
+#include <utility>
+
 #include "kernels/config/deterministic_plan.h"
 
 namespace gemm {
@@ -32,23 +33,12 @@ ProblemReproducibility DeterministicRecord(const GemmProblemRef& p, gk::KernelKi
   r.kernel = kernel;
   r.splits = 1;
   const GemmShape& s = p.shape;
-  if (kind == gk::KernelKind::kSm90TmaWgmma && s.fp8()) {
-    r.tile = gk::Sm90TileName(gk::Sm90Tile::k128x128);
-    r.reduction_order = absl::StrCat(
-        "one CTA per output tile: k-blocks of 128 ascending, FP8 wgmma k-steps of 32 in order "
-        "into a temporary promoted into fp32 accumulators every ",
-        gk::kFp8PromoteEvery, " k-block(s) (block scales: every k-block), scales applied at "
-        "promotion (block) or in the epilogue; K never split");
-  } else if (kind == gk::KernelKind::kSm90TmaWgmma) {
-    const gk::DeterministicSm90Plan plan = gk::PlanDeterministicSm90ForLayout(
-        static_cast<int64_t>(s.m), static_cast<int64_t>(s.n), static_cast<int64_t>(s.k),
-        s.layout_d == Layout::kColMajor);
-    r.tile = gk::Sm90TileName(plan.tile);
-    r.reduction_order = s.input_dtype == DType::kFp32
-                            ? "one CTA per output tile: k-blocks of 32 ascending, tf32 wgmma "
-                              "k-steps of 8 in order, fp32 accumulators; K never split"
-                            : "one CTA per output tile: k-blocks of 64 ascending, wgmma k-steps "
-                              "of 16 in order, fp32 accumulators; K never split";
+  if (kind == gk::KernelKind::kSm90TmaWgmma) {
+    gk::DeterministicRecipe recipe = gk::DeterministicSm90Recipe(
+        s.input_dtype, static_cast<int64_t>(s.m), static_cast<int64_t>(s.n),
+        static_cast<int64_t>(s.k), s.layout_d == Layout::kColMajor);
+    r.tile = gk::Sm90TileName(recipe.tile);
+    r.reduction_order = std::move(recipe.reduction_order);
   } else {
     r.tile = "64x64";
     r.reduction_order = "each output element summed by one thread: k ascending, fp32 fused multiply-add";
