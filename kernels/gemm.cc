@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/fp8_rule.h"
 #include "kernels/config/heuristic.h"
 #include "kernels/copy/kmajor_copy.h"
 #include "kernels/device_info.h"
@@ -162,20 +163,18 @@ absl::Status Gemm::CanImplement(const GemmArguments& args) {
   return absl::OkStatus();
 }
 
+static_assert(kFp8ScaleBlock == static_cast<int64_t>(::gemm::kFp8BlockK),
+              "the kernels' block scales follow common/fp8_rule.h's layout");
+
 int64_t Gemm::ScaleCount(const GemmArguments& args, const ScaleDesc& scale, bool is_a) {
-  const int64_t k_blocks = (args.k + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
-  const int64_t n_blocks = (args.n + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
-  switch (scale.mode) {
-    case ScaleMode::kNone:
-      return 0;
-    case ScaleMode::kTensor:
-      return 1;
-    case ScaleMode::kChannel:
-      return is_a ? args.m : args.n;
-    case ScaleMode::kBlock:
-      return is_a ? args.m * k_blocks : k_blocks * n_blocks;
-  }
-  return 0;
+  // The layout rule's count for op(X) as the kernel reads it: A is M x K,
+  // B is K x N (the layout does not change the count).
+  ::gemm::Fp8Operand g;
+  g.operand = is_a ? ::gemm::OperandRole::kA : ::gemm::OperandRole::kB;
+  g.rows = static_cast<uint64_t>(is_a ? args.m : args.k);
+  g.cols = static_cast<uint64_t>(is_a ? args.k : args.n);
+  g.mode = scale.mode;
+  return static_cast<int64_t>(::gemm::ScaleCount(g));
 }
 
 namespace {
@@ -398,9 +397,9 @@ size_t Gemm::WorkspaceSize(const GemmArguments& args, TileHint hint, ScheduleHin
 }
 
 size_t Gemm::OperandCopyBytes(const GemmArguments& args) {
-  // Asked for every launch on the executor's hot path: the common answer
-  // (neither FP8 nor fp32 with TF32 allowed) before any argument check or
-  // device query.
+  // The executor reads its plan's operand_copy_bytes() instead; this serves
+  // benchmarks and tests. FP8 operands are copied whenever they are not
+  // K-major, which the plan decides.
   if (::gemm::IsFp8(args.a.dtype)) return MakePlan(args).operand_copy_bytes();
   if (!CopiesMayEnableSm90(args)) return 0;
   if (!CanImplement(args).ok()) return 0;

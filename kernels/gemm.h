@@ -202,9 +202,10 @@ class Gemm {
   static size_t WorkspaceSize(const GemmArguments& args, TileHint hint = TileHint::kAuto,
                               ScheduleHint schedule = ScheduleHint::kAuto);
 
-  // Bytes of device memory that let Initialize() run fp32 inputs with
-  // allow_tf32 on the Hopper kernel when an operand is not K-major (TF32
-  // wgmma reads only K-major operands): each such operand is copied into
+  // Bytes of device memory that let Initialize() run a problem on the Hopper
+  // kernel when an operand is not in a form its TMA loads take (fp32 on TF32
+  // and FP8 operands that are not K-major; 16-bit rows off the 16-byte grid,
+  // where the copy pays off): each such operand is copied into aligned
   // K-major order there by every Run, before the GEMM. 0 when no operand
   // needs it, or on a device where it would not help.
   static size_t OperandCopyBytes(const GemmArguments& args);
