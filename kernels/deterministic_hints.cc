@@ -19,8 +19,7 @@ TileHint TileHintOf(Sm90Tile tile) {
 }
 
 DeterministicHints DeterministicHintsFor(const GemmArguments& args) {
-  DeterministicHints h;
-  h.schedule = ScheduleHint::kDataParallel;
+  DeterministicHints h;  // data-parallel
   h.sm90_tile = DeterministicSm90Recipe(args.a.dtype, args.m, args.n,
                                         args.k, args.d.layout == Layout::kColMajor)
                     .tile;

@@ -22,6 +22,21 @@ Sm90LaunchChoice DeterministicSm90Launch(int64_t m, int64_t n, int64_t k, int64_
                         batch, bk, num_sms);
 }
 
+namespace {
+
+// The FP8 kernel's order, naming its promotion period; built once.
+const char* Fp8ReductionOrder() {
+  static const std::string text =
+      "one CTA per output tile: k-blocks of 128 ascending, FP8 wgmma k-steps of 32 in order into "
+      "a temporary promoted into fp32 accumulators every " +
+      std::to_string(kFp8PromoteEvery) +
+      " k-block(s) (block scales: every k-block), scales applied at promotion (block) or in the "
+      "epilogue; K never split";
+  return text.c_str();
+}
+
+}  // namespace
+
 DeterministicRecipe DeterministicSm90Recipe(::gemm::DType input, int64_t m, int64_t n, int64_t k,
                                             bool d_column_major) {
   DeterministicRecipe r;
@@ -31,12 +46,7 @@ DeterministicRecipe DeterministicSm90Recipe(::gemm::DType input, int64_t m, int6
       // The FP8 kernel's promoting tile, whatever the shape (heuristic.h,
       // kFp8PromoteEvery).
       r.tile = Sm90Tile::k128x128;
-      r.reduction_order =
-          "one CTA per output tile: k-blocks of 128 ascending, FP8 wgmma k-steps of 32 in order "
-          "into a temporary promoted into fp32 accumulators every " +
-          std::to_string(kFp8PromoteEvery) +
-          " k-block(s) (block scales: every k-block), scales applied at promotion (block) or in "
-          "the epilogue; K never split";
+      r.reduction_order = Fp8ReductionOrder();
       return r;
     case ::gemm::DType::kFp32:  // on tf32 wgmma
       r.reduction_order =

@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "common/types.h"
@@ -69,10 +68,11 @@ std::optional<Sm90Tile> DeterministicGroupedTile(const std::vector<GroupedMember
 // runs (FP8: one tile for every shape), and the order in which each
 // output element's k-reduction runs, in words, for the reproducibility
 // record a response carries. The lane launches the tile, the batcher groups
-// by it, and the record reports it: all three ask here.
+// by it, and the record reports it: all three ask here. Allocates nothing
+// (the batcher asks once per deterministic problem of every batch).
 struct DeterministicRecipe {
   Sm90Tile tile = Sm90Tile::k128x256;
-  std::string reduction_order;
+  const char* reduction_order = "";  // static text
 };
 DeterministicRecipe DeterministicSm90Recipe(::gemm::DType input, int64_t m, int64_t n, int64_t k,
                                             bool d_column_major);

@@ -1,7 +1,5 @@
 #include "service/cuda/kernel_arguments.h"
 
-#include <utility>
-
 #include "kernels/config/deterministic_plan.h"
 
 namespace gemm {
@@ -34,11 +32,11 @@ ProblemReproducibility DeterministicRecord(const GemmProblemRef& p, gk::KernelKi
   r.splits = 1;
   const GemmShape& s = p.shape;
   if (kind == gk::KernelKind::kSm90TmaWgmma) {
-    gk::DeterministicRecipe recipe = gk::DeterministicSm90Recipe(
+    const gk::DeterministicRecipe recipe = gk::DeterministicSm90Recipe(
         s.input_dtype, static_cast<int64_t>(s.m), static_cast<int64_t>(s.n),
         static_cast<int64_t>(s.k), s.layout_d == Layout::kColMajor);
     r.tile = gk::Sm90TileName(recipe.tile);
-    r.reduction_order = std::move(recipe.reduction_order);
+    r.reduction_order = recipe.reduction_order;
   } else {
     r.tile = "64x64";
     r.reduction_order = "each output element summed by one thread: k ascending, fp32 fused multiply-add";
