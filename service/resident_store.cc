@@ -513,4 +513,12 @@ size_t ResidentStore::transient_count() const {
   return n;
 }
 
+size_t ResidentStore::upload_waiters() const {
+  absl::MutexLock lock(&mu_);
+  size_t n = 0;
+  for (const auto& [handle, e] : entries_)
+    if (e.upload != nullptr) n += e.upload->waiters.size();
+  return n;
+}
+
 }  // namespace gemm

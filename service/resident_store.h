@@ -200,6 +200,8 @@ class ResidentStore {
   // Transient matrices and unfinished uploads held: work of requests still
   // under way (a drain waits for them).
   size_t transient_count() const;
+  // WhenUploaded callbacks registered and not yet run or cancelled.
+  size_t upload_waiters() const;
 
   // Implementation details follow.
  private:
