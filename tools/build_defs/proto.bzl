@@ -31,3 +31,33 @@ def cc_grpc_proto_library(name, srcs, deps = [], visibility = None):
         deps = deps + ["//third_party:grpc", "//third_party:protobuf"],
         visibility = visibility,
     )
+
+def cc_proto_messages(name, srcs, visibility = None):
+    """Generates message code only (no services) for `srcs`, as a cc_library.
+
+    Imports resolve as for cc_grpc_proto_library; the well-known types
+    (google/protobuf/*.proto) come from the system protobuf.
+    """
+    pkg = native.package_name()
+    outs = []
+    for src in srcs:
+        base = src[:-len(".proto")]
+        outs += [base + ".pb.h", base + ".pb.cc"]
+    native.genrule(
+        name = name + "_codegen",
+        srcs = srcs,
+        outs = outs,
+        cmd = " ".join([
+            "protoc",
+            "-I" + pkg,
+            "--cpp_out=$(GENDIR)/" + pkg,
+        ] + ["$(location %s)" % s for s in srcs]),
+    )
+    native.cc_library(
+        name = name,
+        srcs = [o for o in outs if o.endswith(".cc")],
+        hdrs = [o for o in outs if o.endswith(".h")],
+        includes = ["."],
+        deps = ["//third_party:protobuf"],
+        visibility = visibility,
+    )
