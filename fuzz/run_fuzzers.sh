@@ -19,27 +19,45 @@ cxx="${CXX_FUZZ:-clang++-14}"
 
 protoc -Iproto --cpp_out="$work/gen" proto/gemm/v1/gemm.proto
 
-common_srcs=(service/request_validation.cc service/limits.cc common/gemm_problem.cc
-  common/proto_enums.cc common/dtype.cc common/dtype_x86.cc common/fp8.cc
-  "$work/gen/gemm/v1/gemm.pb.cc")
-# Validation reads resident-matrix handles once that work is in the tree.
-[[ -f service/resident_matrix.cc ]] && common_srcs+=(service/resident_matrix.cc)
 flags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
   -fno-sanitize-recover=undefined -I. -I"$work/gen" -w)
 read -r -a libs <<<"$(pkg-config --libs protobuf absl_status absl_statusor absl_strings \
-  absl_str_format absl_time absl_synchronization) -lopenblas -lpthread"
+  absl_str_format absl_time absl_synchronization absl_hash absl_raw_hash_set grpc++) \
+  -lopenblas -lpthread"
 
-build() {  # name, extra sources...
-  local name="$1"
+# The production sources a fuzzer links: those of the Bazel targets it
+# exercises and of their dependencies in this repository, as Bazel lists
+# them, so that a new source file needs no change here.
+sources_of() {  # bazel targets...
+  local expr
+  expr=$(printf 'deps(%s) + ' "$@")
+  bazel query --noshow_progress "kind('source file', ${expr% + }) intersect //...:*" |
+    sed -n 's#^//\([^:]*\):\(.*\.cc\)$#\1/\2#p'
+}
+
+# Each source is compiled once into objects/, and each fuzzer links the
+# archive of those its targets list (only the members it uses).
+mkdir -p "$work/objects"
+build() {  # name, bazel targets...
+  local name="$1" src obj
   shift
-  "$cxx" "${flags[@]}" "fuzz/$name.cc" "$@" "${common_srcs[@]}" "${libs[@]}" -o "$work/bin/$name"
+  local objs=("$work/objects/gemm.pb.o")
+  for src in $(sources_of "$@"); do
+    obj="$work/objects/${src//\//_}.o"
+    [[ -f "$obj" ]] || "$cxx" "${flags[@]}" -c "$src" -o "$obj"
+    objs+=("$obj")
+  done
+  rm -f "$work/objects/$name.a"
+  ar rcs "$work/objects/$name.a" "${objs[@]}"
+  "$cxx" "${flags[@]}" "fuzz/$name.cc" "$work/objects/$name.a" "${libs[@]}" -o "$work/bin/$name"
 }
 echo "building fuzzers in $work"
-build request_fuzzer
-build cpu_gemm_fuzzer service/cpu_executor.cc service/executor.cc service/calibration.cc
+"$cxx" "${flags[@]}" -c "$work/gen/gemm/v1/gemm.pb.cc" \
+  -o "$work/objects/gemm.pb.o"
+build request_fuzzer //service:request_validation
+build cpu_gemm_fuzzer //service:request_validation //service:cpu_executor
 # The zero-copy Chunk parser of gemm.v1.Transfer (needs gRPC's slices).
-read -r -a grpc_libs <<<"$(pkg-config --libs grpc++)"
-build chunk_fuzzer common/chunk_wire.cc "${grpc_libs[@]}"
+build chunk_fuzzer //common:chunk_wire
 
 total=0
 for name in request_fuzzer cpu_gemm_fuzzer chunk_fuzzer; do
