@@ -34,6 +34,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
+#include "common/proto_enums.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "kernels/tuning/tuning_table.h"
 #include "service/cuda/portfolio_policy.h"
@@ -92,17 +93,11 @@ absl::StatusOr<std::vector<Shape>> ParseShapes(const std::string& list) {
   return out;
 }
 
-DType DTypeOf(v1::DataType t) {
-  return t == v1::DATA_TYPE_FP16 ? DType::kFp16
-         : t == v1::DATA_TYPE_BF16 ? DType::kBf16
-                                   : DType::kFp32;
-}
-
 std::string RandomBytes(size_t elements, v1::DataType t, std::mt19937* rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> values(elements);
   for (float& v : values) v = dist(*rng);
-  const DType type = DTypeOf(t);
+  const DType type = FromProto(t).value();
   std::string out(elements * SizeOf(type), '\0');
   FromFloat(type, values.data(), out.data(), elements);
   return out;

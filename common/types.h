@@ -50,6 +50,9 @@ constexpr const char* DTypeShortName(DType t) {
 // elements of a row are adjacent, column-major those of a column.
 enum class Layout { kRowMajor, kColMajor };
 
+// "row", "col" (the CLI's --layout, tuning-table keys, test names).
+constexpr const char* LayoutName(Layout l) { return l == Layout::kRowMajor ? "row" : "col"; }
+
 // How an FP8 operand's fp32 scales are laid out (common/fp8.h has the
 // layouts): none (16-bit and fp32 operands), one per tensor, one per
 // channel (row of op(A), column of op(B)), or one per block.

@@ -45,14 +45,14 @@ std::string RandomBytes(DType t, uint64_t n, std::mt19937_64* rng) {
   return out;
 }
 
-const char* LayoutName(Layout l) { return l == Layout::kRowMajor ? "r" : "c"; }
+const char* LayoutLetter(Layout l) { return l == Layout::kRowMajor ? "r" : "c"; }
 
 std::string Describe(const Spec& s) {
   const GemmShape& g = s.shape;
   return absl::StrCat(g.m, "x", g.n, "x", g.k, " ", DTypeName(g.input_dtype), "->",
                       DTypeName(g.output_dtype), " ta=", g.transpose_a, " tb=", g.transpose_b,
-                      " a", LayoutName(g.layout_a), " b", LayoutName(g.layout_b), " d",
-                      LayoutName(g.layout_d), " alpha=", s.alpha, " beta=", s.beta);
+                      " a", LayoutLetter(g.layout_a), " b", LayoutLetter(g.layout_b), " d",
+                      LayoutLetter(g.layout_d), " alpha=", s.alpha, " beta=", s.beta);
 }
 
 // A problem of the same shape, alpha and beta as `like` with new data (a

@@ -799,7 +799,7 @@ TEST_F(GpuFp8ServerTest, SoakOfFp8MixedWithBf16) {
           served++;
         } else {
           wrong++;
-          const GemmShape s = test::ProblemRefOf(request.problems(0)).shape;
+          const GemmShape s = ViewProblem(request.problems(0)).value().shape;
           absl::MutexLock lock(&mu);
           failures.push_back(absl::StrCat(s.m, "x", s.n, "x", s.k, " ", DTypeName(s.input_dtype),
                                           ": ", why));

@@ -25,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "client/gemm_client.h"
+#include "client/matrix_view.h"
 #include "common/reference_gemm.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "kernels/cublas/cublas_gemm.h"
@@ -161,7 +162,7 @@ class GpuServerTest : public ::testing::Test {
 // reference's cost. A not transposed and row-major; D row-major; no C.
 ::testing::AssertionResult RowsMatch(const v1::GemmProblem& problem, const v1::GemmResult& result,
                                      uint64_t first, uint64_t rows) {
-  const GemmProblemRef full = test::ProblemRefOf(problem);
+  const GemmProblemRef full = ViewProblem(problem).value();
   const GemmShape& s = full.shape;
   if (s.transpose_a || s.layout_a != Layout::kRowMajor || s.layout_d != Layout::kRowMajor ||
       full.beta != 0.0)

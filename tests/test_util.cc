@@ -5,32 +5,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/matrix_view.h"
 #include "common/dtype.h"
+#include "common/proto_enums.h"
 #include "common/reference_gemm.h"
 
 namespace gemm {
 namespace test {
-namespace {
-
-DType DTypeOf(v1::DataType t) {
-  switch (t) {
-    case v1::DATA_TYPE_FP16:
-      return DType::kFp16;
-    case v1::DATA_TYPE_BF16:
-      return DType::kBf16;
-    default:
-      return DType::kFp32;
-  }
-}
-
-Layout LayoutOf(v1::Layout l) {
-  return l == v1::LAYOUT_COL_MAJOR ? Layout::kColMajor : Layout::kRowMajor;
-}
-
-const char* LayoutName(Layout l) { return l == Layout::kRowMajor ? "row" : "col"; }
-
-}  // namespace
-
 std::string Describe(const ProblemSpec& s) {
   return absl::StrCat(s.m, "x", s.n, "x", s.k, " ", DTypeName(s.input), "->",
                       s.output ? DTypeName(*s.output) : "(default)", " ta=", s.transpose_a,
@@ -50,83 +31,41 @@ std::string RandomMatrixBytes(DType t, uint64_t elements, std::mt19937* rng) {
   return out;
 }
 
-v1::DataType ProtoDType(DType t) {
-  switch (t) {
-    case DType::kFp16:
-      return v1::DATA_TYPE_FP16;
-    case DType::kBf16:
-      return v1::DATA_TYPE_BF16;
-    case DType::kFp8E4m3:
-      return v1::DATA_TYPE_FP8_E4M3;
-    case DType::kFp8E5m2:
-      return v1::DATA_TYPE_FP8_E5M2;
-    case DType::kFp32:
-      break;
-  }
-  return v1::DATA_TYPE_FP32;
-}
-
-v1::Layout ProtoLayout(Layout l) {
-  return l == Layout::kColMajor ? v1::LAYOUT_COL_MAJOR : v1::LAYOUT_ROW_MAJOR;
-}
-
 v1::GemmProblem MakeProblem(const ProblemSpec& s, std::mt19937* rng) {
   v1::GemmProblem p;
   p.set_m(s.m);
   p.set_n(s.n);
   p.set_k(s.k);
-  p.set_input_dtype(ProtoDType(s.input));
-  if (s.output) p.set_output_dtype(ProtoDType(*s.output));
+  p.set_input_dtype(ToProto(s.input));
+  if (s.output) p.set_output_dtype(ToProto(*s.output));
   p.set_transpose_a(s.transpose_a);
   p.set_transpose_b(s.transpose_b);
   p.set_allow_tf32(s.allow_tf32);
   if (s.alpha) p.set_alpha(*s.alpha);
   if (s.beta) p.set_beta(*s.beta);
-  p.mutable_a()->set_layout(ProtoLayout(s.layout_a));
+  p.mutable_a()->set_layout(ToProto(s.layout_a));
   p.mutable_a()->set_data(RandomMatrixBytes(s.input, s.m * s.k, rng));
-  p.mutable_b()->set_layout(ProtoLayout(s.layout_b));
+  p.mutable_b()->set_layout(ToProto(s.layout_b));
   p.mutable_b()->set_data(RandomMatrixBytes(s.input, s.k * s.n, rng));
   if (s.beta && *s.beta != 0.0) {
-    p.mutable_c()->set_layout(ProtoLayout(s.layout_c));
+    p.mutable_c()->set_layout(ToProto(s.layout_c));
     p.mutable_c()->set_data(RandomMatrixBytes(s.output.value_or(s.input), s.m * s.n, rng));
   }
   if (s.layout_d == Layout::kColMajor) p.set_output_layout(v1::LAYOUT_COL_MAJOR);
   return p;
 }
 
-GemmProblemRef ProblemRefOf(const v1::GemmProblem& p) {
-  GemmProblemRef r;
-  GemmShape& s = r.shape;
-  s.m = p.m();
-  s.n = p.n();
-  s.k = p.k();
-  s.input_dtype = DTypeOf(p.input_dtype());
-  s.output_dtype =
-      p.output_dtype() == v1::DATA_TYPE_UNSPECIFIED ? s.input_dtype : DTypeOf(p.output_dtype());
-  s.transpose_a = p.transpose_a();
-  s.transpose_b = p.transpose_b();
-  s.allow_tf32 = p.allow_tf32();
-  s.layout_a = LayoutOf(p.a().layout());
-  s.layout_b = LayoutOf(p.b().layout());
-  s.layout_c = LayoutOf(p.c().layout());
-  s.layout_d = LayoutOf(p.output_layout());
-  r.alpha = p.has_alpha() ? p.alpha() : 1.0;
-  r.beta = p.has_beta() ? p.beta() : 0.0;
-  r.a = MatrixA(s, p.a().data().data());
-  r.b = MatrixB(s, p.b().data().data());
-  if (r.beta != 0.0) r.c = MatrixC(s, p.c().data().data());
-  return r;
-}
-
 ::testing::AssertionResult ResultMatches(const v1::GemmProblem& problem,
                                          const v1::GemmResult& result) {
-  const GemmProblemRef ref = ProblemRefOf(problem);
+  absl::StatusOr<GemmProblemRef> viewed = ViewProblem(problem);
+  if (!viewed.ok()) return ::testing::AssertionFailure() << "problem: " << viewed.status();
+  const GemmProblemRef& ref = *viewed;
   const GemmShape& s = ref.shape;
-  if (result.dtype() != ProtoDType(s.output_dtype))
+  if (result.dtype() != ToProto(s.output_dtype))
     return ::testing::AssertionFailure()
            << "dtype " << v1::DataType_Name(result.dtype()) << ", want "
-           << v1::DataType_Name(ProtoDType(s.output_dtype));
-  if (result.layout() != ProtoLayout(s.layout_d))
+           << v1::DataType_Name(ToProto(s.output_dtype));
+  if (result.layout() != ToProto(s.layout_d))
     return ::testing::AssertionFailure() << "layout " << v1::Layout_Name(result.layout());
   if (result.rows() != s.m || result.cols() != s.n)
     return ::testing::AssertionFailure()

@@ -51,15 +51,8 @@ std::string Describe(const ProblemSpec& spec);
 // `elements` values uniform in [-1, 1], rounded to `t`, as little-endian bytes.
 std::string RandomMatrixBytes(DType t, uint64_t elements, std::mt19937* rng);
 
-v1::DataType ProtoDType(DType t);
-v1::Layout ProtoLayout(Layout l);
-
 // A problem with random operands (and C when spec.beta is non-zero).
 v1::GemmProblem MakeProblem(const ProblemSpec& spec, std::mt19937* rng);
-
-// The problem as the API defines it, pointing into `p`'s bytes (which must
-// outlive the result). `p` must be well-formed.
-GemmProblemRef ProblemRefOf(const v1::GemmProblem& p);
 
 // Checks dtype, layout and shape of `result` and its values against
 // ReferenceGemm within the tolerance of the problem's dtypes.

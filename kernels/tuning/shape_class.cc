@@ -24,7 +24,6 @@ bool RowsOnSectors(const MatrixDesc& m, int64_t batch) {
                             reinterpret_cast<uintptr_t>(m.ptr));
 }
 
-const char* LayoutName(Layout l) { return l == Layout::kRowMajor ? "row" : "col"; }
 
 absl::Status FieldError(const std::string& field, const std::string& value,
                         const std::string& why) {
