@@ -192,6 +192,12 @@ class GemmServiceImpl final : public GemmServiceBase {
 
   // DrainingError, counted.
   absl::Status RefuseDraining(absl::string_view what);
+  // Answers a typed unary call of `method` with `status`, through Answered.
+  // RESOURCE_EXHAUSTED is told not to retry: the typed calls' budgets
+  // (resident bytes, regions) are not freed by waiting.
+  grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
+                                        absl::string_view method, const absl::Status& status,
+                                        absl::Time received);
 };
 
 // The status of a call refused because the server is draining.
