@@ -274,6 +274,176 @@ ABSL_FLAG(bool, allow_insecure_tokens, false,
           "travel in clear, and gRPC clients do not send call credentials over an insecure "
           "channel unless told to)");
 
+namespace {
+
+// The flags mapped onto the server's options, one concern at a time. Each
+// returns INVALID_ARGUMENT naming the flag when a value is refused; main
+// logs it and exits with status 2 before anything starts.
+
+absl::Status SetListeners(gemm::ServerOptions* options) {
+  options->listen_address = absl::GetFlag(FLAGS_listen);
+  options->backend = absl::GetFlag(FLAGS_backend);
+  options->metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options->health_listen = absl::GetFlag(FLAGS_health_listen);
+  if (!absl::GetFlag(FLAGS_health_port_file).empty() && options->health_listen.empty())
+    return absl::InvalidArgumentError("--health_port_file needs --health_listen");
+  return absl::OkStatus();
+}
+
+absl::Status SetSecurity(gemm::ServerOptions* options) {
+  gemm::SecurityOptions& s = options->security;
+  s.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  s.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  s.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  s.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  if (!s.auth_tokens_file.empty() && s.tls_cert_file.empty() &&
+      !IsLoopbackAddress(options->listen_address) && !absl::GetFlag(FLAGS_allow_insecure_tokens))
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--auth_tokens_file without --tls_cert/--tls_key on non-loopback --listen ",
+        options->listen_address,
+        ": tokens would travel in clear and gRPC clients will not send them over an insecure "
+        "channel; turn TLS on, listen on loopback, or pass --allow_insecure_tokens"));
+  return absl::OkStatus();
+}
+
+absl::Status SetTenants(gemm::ServerOptions* options) {
+  const std::string path = absl::GetFlag(FLAGS_tenants_file);
+  if (path.empty()) return absl::OkStatus();
+  auto tenants = gemm::TenantsConfig::Load(path);
+  if (!tenants.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--tenants_file: ", tenants.status().message()));
+  spdlog::info("tenants from {}: {}", path, tenants->Summary());
+  options->tenants = std::make_shared<const gemm::TenantsConfig>(*std::move(tenants));
+  return absl::OkStatus();
+}
+
+absl::Status SetBatching(gemm::ServerOptions* options) {
+  auto& b = options->batcher;
+  b.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
+  b.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
+  b.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
+  b.run_on_arrival_max = absl::GetFlag(FLAGS_run_on_arrival_max);
+  b.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
+  b.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
+  b.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
+  b.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  options->deterministic_by_default = absl::GetFlag(FLAGS_deterministic_by_default);
+  options->admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
+  options->admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
+  return absl::OkStatus();
+}
+
+// The tables of --tuning_table, parsed here so that a bad file stops the
+// start; each CUDA executor, which knows its device, picks the table of its
+// model and compares the rest of the key with the process's.
+template <typename Portfolio>
+absl::Status SetTuningTables(Portfolio* portfolio) {
+  for (absl::string_view listed :
+       absl::StrSplit(absl::GetFlag(FLAGS_tuning_table), ',', absl::SkipEmpty())) {
+    const std::string path(listed);
+    auto table = gemm_kernels::tuning::ReadTuningTable(path);
+    if (!table.ok())
+      return absl::InvalidArgumentError(absl::StrCat("--tuning_table: ", table.status().message()));
+    auto shared = std::make_shared<const gemm_kernels::tuning::TuningTable>(*std::move(table));
+    if (portfolio->table == nullptr) {
+      portfolio->table = shared;
+      portfolio->table_path = path;
+    }
+    portfolio->tables.emplace_back(path, shared);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetCuda(gemm::ServerOptions* options) {
+  for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
+    int device;
+    if (!absl::SimpleAtoi(d, &device) || device < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("--cuda_devices: \"", d, "\" is not a device ordinal"));
+    options->cuda_devices.push_back(device);
+  }
+  auto& c = options->cuda;
+  c.streams = absl::GetFlag(FLAGS_cuda_streams);
+  c.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
+  c.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
+  c.copy_unaligned_operands = absl::GetFlag(FLAGS_cuda_copy_unaligned_operands);
+  c.pin_shared_memory = absl::GetFlag(FLAGS_cuda_pin_shared_memory);
+  c.quantize_fp8 = absl::GetFlag(FLAGS_cuda_quantize_fp8);
+  c.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
+  // Checked with the enumerated flags, before logging was set up.
+  c.portfolio.policy =
+      *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");
+  c.portfolio.cublas_library = absl::GetFlag(FLAGS_cublas_library);
+  if (absl::Status st = SetTuningTables(&c.portfolio); !st.ok()) return st;
+  c.watchdog = absl::GetFlag(FLAGS_gpu_watchdog);
+  if (c.watchdog < absl::ZeroDuration())
+    return absl::InvalidArgumentError("--gpu_watchdog: must be 0 (off) or positive");
+  if (const std::string loss = absl::GetFlag(FLAGS_on_gpu_loss); loss != "exit" && loss != "stay")
+    return absl::InvalidArgumentError(
+        absl::StrCat("--on_gpu_loss: \"", loss, "\" is not one of exit, stay"));
+  return absl::OkStatus();
+}
+
+absl::Status SetCpuAndPeaks(gemm::ServerOptions* options) {
+  options->cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
+  options->cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  options->cpu.calibration_budget = absl::GetFlag(FLAGS_calibration_budget);
+  if (options->cpu.calibration_budget <= absl::ZeroDuration() ||
+      options->cpu.calibration_budget > absl::Minutes(5))
+    return absl::InvalidArgumentError("--calibration_budget: must be in (0, 5m]");
+  auto tflops = gemm::ParsePeakTflops(absl::GetFlag(FLAGS_peak_tflops), "peak_tflops");
+  auto gbps = gemm::ParsePeakMemoryGbps(absl::GetFlag(FLAGS_peak_memory_gbps), "peak_memory_gbps");
+  for (const absl::Status& st : {tflops.status(), gbps.status()})
+    if (!st.ok()) return st;
+  options->cpu.peak_overrides = *tflops;
+  options->cpu.peak_overrides.insert(options->cpu.peak_overrides.end(), gbps->begin(),
+                                     gbps->end());
+  // On several GPUs every device takes the same figures.
+  options->cuda.peak_overrides = options->cpu.peak_overrides;
+  return absl::OkStatus();
+}
+
+absl::Status SetLimits(gemm::ServerOptions* options) {
+  gemm::ServiceLimits& l = options->limits;
+  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  l.max_receive_buffer_bytes = absl::GetFlag(FLAGS_max_receive_buffer_bytes);
+  l.max_dimension = absl::GetFlag(FLAGS_max_dimension);
+  l.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
+  l.max_problems_per_request = absl::GetFlag(FLAGS_max_problems_per_request);
+  l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
+  l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
+  l.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
+  l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
+  l.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
+  l.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
+  options->transient_idle_timeout = absl::GetFlag(FLAGS_transient_idle_timeout);
+  options->http2.max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
+  options->http2.stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
+  options->http2.write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
+  options->http2.bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
+  options->log_rate.lines_per_second = absl::GetFlag(FLAGS_log_lines_per_second);
+  options->log_rate.burst = absl::GetFlag(FLAGS_log_burst);
+  if (absl::Status st = options->log_rate.Validate(); !st.ok())
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log_lines_per_second/--log_burst: ", st.message()));
+  return absl::OkStatus();
+}
+
+// The server's options from the flags, concern by concern, in the order
+// their refusals were always reported.
+absl::StatusOr<gemm::ServerOptions> OptionsFromFlags() {
+  gemm::ServerOptions options;
+  for (absl::Status (*set)(gemm::ServerOptions*) : {SetListeners, SetSecurity, SetTenants,
+                                                    SetBatching, SetCuda, SetCpuAndPeaks,
+                                                    SetLimits}) {
+    if (absl::Status st = set(&options); !st.ok()) return st;
+  }
+  return options;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // The shutdown signals and SIGHUP (re-read --tenants_file, re-measure the
   // peak rates) are blocked here, first, so that every thread started from
@@ -325,144 +495,15 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(level));
   }
 
-  gemm::ServerOptions options;
-  options.listen_address = absl::GetFlag(FLAGS_listen);
-  options.backend = absl::GetFlag(FLAGS_backend);
-  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
-  options.health_listen = absl::GetFlag(FLAGS_health_listen);
-  if (!absl::GetFlag(FLAGS_health_port_file).empty() && options.health_listen.empty()) {
-    spdlog::critical("--health_port_file needs --health_listen");
-    return 2;
-  }
-  options.security.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-  options.security.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-  options.security.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  options.security.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
-  if (!options.security.auth_tokens_file.empty() && options.security.tls_cert_file.empty() &&
-      !IsLoopbackAddress(options.listen_address) && !absl::GetFlag(FLAGS_allow_insecure_tokens)) {
-    spdlog::critical(
-        "--auth_tokens_file without --tls_cert/--tls_key on non-loopback --listen {}: tokens "
-        "would travel in clear and gRPC clients will not send them over an insecure channel; "
-        "turn TLS on, listen on loopback, or pass --allow_insecure_tokens",
-        options.listen_address);
+  absl::StatusOr<gemm::ServerOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    spdlog::critical("{}", std::string(options.status().message()));
     return 2;
   }
   const std::string tenants_file = absl::GetFlag(FLAGS_tenants_file);
-  if (const std::string& path = tenants_file; !path.empty()) {
-    auto tenants = gemm::TenantsConfig::Load(path);
-    if (!tenants.ok()) {
-      spdlog::critical("--tenants_file: {}", std::string(tenants.status().message()));
-      return 2;
-    }
-    spdlog::info("tenants from {}: {}", path, tenants->Summary());
-    options.tenants = std::make_shared<const gemm::TenantsConfig>(*std::move(tenants));
-  }
-  options.batcher.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
-  options.batcher.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
-  options.batcher.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
-  options.batcher.run_on_arrival_max = absl::GetFlag(FLAGS_run_on_arrival_max);
-  options.batcher.budget.max_requests = absl::GetFlag(FLAGS_batch_max_requests);
-  options.batcher.budget.max_flops = absl::GetFlag(FLAGS_batch_max_flops);
-  options.batcher.budget.max_bytes = absl::GetFlag(FLAGS_batch_max_bytes);
-  options.batcher.plan.large_problem_flops = absl::GetFlag(FLAGS_large_problem_flops);
-  options.deterministic_by_default = absl::GetFlag(FLAGS_deterministic_by_default);
-  options.admission.reject_predicted_late = absl::GetFlag(FLAGS_reject_predicted_late);
-  options.admission.safety_factor = absl::GetFlag(FLAGS_deadline_safety_factor);
-  for (const std::string& d : absl::GetFlag(FLAGS_cuda_devices)) {
-    int device;
-    if (!absl::SimpleAtoi(d, &device) || device < 0) {
-      spdlog::critical("--cuda_devices: \"{}\" is not a device ordinal", d);
-      return 2;
-    }
-    options.cuda_devices.push_back(device);
-  }
-  options.cuda.streams = absl::GetFlag(FLAGS_cuda_streams);
-  options.cuda.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
-  options.cuda.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
-  options.cuda.copy_unaligned_operands = absl::GetFlag(FLAGS_cuda_copy_unaligned_operands);
-  options.cuda.pin_shared_memory = absl::GetFlag(FLAGS_cuda_pin_shared_memory);
-  options.cuda.quantize_fp8 = absl::GetFlag(FLAGS_cuda_quantize_fp8);
-  options.cuda.reducing_min_flops = absl::GetFlag(FLAGS_large_problem_flops);
-  options.cuda.portfolio.policy =
-      *gemm::gpu::ParseKernelPolicy(absl::GetFlag(FLAGS_kernel_policy), "kernel_policy");
-  options.cuda.portfolio.cublas_library = absl::GetFlag(FLAGS_cublas_library);
-  for (absl::string_view listed :
-       absl::StrSplit(absl::GetFlag(FLAGS_tuning_table), ',', absl::SkipEmpty())) {
-    // Parsed here so that a bad file stops the start; each CUDA executor,
-    // which knows its device, picks the table of its model and compares the
-    // rest of the key with the process's.
-    const std::string path(listed);
-    auto table = gemm_kernels::tuning::ReadTuningTable(path);
-    if (!table.ok()) {
-      spdlog::critical("--tuning_table: {}", std::string(table.status().message()));
-      return 2;
-    }
-    auto shared = std::make_shared<const gemm_kernels::tuning::TuningTable>(*std::move(table));
-    if (options.cuda.portfolio.table == nullptr) {
-      options.cuda.portfolio.table = shared;
-      options.cuda.portfolio.table_path = path;
-    }
-    options.cuda.portfolio.tables.emplace_back(path, shared);
-  }
-  options.cuda.watchdog = absl::GetFlag(FLAGS_gpu_watchdog);
-  if (options.cuda.watchdog < absl::ZeroDuration()) {
-    spdlog::critical("--gpu_watchdog: must be 0 (off) or positive");
-    return 2;
-  }
   const std::string on_gpu_loss = absl::GetFlag(FLAGS_on_gpu_loss);
-  if (on_gpu_loss != "exit" && on_gpu_loss != "stay") {
-    spdlog::critical("--on_gpu_loss: \"{}\" is not one of exit, stay", on_gpu_loss);
-    return 2;
-  }
-  options.cpu.concurrent_requests = absl::GetFlag(FLAGS_cpu_concurrency);
-  options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
-  options.cpu.calibration_budget = absl::GetFlag(FLAGS_calibration_budget);
-  if (options.cpu.calibration_budget <= absl::ZeroDuration() ||
-      options.cpu.calibration_budget > absl::Minutes(5)) {
-    spdlog::critical("--calibration_budget: must be in (0, 5m]");
-    return 2;
-  }
-  {
-    auto tflops = gemm::ParsePeakTflops(absl::GetFlag(FLAGS_peak_tflops), "peak_tflops");
-    auto gbps =
-        gemm::ParsePeakMemoryGbps(absl::GetFlag(FLAGS_peak_memory_gbps), "peak_memory_gbps");
-    for (const absl::Status& st : {tflops.status(), gbps.status()}) {
-      if (!st.ok()) {
-        spdlog::critical("{}", std::string(st.message()));
-        return 2;
-      }
-    }
-    options.cpu.peak_overrides = *tflops;
-    options.cpu.peak_overrides.insert(options.cpu.peak_overrides.end(), gbps->begin(), gbps->end());
-    // On several GPUs every device takes the same figures.
-    options.cuda.peak_overrides = options.cpu.peak_overrides;
-  }
-  gemm::ServiceLimits& l = options.limits;
-  l.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  l.max_receive_buffer_bytes = absl::GetFlag(FLAGS_max_receive_buffer_bytes);
-  l.max_dimension = absl::GetFlag(FLAGS_max_dimension);
-  l.max_matrix_bytes = absl::GetFlag(FLAGS_max_matrix_bytes);
-  l.max_problems_per_request = absl::GetFlag(FLAGS_max_problems_per_request);
-  l.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
-  l.max_inflight_bytes = absl::GetFlag(FLAGS_max_inflight_bytes);
-  l.max_stream_inflight = absl::GetFlag(FLAGS_max_stream_inflight);
-  l.max_waiting_requests = absl::GetFlag(FLAGS_max_waiting_requests);
-  l.max_resident_bytes = absl::GetFlag(FLAGS_max_resident_bytes);
-  l.max_shared_memory_regions = absl::GetFlag(FLAGS_max_shared_memory_regions);
-  l.max_shared_memory_bytes = absl::GetFlag(FLAGS_max_shared_memory_bytes);
-  options.transient_idle_timeout = absl::GetFlag(FLAGS_transient_idle_timeout);
-  options.http2.max_frame_bytes = absl::GetFlag(FLAGS_http2_max_frame_bytes);
-  options.http2.stream_window_bytes = absl::GetFlag(FLAGS_http2_stream_window_bytes);
-  options.http2.write_buffer_bytes = absl::GetFlag(FLAGS_http2_write_buffer_bytes);
-  options.http2.bdp_probe = absl::GetFlag(FLAGS_http2_bdp_probe);
-  options.log_rate.lines_per_second = absl::GetFlag(FLAGS_log_lines_per_second);
-  options.log_rate.burst = absl::GetFlag(FLAGS_log_burst);
-  if (absl::Status st = options.log_rate.Validate(); !st.ok()) {
-    spdlog::critical("--log_lines_per_second/--log_burst: {}", std::string(st.message()));
-    return 2;
-  }
 
-  auto server = gemm::GemmServer::Start(options);
+  auto server = gemm::GemmServer::Start(*options);
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());
     return 2;
