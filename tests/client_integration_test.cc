@@ -277,29 +277,21 @@ v1::GemmRequest RequestOf(const std::string& id, const std::vector<const Case*>&
 // ---------------------------------------------------------------------------
 // The shared server
 
-class ClientIntegrationTest : public ::testing::Test {
+class ClientIntegrationTest : public test::SharedServerTest<ClientIntegrationTest> {
+ public:
+  static ServerOptions Options() { return TestServerOptions(); }
+
  protected:
-  static void SetUpTestSuite() {
-    auto s = GemmServer::Start(TestServerOptions());
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = s->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
+    SharedServerTest::SetUp();
+    if (HasFatalFailure()) return;
     client_ = ConnectClient(server_->port());
     ASSERT_NE(client_, nullptr);
   }
 
-  static GemmServer* server_;
   std::unique_ptr<Client> client_;
   std::mt19937 rng_{20240611};
 };
-
-GemmServer* ClientIntegrationTest::server_ = nullptr;
 
 TEST_F(ClientIntegrationTest, CheckerRejectsPoisonedResults) {
   // The checks below would pass anything if they passed this: a right result

@@ -18,11 +18,6 @@
 namespace gemm {
 namespace {
 
-std::unique_ptr<v1::GemmService::Stub> Connect(int port) {
-  return v1::GemmService::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
-                                                      grpc::InsecureChannelCredentials()));
-}
-
 v1::GemmRequest OneProblem(const test::ProblemSpec& spec, uint64_t seed) {
   std::mt19937 rng(static_cast<std::mt19937::result_type>(seed));
   v1::GemmRequest r;
@@ -50,7 +45,7 @@ v1::GemmResponse Call(v1::GemmService::Stub* stub, const v1::GemmRequest& reques
 TEST(DeterminismServerTest, RecordOnlyForDeterministicRequests) {
   auto server = StartServer(false);
   ASSERT_NE(server, nullptr);
-  auto stub = Connect(server->port());
+  auto stub = test::LoopbackStub(server->port());
   test::ProblemSpec spec;
   spec.m = 33;
   spec.n = 17;
@@ -82,7 +77,7 @@ TEST(DeterminismServerTest, RecordOnlyForDeterministicRequests) {
 TEST(DeterminismServerTest, ServerDefaultAppliesOnlyWhereTheFieldIsUnset) {
   auto server = StartServer(true);
   ASSERT_NE(server, nullptr);
-  auto stub = Connect(server->port());
+  auto stub = test::LoopbackStub(server->port());
   test::ProblemSpec spec;
   spec.m = spec.n = spec.k = 8;
   v1::GemmRequest request = OneProblem(spec, 2);
@@ -96,7 +91,7 @@ TEST(DeterminismServerTest, ServerDefaultAppliesOnlyWhereTheFieldIsUnset) {
 TEST(DeterminismServerTest, SameBitsAloneAndUnderLoad) {
   auto server = StartServer(false);
   ASSERT_NE(server, nullptr);
-  auto stub = Connect(server->port());
+  auto stub = test::LoopbackStub(server->port());
   test::ProblemSpec spec;
   spec.m = 150;
   spec.n = 130;
@@ -109,7 +104,7 @@ TEST(DeterminismServerTest, SameBitsAloneAndUnderLoad) {
   std::vector<std::thread> load;
   for (int t = 0; t < 6; ++t) {
     load.emplace_back([&, t] {
-      auto own = Connect(server->port());
+      auto own = test::LoopbackStub(server->port());
       for (int i = 0; i < 6; ++i) {
         v1::GemmRequest other = OneProblem(spec, 100 + 10 * t + i);
         other.set_deterministic(true);

@@ -115,11 +115,7 @@ class OverloadTest : public ::testing::Test {
     auto server = GemmServer::Start(options, std::move(gate));
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    channel_ = grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                         grpc::InsecureChannelCredentials(), args);
+    channel_ = test::LoopbackChannel(server_->port());
     stub_ = v1::GemmService::NewStub(channel_);
   }
   void TearDown() override {

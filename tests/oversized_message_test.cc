@@ -127,15 +127,6 @@ class ByteCountingProxy {
   std::vector<std::thread> pumps_ ABSL_GUARDED_BY(mu_);
 };
 
-std::unique_ptr<v1::GemmService::Stub> StubTo(int port) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(-1);
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
-  return v1::GemmService::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
-}
-
 v1::GemmRequest RequestOf(uint64_t m, uint64_t n, uint64_t k, std::mt19937* rng) {
   test::ProblemSpec s;
   s.m = m;
@@ -174,7 +165,7 @@ class OversizedMessageTest : public ::testing::Test {
   };
   Sent SendThroughProxy(const v1::GemmRequest& request, v1::GemmResponse* response,
                         absl::Duration deadline = absl::Seconds(60)) {
-    auto stub = StubTo(proxy_->port());
+    auto stub = test::LoopbackStub(proxy_->port(), /*own_connection=*/true);
     grpc::ClientContext ctx;
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
     Sent sent;
@@ -200,7 +191,7 @@ TEST_F(OversizedMessageTest, IsCutShortWhileOtherClientsAreServed) {
   std::atomic<bool> stop{false};
   std::atomic<int> other_ok{0}, other_bad{0}, other_retried{0};
   std::thread other([&] {
-    auto stub = StubTo(server_->port());
+    auto stub = test::LoopbackStub(server_->port(), /*own_connection=*/true);
     std::mt19937 other_rng(6);
     const v1::GemmRequest small = RequestOf(8, 8, 8, &other_rng);
     while (!stop.load()) {
@@ -284,7 +275,7 @@ TEST(OversizedMessageWithoutQuotaTest, IsReadInFull) {
   ByteCountingProxy proxy((*server)->port());
   std::mt19937 rng(5);
   const v1::GemmRequest big = RequestOf(4096, 1, 4096, &rng);
-  auto stub = StubTo(proxy.port());
+  auto stub = test::LoopbackStub(proxy.port(), /*own_connection=*/true);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   v1::GemmResponse response;

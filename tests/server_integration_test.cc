@@ -56,14 +56,6 @@ ServerOptions TestOptions() {
   return o;
 }
 
-std::unique_ptr<v1::GemmService::Stub> Connect(int port) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  return v1::GemmService::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(), args));
-}
-
 void SetDeadline(grpc::ClientContext* ctx, absl::Duration d) {
   ctx->set_deadline(absl::ToChronoTime(absl::Now() + d));
 }
@@ -207,20 +199,15 @@ std::vector<ProblemSpec> SweepSpecs() {
 }
 
 // The CPU-backed server shared by the tests that do not reconfigure it.
-class ServerIntegrationTest : public ::testing::Test {
+class ServerIntegrationTest : public test::SharedServerTest<ServerIntegrationTest> {
+ public:
+  static ServerOptions Options() { return TestOptions(); }
+
  protected:
-  static void SetUpTestSuite() {
-    auto s = GemmServer::Start(TestOptions());
-    ASSERT_TRUE(s.ok()) << s.status();
-    server_ = s->release();
-  }
-  static void TearDownTestSuite() {
-    delete server_;
-    server_ = nullptr;
-  }
   void SetUp() override {
-    ASSERT_NE(server_, nullptr);
-    stub_ = Connect(server_->port());
+    SharedServerTest::SetUp();
+    if (HasFatalFailure()) return;
+    stub_ = test::LoopbackStub(server_->port());
   }
 
   grpc::Status Call(const v1::GemmRequest& request, v1::GemmResponse* response) {
@@ -229,12 +216,9 @@ class ServerIntegrationTest : public ::testing::Test {
     return stub_->Gemm(&ctx, request, response);
   }
 
-  static GemmServer* server_;
   std::unique_ptr<v1::GemmService::Stub> stub_;
   std::mt19937 rng_{12345};
 };
-
-GemmServer* ServerIntegrationTest::server_ = nullptr;
 
 TEST_F(ServerIntegrationTest, EveryShapeTransposeLayoutAndDtype) {
   int n = 0;
@@ -528,7 +512,7 @@ TEST_F(ServerIntegrationTest, ConcurrentBadAndGoodRequestsAreAllAnsweredRight) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto stub = Connect(server_->port());
+      auto stub = test::LoopbackStub(server_->port());
       std::mt19937 rng(1000 + t);
       for (int i = 0; i < kPerThread; ++i) {
         grpc::ClientContext ctx;
@@ -669,7 +653,7 @@ class QueueingIntegrationTest : public ::testing::Test {
     auto s = GemmServer::Start(o, std::move(executor));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
-    stub_ = Connect(server_->port());
+    stub_ = test::LoopbackStub(server_->port());
   }
 
   void TearDown() override {
@@ -857,7 +841,7 @@ TEST_F(QueueingIntegrationTest, ShutdownDrainsInFlightCallsThenRefuses) {
   EXPECT_TRUE(shut_down.WaitForNotificationWithTimeout(absl::Seconds(10)));
   stopper.join();
 
-  auto stub = Connect(port);
+  auto stub = test::LoopbackStub(port);
   auto after = Tagged(3);
   SetDeadline(&after->ctx, absl::Seconds(5));
   after->Start(stub.get());

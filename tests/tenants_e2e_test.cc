@@ -82,11 +82,7 @@ class TenantsE2eTest : public ::testing::Test {
 
   // A connection of its own (the server binds a connection to one caller).
   std::unique_ptr<v1::GemmService::Stub> Connect() const {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    return v1::GemmService::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", server_->port()), grpc::InsecureChannelCredentials(), args));
+    return test::LoopbackStub(server_->port(), /*own_connection=*/true);
   }
 
   struct Outcome {

@@ -131,6 +131,19 @@ double MetricValue(const std::string& scrape, const std::string& name,
   return 0;
 }
 
+std::shared_ptr<grpc::Channel> LoopbackChannel(int port, bool own_connection) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+std::unique_ptr<v1::GemmService::Stub> LoopbackStub(int port, bool own_connection) {
+  return v1::GemmService::NewStub(LoopbackChannel(port, own_connection));
+}
+
 ServerOptions LoopbackCpuServerOptions(int concurrent_requests) {
   ServerOptions o;
   o.listen_address = "127.0.0.1:0";

@@ -7,15 +7,17 @@
 #define GEMM_TESTS_TEST_UTIL_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include "common/gemm_problem.h"
-#include "gemm/v1/gemm.pb.h"
+#include "gemm/v1/gemm.grpc.pb.h"
 #include "service/server.h"
 
 namespace gemm {
@@ -26,6 +28,33 @@ namespace test {
 // thread each, no start-up calibration, no metrics port. Tests set the
 // limits they exercise on top.
 ServerOptions LoopbackCpuServerOptions(int concurrent_requests = 2);
+
+// A test suite whose tests share one server, started before its first test
+// and stopped after its last. `Suite` is the suite's fixture (each suite
+// gets its own server); it provides `static ServerOptions Options()`.
+template <typename Suite>
+class SharedServerTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto s = GemmServer::Start(Suite::Options());
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = s->release();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  void SetUp() override { ASSERT_NE(server_, nullptr) << "the suite's server did not start"; }
+
+  inline static GemmServer* server_ = nullptr;
+};
+
+// A channel to 127.0.0.1:`port` with no client-side message size limit (the
+// tests exercise the server's); with `own_connection`, one not shared with
+// other channels of the process.
+std::shared_ptr<grpc::Channel> LoopbackChannel(int port, bool own_connection = false);
+// A GemmService stub on LoopbackChannel(port, own_connection).
+std::unique_ptr<v1::GemmService::Stub> LoopbackStub(int port, bool own_connection = false);
 
 // A compact description of one problem. Unset optionals stay unset in the
 // proto, so the server's defaults are exercised too.
