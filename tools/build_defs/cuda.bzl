@@ -51,20 +51,45 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = 
     objs = []
     logs = []
     for src in srcs:
-        obj = "_objs/%s/%s" % (name, src.replace(".cu", ".pic.o"))
+        stem = src.replace(".cu", ".pic.o")
+        compiled = "_nvcc/%s/%s" % (name, stem)
+        compiled_log = compiled + ".ptxas.log"
+        obj = "_objs/%s/%s" % (name, stem)
         log = obj + ".ptxas.log"
-        nvcc = " ".join([NVCC, "-c", "$(location %s)" % src, "-o", "$(location %s)" % obj] +
+        nvcc = " ".join([NVCC, "-c", "$(location %s)" % src, "-o", "$(location %s)" % compiled] +
                         CUDA_ARCH_FLAGS + CUDA_COPTS + nvcc_flags)
+        rule = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_"))
 
         # nvcc's whole output goes to the log. A failed compile prints it all;
         # a good one prints all but ptxas's per-function info lines, so
         # warnings show in the build as before.
         native.genrule(
-            name = "%s_%s_nvcc" % (name, src.replace("/", "_").replace(".", "_")),
+            name = rule,
             srcs = [src] + hdrs + cuda_hdrs,
+            outs = [compiled, compiled_log],
+            cmd = ("if ! %s >$(location %s) 2>&1; then cat $(location %s) >&2; exit 1; fi; " % (nvcc, compiled_log, compiled_log) +
+                   "grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(location %s) >&2 || true" % compiled_log),
+            testonly = testonly,
+            # Built only as the tool below: a wildcard (//...) would build
+            # it in the target configuration too, compiling it twice.
+            tags = ["manual"],
+        )
+
+        # The compile runs as a tool, in the host configuration, and this
+        # copies its outputs into the configuration being built. nvcc's
+        # command line does not depend on the configuration (no --copt
+        # reaches it), so the sanitizer builds (--config=asan|tsan) reuse the
+        # one object instead of compiling every kernel again.
+        native.genrule(
+            name = rule + "_here",
+            tools = [":" + compiled, ":" + compiled_log],
             outs = [obj, log],
-            cmd = ("if ! %s >$(location %s) 2>&1; then cat $(location %s) >&2; exit 1; fi; " % (nvcc, log, log) +
-                   "grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $(location %s) >&2 || true" % log),
+            cmd = "cp $(location :%s) $(location %s) && cp $(location :%s) $(location %s)" % (
+                compiled,
+                obj,
+                compiled_log,
+                log,
+            ),
             testonly = testonly,
         )
         objs.append(obj)
