@@ -14,6 +14,8 @@
 
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "client/cli/commands.h"
 
@@ -23,6 +25,13 @@ int main(int argc, char** argv) {
       "  info   prints the server's backend, devices, peak rates and limits\n"
       "  run    one request on random data, checked against a float64 reference\n"
       "  bench  a load generator with --concurrency requests in flight");
+  // Abseil's --help lists the flags of files named after the program; the
+  // CLI's are in client/cli/flags.cc.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::StrContains(file, "client/cli/");
+  };
+  absl::SetFlagsUsageConfig(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string command = args.size() >= 2 ? args[1] : "";
   if (args.size() > 2) {

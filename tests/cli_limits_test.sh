@@ -4,7 +4,7 @@
 # peak memory, the message naming the flag and the limit); bench stops early
 # when every call fails and prints each status code with its message; --json
 # is one parseable document; a --sizes sweep, --stream and the chunked
-# transfer path run and report.
+# transfer path run and report; --help lists the CLI's flags.
 #
 # Usage (from tests/BUILD): cli_limits_test.sh <gemm_server> <gemm_cli>
 set -euo pipefail
@@ -15,6 +15,14 @@ cli_bin="${2:?usage: cli_limits_test.sh <gemm_server> <gemm_cli>}"
 source "$(dirname "$0")/server_lib.sh"
 
 now_ms() { date +%s%3N; }
+
+# --help lists the CLI's own flags (they live in client/cli/flags.cc, not in
+# a file named after the program).
+help=$("$cli_bin" --help 2>&1 || true)
+for flag in --target --concurrency --dtype --json --shared_memory; do
+  grep -q -- "^    $flag " <<<"$help" || fail "gemm_cli --help does not list $flag"
+done
+echo "gemm_cli --help: lists its flags"
 
 # A 2 GiB address-space limit turns any large allocation into a crash
 # (std::bad_alloc, exit 134). AddressSanitizer reserves terabytes of shadow
