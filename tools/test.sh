@@ -65,8 +65,10 @@ step() {  # name, command...
   local name="$1"
   shift
   echo "==== $name"
+  local t0=$SECONDS
   "$@" 2>&1 | tee -a "$log"
   local r=${PIPESTATUS[0]}
+  echo "==== $name took $((SECONDS - t0)) s"
   [[ "$r" -eq 0 ]] || { echo "==== $name failed (exit $r)"; rc=1; }
 }
 
