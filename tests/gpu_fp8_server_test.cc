@@ -690,7 +690,13 @@ TEST_F(GpuFp8ServerTest, APartnerIsQuantizedPerProblemOnTheGpu) {
       EXPECT_THAT(r->kernel(), HasSubstr(quantized == OperandRole::kA ? "+quantize_a"
                                                                        : "+quantize_b"));
       for (int member = 0; member < 3; ++member) {
-        EXPECT_LE(ErrorAgainst(checked.problems(member), r->results(member)), 1e-4)
+        // The server's codes are the host rule's (checked bit for bit in
+        // QuantizingOnRegistration*); what is left is the FP8 kernel's own
+        // accumulation, about 1e-4 for e4m3 x e4m3 on Hopper (H100,
+        // 2026-12-07: 1.00e-4 to 1.05e-4 here), under Tolerance's 5e-4. A
+        // wrong code or scale costs far more: one e4m3 step is 6-12%.
+        EXPECT_LE(ErrorAgainst(checked.problems(member), r->results(member)),
+                  Tolerance(DType::kFp32))
             << member << " " << r->kernel();
         const v1::OperandPrecision& pq = quantized == OperandRole::kA
                                              ? r->results(member).a_precision()
