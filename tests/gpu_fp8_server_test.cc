@@ -692,8 +692,8 @@ TEST_F(GpuFp8ServerTest, APartnerIsQuantizedPerProblemOnTheGpu) {
       for (int member = 0; member < 3; ++member) {
         // The server's codes are the host rule's (checked bit for bit in
         // QuantizingOnRegistration*); what is left is the FP8 kernel's own
-        // accumulation, about 1e-4 for e4m3 x e4m3 on Hopper (H100,
-        // 2026-12-07: 1.00e-4 to 1.05e-4 here), under Tolerance's 5e-4. A
+        // accumulation, about 1e-4 for e4m3 x e4m3 on Hopper (1.00e-4 to
+        // 1.05e-4 for these shapes on an H100), under Tolerance's 5e-4. A
         // wrong code or scale costs far more: one e4m3 step is 6-12%.
         EXPECT_LE(ErrorAgainst(checked.problems(member), r->results(member)),
                   Tolerance(DType::kFp32))
