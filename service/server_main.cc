@@ -318,7 +318,7 @@ absl::Status SetTenants(gemm::ServerOptions* options) {
 }
 
 absl::Status SetBatching(gemm::ServerOptions* options) {
-  auto& b = options->batcher;
+  gemm::BatcherOptions& b = options->batcher;
   b.max_queue_delay = absl::GetFlag(FLAGS_max_queue_delay);
   b.dispatch_when_idle = absl::GetFlag(FLAGS_dispatch_when_idle);
   b.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
@@ -336,8 +336,7 @@ absl::Status SetBatching(gemm::ServerOptions* options) {
 // The tables of --tuning_table, parsed here so that a bad file stops the
 // start; each CUDA executor, which knows its device, picks the table of its
 // model and compares the rest of the key with the process's.
-template <typename Portfolio>
-absl::Status SetTuningTables(Portfolio* portfolio) {
+absl::Status SetTuningTables(gemm::gpu::PortfolioSettings* portfolio) {
   for (absl::string_view listed :
        absl::StrSplit(absl::GetFlag(FLAGS_tuning_table), ',', absl::SkipEmpty())) {
     const std::string path(listed);
@@ -362,7 +361,7 @@ absl::Status SetCuda(gemm::ServerOptions* options) {
           absl::StrCat("--cuda_devices: \"", d, "\" is not a device ordinal"));
     options->cuda_devices.push_back(device);
   }
-  auto& c = options->cuda;
+  gemm::CudaExecutor::Options& c = options->cuda;
   c.streams = absl::GetFlag(FLAGS_cuda_streams);
   c.grouped_launches = absl::GetFlag(FLAGS_cuda_grouped_launches);
   c.reducing_schedules = absl::GetFlag(FLAGS_cuda_reducing_schedules);
