@@ -86,7 +86,7 @@ void RunCase(const Case& c, size_t input_bytes, int reps) {
 }
 
 // The conversions the CPU backend does for one bf16 request D = A * B with
-// M = N = 1024, K = 512 and a bf16 result (service/cpu_executor.cc): A and B
+// M = N = 1024, K = 512 and a bf16 result (service/exec/cpu_executor.cc): A and B
 // widened to fp32 scratch, the fp32 product narrowed into D. Scratch is
 // allocated once here; the backend's own allocation is not conversion.
 void RunRequest(int reps) {

@@ -26,9 +26,9 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/time/clock.h"
 #include "common/dtype.h"
-#include "service/cuda_executor.h"
-#include "service/launch_plan.h"
-#include "service/resident_matrix.h"
+#include "service/exec/cuda_executor.h"
+#include "service/queue/launch_plan.h"
+#include "service/store/resident_matrix.h"
 
 namespace {
 

@@ -39,7 +39,7 @@
 #include "client/gemm_client.h"
 #include "common/dtype.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, dtype, "bf16", "bf16 (tensor cores, bf16 results) or fp32 (strict, SIMT)");

@@ -27,7 +27,7 @@
 #include "echo/v1/echo.grpc.pb.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "common/dtype.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, sizes, "64,128,256,512,1024", "square problem sizes");

@@ -38,7 +38,7 @@
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "kernels/tuning/tuning_table.h"
 #include "service/cuda/portfolio_policy.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, tuning_table, "kernels/tuning/tables/nvidia_h200.table",

@@ -34,7 +34,7 @@
 #include "echo/echo_server.h"
 #include "echo/v1/echo.grpc.pb.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, only, "large,latency", "sections to run");

@@ -29,8 +29,8 @@
 #include "absl/time/clock.h"
 #include "common/dtype.h"
 #include "common/gemm_problem.h"
-#include "service/cuda_executor.h"
-#include "service/launch_plan.h"
+#include "service/exec/cuda_executor.h"
+#include "service/queue/launch_plan.h"
 
 ABSL_FLAG(std::string, sizes, "2048,4096,8192", "N of the N x N fp32 C and D (16 to 256 MiB)");
 ABSL_FLAG(int, samples, 11, "measured requests per size (after 2 warm-up), medians");

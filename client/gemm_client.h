@@ -97,7 +97,7 @@ struct ClientOptions {
   std::string tls_private_key_pem;
   // When non-empty, every call carries "authorization: Bearer <bearer_token>".
   // The client then keeps connections of its own (a local subchannel pool):
-  // the server binds each connection to one caller (service/auth.h).
+  // the server binds each connection to one caller (service/security/auth.h).
   std::string bearer_token;
 
   // GemmRequest.deterministic for every Gemm and GemmAsync request that

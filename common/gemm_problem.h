@@ -15,7 +15,7 @@
 
 namespace gemm {
 
-// A matrix stored on the server by RegisterMatrix (service/resident_matrix.h).
+// A matrix stored on the server by RegisterMatrix (service/store/resident_matrix.h).
 class ResidentMatrix;
 
 // The fp32 scales of an FP8 operand (common/fp8.h has their layout).

@@ -9,8 +9,8 @@
 
 #include "fuzz/fuzz_limits.h"
 #include "gemm/v1/gemm.pb.h"
-#include "service/cpu_executor.h"
-#include "service/request_validation.h"
+#include "service/exec/cpu_executor.h"
+#include "service/rpc/request_validation.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace gemm;

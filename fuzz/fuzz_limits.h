@@ -4,7 +4,7 @@
 #ifndef GEMM_FUZZ_FUZZ_LIMITS_H_
 #define GEMM_FUZZ_FUZZ_LIMITS_H_
 
-#include "service/limits.h"
+#include "service/base/limits.h"
 
 namespace gemm {
 

@@ -10,7 +10,7 @@
 
 #include "fuzz/fuzz_limits.h"
 #include "gemm/v1/gemm.pb.h"
-#include "service/request_validation.h"
+#include "service/rpc/request_validation.h"
 
 namespace gemm {
 namespace {

@@ -15,14 +15,14 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/http2_tuning.h"
-#include "service/batcher.h"
-#include "service/cpu_executor.h"
-#include "service/cuda_executor.h"
-#include "service/executor.h"
-#include "service/limits.h"
-#include "service/log_rate_limiter.h"
-#include "service/tenants.h"
-#include "service/transport_security.h"
+#include "service/queue/batcher.h"
+#include "service/exec/cpu_executor.h"
+#include "service/exec/cuda_executor.h"
+#include "service/exec/executor.h"
+#include "service/base/limits.h"
+#include "service/observe/log_rate_limiter.h"
+#include "service/queue/tenants.h"
+#include "service/security/transport_security.h"
 
 namespace grpc {
 class Server;

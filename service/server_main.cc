@@ -28,9 +28,9 @@
 #include "absl/time/time.h"
 #include "kernels/tuning/tuning_table.h"
 #include "service/build_stamp.h"
-#include "service/calibration.h"
+#include "service/exec/calibration.h"
 #include "service/cuda/portfolio_policy.h"
-#include "service/log_format.h"
+#include "service/observe/log_format.h"
 #include "service/server.h"
 #include "service/version.h"
 
@@ -115,7 +115,7 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
 ABSL_FLAG(std::string, tenants_file, "",
-          "tenants' weights and limits (service/tenants.h, docs/operations.md), re-read on "
+          "tenants' weights and limits (service/queue/tenants.h, docs/operations.md), re-read on "
           "SIGHUP (a bad file is refused and the tenants in force kept); empty: none, the "
           "queue is shared fairly per caller");
 ABSL_FLAG(std::string, auth_tokens_file, "",

@@ -20,7 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/testing/fake_executor.h"
 
 namespace gemm {

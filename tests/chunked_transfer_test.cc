@@ -24,7 +24,7 @@
 #include "absl/time/clock.h"
 #include "client/gemm_client.h"
 #include "common/chunk_wire.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

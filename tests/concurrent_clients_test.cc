@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/gemm_client.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

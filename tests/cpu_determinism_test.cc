@@ -7,7 +7,7 @@
 
 #include "absl/synchronization/notification.h"
 
-#include "service/cpu_executor.h"
+#include "service/exec/cpu_executor.h"
 #include "tests/determinism_harness.h"
 
 namespace gemm {

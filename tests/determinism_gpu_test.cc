@@ -37,7 +37,7 @@
 #include "common/dtype.h"
 #include "kernels/deterministic_hints.h"
 #include "kernels/gemm.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "tests/determinism_harness.h"
 
 namespace gemm {

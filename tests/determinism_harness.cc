@@ -12,7 +12,7 @@
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
-#include "service/launch_plan.h"
+#include "service/queue/launch_plan.h"
 
 namespace gemm {
 namespace test {

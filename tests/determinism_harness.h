@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/gemm_problem.h"
-#include "service/executor.h"
+#include "service/exec/executor.h"
 
 namespace gemm {
 namespace test {

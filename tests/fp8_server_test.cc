@@ -21,7 +21,7 @@
 #include "common/dtype.h"
 #include "common/fp8.h"
 #include "common/reference_gemm.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 #include "tests/fp8_test_util.h"
 #include "tests/test_util.h"

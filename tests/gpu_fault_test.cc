@@ -28,8 +28,8 @@
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/cuda/testing/fault_kernels.h"
-#include "service/cuda_executor.h"
-#include "service/multi_device_executor.h"
+#include "service/exec/cuda_executor.h"
+#include "service/exec/multi_device_executor.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

@@ -31,7 +31,7 @@
 #include "kernels/cublas/cublas_gemm.h"
 #include "kernels/tuning/shape_class.h"
 #include "kernels/tuning/tuning_table.h"
-#include "service/cuda_executor.h"
+#include "service/exec/cuda_executor.h"
 #include "service/server.h"
 #include "service/version.h"
 #include "tests/test_util.h"

@@ -18,7 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/gemm_client.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/cpu_executor.h"
+#include "service/exec/cpu_executor.h"
 #include "service/server.h"
 #include "tests/test_certs.h"
 #include "tests/test_executors.h"

@@ -1,4 +1,4 @@
-// Caller identity from client certificates (service/caller_identity.h), over
+// Caller identity from client certificates (service/security/caller_identity.h), over
 // loopback with certificates made at test time: on a mutual-TLS server
 // without tokens, resident-matrix handles belong to the certificate's subject
 // (another certificate gets PERMISSION_DENIED, the same certificate on a new
@@ -21,7 +21,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/gemm_client.h"
 #include "client/matrix_view.h"
-#include "service/cpu_executor.h"
+#include "service/exec/cpu_executor.h"
 #include "service/server.h"
 #include "tests/test_certs.h"
 #include "tests/test_executors.h"

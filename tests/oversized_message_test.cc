@@ -1,5 +1,5 @@
 // Oversized messages and the server's receive quota
-// (--max_receive_buffer_bytes, service/limits.h), measured through a
+// (--max_receive_buffer_bytes, service/base/limits.h), measured through a
 // loopback proxy that counts the bytes the server was sent before it
 // answered:
 //  - without a quota gRPC 1.51 reads a message far over max_message_bytes to
@@ -34,7 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

@@ -21,7 +21,7 @@
 #include "client/gemm_client.h"
 #include "client/matrix_view.h"
 #include "common/dtype.h"
-#include "service/metrics.h"
+#include "service/observe/metrics.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

@@ -26,7 +26,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/cpu_executor.h"
+#include "service/exec/cpu_executor.h"
 #include "service/server.h"
 #include "tests/test_util.h"
 

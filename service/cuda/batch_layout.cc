@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/parallel_copy.h"
-#include "service/resident_matrix.h"
-#include "service/shared_memory_region.h"
+#include "service/store/resident_matrix.h"
+#include "service/store/shared_memory_region.h"
 
 namespace gemm {
 namespace gpu {

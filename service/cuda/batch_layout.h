@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gemm_problem.h"
-#include "service/launch_plan.h"
-#include "service/work_item.h"
+#include "service/queue/launch_plan.h"
+#include "service/queue/work_item.h"
 
 namespace gemm {
 namespace gpu {

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "service/resident_matrix.h"
-#include "service/shared_memory_region.h"
+#include "service/store/resident_matrix.h"
+#include "service/store/shared_memory_region.h"
 
 namespace gemm {
 namespace gpu {

@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "service/executor.h"
+#include "service/exec/executor.h"
 
 namespace gemm {
 namespace gpu {

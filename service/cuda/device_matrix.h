@@ -10,7 +10,7 @@
 #include "absl/status/statusor.h"
 #include "common/fp8.h"
 #include "common/gemm_problem.h"
-#include "service/resident_matrix.h"
+#include "service/store/resident_matrix.h"
 
 namespace gemm {
 namespace gpu {

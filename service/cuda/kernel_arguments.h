@@ -9,7 +9,7 @@
 #include "common/gemm_problem.h"
 #include "kernels/gemm.h"
 #include "service/cuda/batch_layout.h"
-#include "service/work_item.h"
+#include "service/queue/work_item.h"
 
 namespace gemm {
 namespace gpu {

@@ -30,8 +30,8 @@
 #include "service/cuda/portfolio_policy.h"
 #include "service/cuda/reducing_stream.h"
 #include "service/cuda/resources.h"
-#include "service/launch_plan.h"
-#include "service/work_item.h"
+#include "service/queue/launch_plan.h"
+#include "service/queue/work_item.h"
 
 namespace gemm {
 namespace gpu {

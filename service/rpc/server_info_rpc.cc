@@ -2,8 +2,8 @@
 // client sizes its requests by, and the input types served.
 #include <string>
 
-#include "service/gemm_service.h"
-#include "service/transfer_service.h"
+#include "service/rpc/gemm_service.h"
+#include "service/rpc/transfer_service.h"
 #include "service/version.h"
 
 namespace gemm {

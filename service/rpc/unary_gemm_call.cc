@@ -12,10 +12,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
-#include "service/caller_identity.h"
-#include "service/gemm_service.h"
+#include "service/security/caller_identity.h"
+#include "service/rpc/gemm_service.h"
 #include "service/rpc/gemm_calls.h"
-#include "service/upload_wait.h"
+#include "service/store/upload_wait.h"
 
 namespace gemm::rpc {
 namespace {

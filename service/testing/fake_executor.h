@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "service/executor.h"
+#include "service/exec/executor.h"
 
 namespace gemm {
 namespace fake {
