@@ -23,10 +23,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/dtype.h"
 #include "echo/echo_server.h"
 #include "echo/v1/echo.grpc.pb.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "common/dtype.h"
 #include "service/observe/metrics.h"
 #include "service/server.h"
 

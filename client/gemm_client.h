@@ -37,9 +37,9 @@
 #include "absl/time/time.h"
 #include "client/chunked_transfer.h"
 #include "client/matrix_view.h"
+#include "client/retry_policy.h"
 #include "client/shared_memory.h"
 #include "common/http2_tuning.h"
-#include "client/retry_policy.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "gemm/v1/gemm.pb.h"
 

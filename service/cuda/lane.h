@@ -21,8 +21,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/gemm.h"
 #include "kernels/cublas/cublas_gemm.h"
+#include "kernels/gemm.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/tuning/candidate.h"
 #include "service/cuda/batch_layout.h"

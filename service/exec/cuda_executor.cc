@@ -8,11 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "spdlog/spdlog.h"
 #include "common/status_macros.h"
 #include "kernels/cublas/cublas_gemm.h"
 #include "kernels/tuning/tuning_table.h"
-#include "service/exec/calibration.h"
 #include "service/cuda/batch_layout.h"
 #include "service/cuda/calibration.h"
 #include "service/cuda/cuda_status.h"
@@ -20,7 +18,9 @@
 #include "service/cuda/device_matrix.h"
 #include "service/cuda/lane.h"
 #include "service/cuda/reducing_stream.h"
+#include "service/exec/calibration.h"
 #include "service/version.h"
+#include "spdlog/spdlog.h"
 
 namespace gemm {
 

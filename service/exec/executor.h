@@ -15,8 +15,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "service/queue/launch_plan.h"
-#include "service/store/resident_matrix.h"
 #include "service/queue/work_item.h"
+#include "service/store/resident_matrix.h"
 
 namespace gemm {
 

@@ -30,9 +30,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/gemm_problem.h"
-#include "service/security/auth.h"
 #include "service/exec/executor.h"
 #include "service/queue/tenants.h"
+#include "service/security/auth.h"
 
 namespace prometheus {
 class Exposer;

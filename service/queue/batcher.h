@@ -23,8 +23,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "service/exec/executor.h"
-#include "service/queue/launch_plan.h"
 #include "service/observe/metrics.h"
+#include "service/queue/launch_plan.h"
 #include "service/queue/request_queue.h"
 
 namespace gemm {

@@ -11,12 +11,13 @@
 #include <vector>
 
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/observe/call_log.h"
 #include "service/base/clock.h"
-#include "service/exec/executor.h"
 #include "service/base/limits.h"
+#include "service/exec/executor.h"
+#include "service/observe/call_log.h"
 #include "service/observe/metrics.h"
 #include "service/queue/request_queue.h"
+#include "service/rpc/admission.h"
 #include "service/rpc/request_validation.h"
 #include "service/store/resident_store.h"
 #include "service/store/shared_memory_store.h"
@@ -50,22 +51,27 @@ class GemmServiceImpl final : public GemmServiceBase {
   // BeginUpload) get UNAVAILABLE, so that clients retry them on another
   // replica, while the calls of requests already under way here (Gemm on
   // their uploaded operands, Transfer, ReleaseMatrix) are still served.
-  void StartDrain() { draining_.store(true); }
+  void StartDrain() { admission_.StartDrain(); }
   // Whether a request that leaves GemmRequest.deterministic unset runs
   // deterministic (the server's --deterministic_by_default). Set before
   // serving.
-  void set_deterministic_by_default(bool on) { deterministic_by_default_ = on; }
+  void set_deterministic_by_default(bool on) { admission_.set_deterministic_by_default(on); }
   // Where refused and failed calls are logged (may be null: not logged).
   // Set before the service serves; `log` must outlive it.
   void set_call_log(CallLog* log) { call_log_ = log; }
   // Where same-host clients' shared memory is kept (may be null: the
   // shared-memory calls are UNIMPLEMENTED and Matrix.shared is refused).
   // Set before serving; `store` must outlive the service.
-  void set_shared_memory(SharedMemoryStore* store) { shared_memory_ = store; }
+  void set_shared_memory(SharedMemoryStore* store) {
+    shared_memory_ = store;
+    admission_.set_shared_memory(store);
+  }
   // Called on the receiving thread right after each request is queued (the
   // server's Batcher::DispatchIfIdle); it may run and answer the request
   // before it returns. Unset: nothing is called. Set before serving.
-  void set_on_queued(std::function<void()> on_queued) { on_queued_ = std::move(on_queued); }
+  void set_on_queued(std::function<void()> on_queued) {
+    admission_.set_on_queued(std::move(on_queued));
+  }
 
   // Counts since start, for the drain summary.
   struct CallCounts {
@@ -74,7 +80,7 @@ class GemmServiceImpl final : public GemmServiceBase {
     uint64_t refused_draining = 0;  // calls refused UNAVAILABLE by the drain
   };
   CallCounts counts() const;
-  bool draining() const { return draining_.load(); }
+  bool draining() const { return admission_.draining(); }
   // Unary Gemm calls not yet done (their answers not yet sent). Streams are
   // not counted: an open stream may idle for as long as its client likes.
   int active_calls() const { return active_calls_.load(); }
@@ -120,15 +126,9 @@ class GemmServiceImpl final : public GemmServiceBase {
                                         v1::RegisterMatrixResponse* response) override;
 
   // Implementation details follow.
-  struct Admission;
-  // Validates `request` (handles resolved for the caller of `context`) and
-  // admits a work item whose completion calls `on_done`; on failure returns
-  // the status to answer with (and a retry pushback for RESOURCE_EXHAUSTED in
-  // *pushback). `on_item`, when given, gets the item just before the queue
-  // does (after that the item may complete at any time). Called from a
-  // reaction of `context`'s call, or from the end of its wait for uploads.
-  // Once admitted, the operands marked release_after_use are released when
-  // the item completes, before `on_done`.
+  // Admission::Admit (admission.h) of `request` from the caller of
+  // `context`. Called from a reaction of `context`'s call, or from the end
+  // of its wait for uploads.
   absl::Status Admit(const grpc::CallbackServerContext& context,
                      const v1::GemmRequest& request, v1::GemmResponse* response,
                      absl::Time deadline, absl::Time received,
@@ -181,14 +181,9 @@ class GemmServiceImpl final : public GemmServiceBase {
   // What validation needs to know of the executor, fixed for its life.
   const BackendFeatures features_;
   const std::string instance_id_;
-  std::atomic<bool> draining_{false};
-  bool deterministic_by_default_ = false;
   CallLog* call_log_ = nullptr;
-  std::function<void()> on_queued_;
-  std::atomic<uint64_t> admitted_{0};
-  std::atomic<uint64_t> finished_{0};
-  std::atomic<uint64_t> refused_draining_{0};
   std::atomic<int> waiting_{0};
+  Admission admission_;
 
   // DrainingError, counted.
   absl::Status RefuseDraining(absl::string_view what);
@@ -199,14 +194,6 @@ class GemmServiceImpl final : public GemmServiceBase {
                                         absl::string_view method, const absl::Status& status,
                                         absl::Time received);
 };
-
-// The status of a call refused because the server is draining.
-absl::Status DrainingError(absl::string_view what);
-
-// Fills a response's timing and backend fields from an executor's report.
-void FillTiming(const ExecutionReport& report, absl::Duration total, v1::GemmResponse* response);
-// GemmResponse.reproducibility of a deterministic request from its report.
-void FillReproducibility(const ExecutionReport& report, v1::GemmResponse* response);
 
 }  // namespace gemm
 

@@ -19,9 +19,9 @@
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "service/rpc/transfer_service.h"
 #include "service/testing/fake_executor.h"
 #include "service/testing/service_harness.h"
-#include "service/rpc/transfer_service.h"
 #include "service/version.h"
 
 namespace gemm {

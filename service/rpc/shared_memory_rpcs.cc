@@ -5,8 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include "absl/strings/str_cat.h"
-#include "service/security/caller_identity.h"
 #include "service/rpc/gemm_service.h"
+#include "service/security/caller_identity.h"
 
 namespace gemm {
 

@@ -10,9 +10,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
+#include "common/grpc_status.h"
 #include "gemm/v1/gemm.pb.h"
 #include "service/security/caller_identity.h"
-#include "common/grpc_status.h"
 
 namespace gemm {
 namespace {

@@ -14,9 +14,9 @@
 
 #include <grpcpp/generic/async_generic_service.h>
 
-#include "service/observe/call_log.h"
 #include "service/base/clock.h"
 #include "service/base/limits.h"
+#include "service/observe/call_log.h"
 #include "service/observe/metrics.h"
 #include "service/store/resident_store.h"
 

@@ -12,9 +12,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/grpc_status.h"
-#include "service/security/caller_identity.h"
-#include "service/rpc/gemm_service.h"
 #include "service/rpc/gemm_calls.h"
+#include "service/rpc/gemm_service.h"
+#include "service/security/caller_identity.h"
 #include "service/store/upload_wait.h"
 
 namespace gemm::rpc {

@@ -38,8 +38,8 @@
 #include "absl/time/time.h"
 #include "common/gemm_problem.h"
 #include "service/base/clock.h"
-#include "service/store/resident_matrix.h"
 #include "service/queue/tenants.h"
+#include "service/store/resident_matrix.h"
 
 namespace gemm {
 

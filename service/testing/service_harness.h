@@ -16,15 +16,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gemm/v1/gemm.grpc.pb.h"
-#include "service/security/auth.h"
 #include "service/base/clock.h"
-#include "service/rpc/gemm_service.h"
 #include "service/base/limits.h"
 #include "service/observe/metrics.h"
 #include "service/queue/request_queue.h"
+#include "service/rpc/gemm_service.h"
+#include "service/rpc/transfer_service.h"
+#include "service/security/auth.h"
 #include "service/store/resident_store.h"
 #include "service/testing/fake_executor.h"
-#include "service/rpc/transfer_service.h"
 
 namespace gemm {
 namespace fake {
