@@ -11,6 +11,7 @@
 
 #include "kernels/device_info.h"
 #include "kernels/sm90/fp8_gemm_kernel.cuh"
+#include "kernels/sm90/launch_support.h"
 #include "kernels/sm90/sm90_fp8_gemm.h"
 #include "kernels/sm90/tma_params.h"
 
@@ -24,34 +25,6 @@ using sm90::Fp8KernelParams;
 constexpr int kBk = 128;  // elements (bytes) of one k-block
 static_assert(kBk == kFp8ScaleBlock,
               "the scaled kernel applies block scale kb to k-block kb of its k-loop");
-
-bool EncodeFp8Operand(const TmaOperandParams& tp, const void* base, CUtensorMap* out,
-                      std::string* error) {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult query;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                         &query) != cudaSuccess ||
-        query != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  if (!encode) {
-    *error = "cuTensorMapEncodeTiled unavailable from the driver";
-    return false;
-  }
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(out, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<void*>(base),
-                            tp.dims, tp.strides_bytes, tp.box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    *error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r));
-    return false;
-  }
-  return true;
-}
 
 struct Fp8KernelInfo {
   const void* func = nullptr;
@@ -87,18 +60,9 @@ Fp8KernelInfo InfoFor(DataType a, DataType b, Sm90Tile tile) {
 class Sm90Fp8Plan final : public KernelPlan {
  public:
   std::string Launch(void* stream) const override {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    config.gridDim = dim3(grid_);
-    config.blockDim = dim3(info_.threads);
-    config.dynamicSmemBytes = info_.smem_bytes;
-    config.stream = static_cast<cudaStream_t>(stream);
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    void* args[] = {const_cast<Fp8KernelParams*>(&params_)};
-    const cudaError_t e = cudaLaunchKernelExC(&config, info_.func, args);
+    const cudaError_t e =
+        sm90_launch::LaunchKernel(info_.func, const_cast<Fp8KernelParams*>(&params_), grid_,
+                                  info_.threads, info_.smem_bytes, stream);
     return e == cudaSuccess ? std::string() : std::string(cudaGetErrorString(e));
   }
   const std::string& name() const override { return name_; }
@@ -221,21 +185,8 @@ std::unique_ptr<KernelPlan> MakeSm90Fp8Plan(const NormalizedProblem& p, const Fp
   }
   auto plan = std::make_unique<Sm90Fp8Plan>();
   plan->info_ = InfoFor(f.a_dtype, f.b_dtype, tile);
-  DeviceInfo dev;
-  if (!CurrentDeviceInfo(&dev, error)) return nullptr;
-  if (static_cast<size_t>(dev.smem_optin_bytes) < plan->info_.smem_bytes) {
-    *error = "device allows " + std::to_string(dev.smem_optin_bytes) +
-             " bytes of shared memory per block, the FP8 kernel needs " +
-             std::to_string(plan->info_.smem_bytes);
+  if (!sm90_launch::OptIntoSharedMemory(plan->info_.func, plan->info_.smem_bytes, error))
     return nullptr;
-  }
-  cudaError_t e = cudaFuncSetAttribute(plan->info_.func,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(plan->info_.smem_bytes));
-  if (e != cudaSuccess) {
-    *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
-    return nullptr;
-  }
   const Sm90TileShape shape = ShapeOf(tile);
   TmaOperandParams ta, tb;
   std::string sub;
@@ -249,8 +200,9 @@ std::unique_ptr<KernelPlan> MakeSm90Fp8Plan(const NormalizedProblem& p, const Fp
   Fp8KernelParams& fp = plan->params_;
   std::memset(&fp, 0, sizeof(fp));
   sm90::KernelParams& kp = fp.base;
-  if (!EncodeFp8Operand(ta, p.a.ptr, &kp.tma_a, error) ||
-      !EncodeFp8Operand(tb, p.b.ptr, &kp.tma_b, error)) {
+  constexpr CUtensorMapDataType kCodes = CU_TENSOR_MAP_DATA_TYPE_UINT8;
+  if (!sm90_launch::EncodeTensorMap(ta, p.a.ptr, kCodes, &kp.tma_a, error) ||
+      !sm90_launch::EncodeTensorMap(tb, p.b.ptr, kCodes, &kp.tma_b, error)) {
     return nullptr;
   }
   kp.tma_d = kp.tma_a;  // never stored through (no staging buffer)

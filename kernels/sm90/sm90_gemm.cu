@@ -1,5 +1,5 @@
-// Host side of the Hopper kernel family: support checks, tensor maps (through
-// the driver entry point, so nothing links -lcuda), tile dispatch, launch.
+// Host side of the Hopper kernel family: support checks, tensor maps, tile
+// dispatch, launch (through launch_support.h).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -13,6 +13,7 @@
 
 #include "kernels/device_info.h"
 #include "kernels/sm90/gemm_kernel.cuh"
+#include "kernels/sm90/launch_support.h"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/sm90/split_k_reduce.cuh"
 #include "kernels/sm90/tma_params.h"
@@ -24,6 +25,10 @@ using sm90::KernelParams;
 using sm90::LaunchMode;
 using sm90::LaunchModeTraits;
 using sm90::TraitsOf;
+using sm90_launch::EncodeTensorMap;
+using sm90_launch::LaunchConfig;
+using sm90_launch::LaunchKernel;
+using sm90_launch::OptIntoSharedMemory;
 
 // The mode of a dense launch choice (before MakeSm90Plan's checks of it).
 LaunchMode ModeOf(const Sm90LaunchChoice& c) {
@@ -34,20 +39,6 @@ LaunchMode ModeOf(const Sm90LaunchChoice& c) {
   if (c.separate_reduction)
     return c.reduce_in_grid ? LaunchMode::kSplitKGridSum : LaunchMode::kSplitKReduceKernel;
   return LaunchMode::kSplitK;
-}
-
-PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult query;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault,
-                                         &query) != cudaSuccess ||
-        query != cudaDriverEntryPointSuccess) {
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
 }
 
 // The operand's TMA geometry: K-major operands are [outer = M or N][inner = K]
@@ -62,35 +53,6 @@ bool OperandParams(const NormalizedOperand& op, int64_t mn, int64_t k, int64_t b
   }
   return MakeTmaOperandParams(mn, k, op.ld, batch, op.batch_stride, elem_bytes, op.ptr, 64, bk,
                               out, why);
-}
-
-// NOTES: L2 promotion. With 256 B each 128-byte box row's miss also brings
-// the next 128 bytes of the row (the next k-block) into the L2. A/B in one
-// binary (H200, four alternations each), 128 B against 256 B:
-// grouped lists +1-4% (64 problems 107.2-108.5 -> 111.9-113.5 TFLOP/s),
-// 128 x 128 x 65536 split-K 128 +4% (113-114 -> 116-118), skinny split-K
-// with the reduction kernel unchanged, 256 x 4096 x 16384 (in-kernel
-// split-K 2) -1%, the compute-bound shapes within that call's noise. So
-// grouped launches and split-K with stored partials take 128 B, the rest
-// keeps 256 B.
-bool Encode(const TmaOperandParams& tp, const void* base, CUtensorMapDataType dtype,
-            CUtensorMap* out, std::string* error,
-            CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
-  auto encode = TensorMapEncoder();
-  if (!encode) {
-    *error = "cuTensorMapEncodeTiled unavailable from the driver";
-    return false;
-  }
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(out, dtype, 3, const_cast<void*>(base), tp.dims, tp.strides_bytes,
-                            tp.box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, promotion,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    *error = "cuTensorMapEncodeTiled failed with CUresult " + std::to_string(int(r));
-    return false;
-  }
-  return true;
 }
 
 struct KernelInfo {
@@ -155,35 +117,6 @@ KernelInfo InfoFor(Sm90Tile tile, bool a_k, bool b_k) {
       break;
   }
   return InfoForLayouts<In, 128, true>(a_k, b_k);
-}
-
-// The launch configuration of `func`, with programmatic stream serialization
-// (its setup may overlap the previous kernel's tail; it waits for it with
-// griddepcontrol) and, when `cluster` > 1, clusters of that many CTAs.
-struct LaunchConfig {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attr[2];
-  LaunchConfig(int grid, int block, size_t smem, void* stream, int cluster, bool pdl = true) {
-    config.gridDim = dim3(grid);
-    config.blockDim = dim3(block);
-    config.dynamicSmemBytes = smem;
-    config.stream = static_cast<cudaStream_t>(stream);
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = pdl ? 1 : 0;
-    attr[1].id = cudaLaunchAttributeClusterDimension;
-    attr[1].val.clusterDim.x = cluster;
-    attr[1].val.clusterDim.y = 1;
-    attr[1].val.clusterDim.z = 1;
-    config.attrs = attr;
-    config.numAttrs = cluster > 1 ? 2 : 1;
-  }
-};
-
-cudaError_t LaunchKernel(const void* func, void* param, int grid, int block, size_t smem,
-                          void* stream, int cluster = 1, bool pdl = true) {
-  void* args[] = {param};
-  LaunchConfig lc(grid, block, smem, stream, cluster, pdl);
-  return cudaLaunchKernelExC(&lc.config, func, args);
 }
 
 class Sm90Plan final : public KernelPlan {
@@ -274,29 +207,11 @@ bool MapOutput(const NormalizedProblem& p, const KernelInfo& info, const CUtenso
       p.n % 8 == 0 &&
       MakeTmaOperandParams(p.n, p.m, p.ldd, p.batch, p.batch_stride_d, 2, p.d, 64, 64, &td,
                            nullptr)) {
-    if (!Encode(td, p.d, TmaDataType(p.out_dtype), tma_d, error)) return false;
+    if (!EncodeTensorMap(td, p.d, TmaDataType(p.out_dtype), tma_d, error)) return false;
     epi->tma_store = 1;
   } else {
     *tma_d = tma_a;
     epi->tma_store = 0;
-  }
-  return true;
-}
-
-bool PrepareKernel(const KernelInfo& info, std::string* error) {
-  DeviceInfo dev;
-  if (!CurrentDeviceInfo(&dev, error)) return false;
-  const int smem_optin = dev.smem_optin_bytes;
-  if (static_cast<size_t>(smem_optin) < info.smem_bytes) {
-    *error = "device allows " + std::to_string(smem_optin) + " bytes of shared memory per block, " +
-             "kernel needs " + std::to_string(info.smem_bytes);
-    return false;
-  }
-  cudaError_t e = cudaFuncSetAttribute(info.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(info.smem_bytes));
-  if (e != cudaSuccess) {
-    *error = std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(e);
-    return false;
   }
   return true;
 }
@@ -370,7 +285,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
       break;
   }
 
-  if (!PrepareKernel(plan->info_, error)) return nullptr;
+  if (!OptIntoSharedMemory(plan->info_.func, plan->info_.smem_bytes, error)) return nullptr;
   const CUtensorMapDataType tdt = TmaDataType(p.in_dtype);
   TmaOperandParams ta, tb;
   std::string sub;
@@ -383,7 +298,7 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   }
   KernelParams& kp = plan->params_;
   std::memset(&kp, 0, sizeof(kp));
-  // Split-K with every partial stored: the operands stream once (Encode).
+  // Split-K with every partial stored: the operands stream once (EncodeTensorMap).
   CUtensorMapL2promotion promotion =
       choice.schedule == Sm90Schedule::kSplitK && choice.separate_reduction
           ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
@@ -391,8 +306,8 @@ std::unique_ptr<KernelPlan> MakeSm90Plan(const NormalizedProblem& p,
   if (choice.l2_promotion == 0) promotion = CU_TENSOR_MAP_L2_PROMOTION_NONE;
   if (choice.l2_promotion == 128) promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
   if (choice.l2_promotion == 256) promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
-  if (!Encode(ta, p.a.ptr, tdt, &kp.tma_a, error, promotion) ||
-      !Encode(tb, p.b.ptr, tdt, &kp.tma_b, error, promotion)) {
+  if (!EncodeTensorMap(ta, p.a.ptr, tdt, &kp.tma_a, error, promotion) ||
+      !EncodeTensorMap(tb, p.b.ptr, tdt, &kp.tma_b, error, promotion)) {
     return nullptr;
   }
   kp.m = static_cast<int>(p.m);
@@ -535,7 +450,7 @@ int Sm90MaxPairClusters() {
     const KernelInfo info = InfoFor<__nv_bfloat16>(Sm90Tile::k128x128, true, true);
     std::string error;
     int clusters = 0;
-    if (PrepareKernel(info, &error)) {
+    if (OptIntoSharedMemory(info.func, info.smem_bytes, &error)) {
       LaunchConfig lc(2, info.threads, info.smem_bytes, nullptr, 2);
       if (cudaOccupancyMaxActiveClusters(&clusters, info.func, &lc.config) != cudaSuccess) {
         cudaGetLastError();  // not sticky; leave no error for the next call
@@ -612,7 +527,7 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
   }
   auto plan = std::make_unique<Sm90Plan>();
   plan->info_ = *info;
-  if (!PrepareKernel(plan->info_, error)) return nullptr;
+  if (!OptIntoSharedMemory(plan->info_.func, plan->info_.smem_bytes, error)) return nullptr;
   const Sm90TileShape shape = ShapeOf(tile);
   const int es = static_cast<int>(DataTypeSize(first.in_dtype));
   const CUtensorMapDataType tdt = TmaDataType(first.in_dtype);
@@ -634,8 +549,9 @@ std::unique_ptr<KernelPlan> MakeSm90GroupedPlanDeferred(
       *error = "problem " + std::to_string(i) + ": " + why;
       return nullptr;
     }
-    if (!Encode(ta, p.a.ptr, tdt, &descs[i].tma_a, error, CU_TENSOR_MAP_L2_PROMOTION_L2_128B) ||
-        !Encode(tb, p.b.ptr, tdt, &descs[i].tma_b, error, CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
+    constexpr CUtensorMapL2promotion kPromotion = CU_TENSOR_MAP_L2_PROMOTION_L2_128B;
+    if (!EncodeTensorMap(ta, p.a.ptr, tdt, &descs[i].tma_a, error, kPromotion) ||
+        !EncodeTensorMap(tb, p.b.ptr, tdt, &descs[i].tma_b, error, kPromotion)) {
       return nullptr;
     }
     descs[i].epi = MakeEpilogue(p);
