@@ -176,36 +176,6 @@ void Lane::CheckPartnerQuantization() {
   }
 }
 
-gt::CandidateId Lane::ChooseSingle(const gk::GemmArguments& args, bool deterministic) const {
-  if (deterministic || policy_ == nullptr || !policy_->consults_classes() ||
-      !gk::Gemm::CanImplement(args).ok())
-    return gt::CandidateId::Heuristic();
-  if (IsFp8(args.a.dtype)) {
-    // cuBLAS runs FP8 only through cuBLASLt: the cublas policy takes its
-    // own heuristic's algorithm, a table the algorithm tuned for the class;
-    // where cuBLASLt does not take the problem, our FP8 kernel runs.
-    if (!gb::CublasGemm::CanImplement(gb::CublasMethod::kLt, args).ok())
-      return gt::CandidateId::Heuristic();
-    if (policy_->policy() == KernelPolicy::kCublas) return gt::CandidateId::CublasLtHeuristic();
-    const gt::CandidateId chosen =
-        policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
-    return chosen.family == gt::CandidateFamily::kCublasLt ? chosen : gt::CandidateId::Heuristic();
-  }
-  return policy_->Choose(gt::ClassOf(args, policy_->buckets_per_octave()), false);
-}
-
-gt::CandidateId Lane::ChooseGrouped(const std::vector<gk::GemmArguments>& members,
-                                    bool deterministic) const {
-  if (deterministic || policy_ == nullptr || !policy_->consults_classes())
-    return gt::CandidateId::OursGroupedHeuristic();
-  for (const gk::GemmArguments& m : members)
-    if (!gk::Gemm::CanImplement(m).ok()) return gt::CandidateId::OursGroupedHeuristic();
-  absl::StatusOr<gt::ShapeClass> shape =
-      gt::GroupedClassOf(members, policy_->buckets_per_octave());
-  if (!shape.ok()) return gt::CandidateId::OursGroupedHeuristic();
-  return policy_->Choose(*shape, false);
-}
-
 absl::Status Lane::PrepareCublas(LaunchState& ls) {
   if (cublas_ == nullptr)
     return absl::FailedPreconditionError("this lane has no cuBLAS context");
@@ -263,17 +233,12 @@ void Lane::PrepareGrouped(size_t li) {
   const LaunchLayout& where = layout_.launches[li];
   LaunchState& ls = launches_[li];
   unsigned char* dev = device_.bytes();
-  unsigned char* out_dev = dev + layout_.input_bytes;
   gk::GroupedGemmArguments args;
   args.allow_tf32 = layout_.problem(li, 0).problem->shape.allow_tf32;
   args.deterministic = batch_.launches[li].deterministic;
-  std::vector<gk::GemmArguments> members;
-  for (size_t i = 0; i < where.count; ++i) {
-    const ProblemLayout& q = layout_.problem(li, i);
-    members.push_back(KernelArguments(*q.problem, q.placement, q.placement, 1, dev, out_dev));
-    args.problems.push_back(gk::GroupedMemberOf(members.back()));
-  }
-  ls.member = ChooseGrouped(members, args.deterministic);
+  const std::vector<gk::GemmArguments> members = GroupedMemberArguments(layout_, li, dev);
+  for (const gk::GemmArguments& m : members) args.problems.push_back(gk::GroupedMemberOf(m));
+  ls.member = ChooseGroupedMember(policy_, members, args.deterministic);
   if (ls.member.family != gt::CandidateFamily::kOursGrouped) {
     absl::Status st = ls.member.family == gt::CandidateFamily::kCublasGrouped
                           ? PrepareCublasGrouped(ls, args)
@@ -305,12 +270,7 @@ void Lane::PrepareGemm(size_t li) {
   const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
   const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
   const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
-  ls.args = KernelArguments(p, first.placement, pl2, count, dev, dev + layout_.input_bytes);
-  ls.args.copy_unaligned_operands = options_.copy_unaligned_operands;
-  // A deterministic launch's kernel is a function of the problem and the
-  // server's flags alone, never of rates measured at start-up.
-  if (options_.copy_unaligned_operands && !g.deterministic && options_.copy_pricing)
-    ls.args.copy_pricing = options_.copy_pricing(ls.args.a.dtype);
+  ls.args = GemmLaunchArguments(g, layout_, li, dev, options_);
   if (p.quantize != GemmProblemRef::Quantize::kNone) {
     // The launch reads the partner's codes, made from its staged (or
     // resident) values.
@@ -328,7 +288,7 @@ void Lane::PrepareGemm(size_t li) {
       return;
     }
   }
-  ls.member = ChooseSingle(ls.args, g.deterministic);
+  ls.member = ChooseSingleMember(policy_, ls.args, g.deterministic);
   if (ls.member.family != gt::CandidateFamily::kOurs) {
     const absl::Status st = PrepareCublas(ls);
     if (st.ok()) return;
@@ -352,17 +312,11 @@ void Lane::PrepareGemm(size_t li) {
   }
   ls.status = ls.plan.status();
   if (!ls.status.ok()) return;
-  // A deterministic plan never reduces partials (its workspace is 0).
-  if (g.kind == LaunchGroup::Kind::kSingle && !g.deterministic && options_.reducing_schedules &&
-      p.shape.flops() >= options_.reducing_min_flops) {
-    // Nonzero only where the heuristic picks stream-K or split-K with a
-    // workspace. Paired split-K needs none, and its CTAs wait only on the
-    // other CTA of their cluster, which the hardware schedules with them: it
-    // runs on the lanes beside other kernels like data-parallel.
-    ls.reducing_workspace = ls.plan.workspace_bytes();
-    ls.reducing = ls.reducing_workspace > 0 &&
-                  ls.reducing_workspace <= options_.max_reducing_workspace_bytes;
-  }
+  // The plan's workspace is nonzero only where the heuristic picks stream-K
+  // or split-K with one (a deterministic plan never has one).
+  const ReducingChoice reducing = ChooseReducing(g, p, ls.plan.workspace_bytes(), options_);
+  ls.reducing = reducing.reducing;
+  ls.reducing_workspace = reducing.workspace;
   if (const size_t bytes = ls.plan.operand_copy_bytes(); bytes > 0) {
     auto copies = PoolMemory::Allocate(bytes, stream_.get());
     if (copies.ok()) {
@@ -398,9 +352,7 @@ void Lane::EnqueueLaunch(size_t li) {
     // launches never get here (portfolio_policy.h).
     if (ls.status.ok()) ls.status = ls.blas ? ls.blas->Run() : ls.blas_group->Run();
     const std::string& kernel = ls.blas ? ls.blas->kernel_name() : ls.blas_group->kernel_name();
-    const bool fp8 = ls.blas && IsFp8(ls.args.a.dtype);
-    ls.label = absl::StrCat(LaunchKindName(g.kind), "/", CublasFamilyLabel(ls.member.family),
-                            fp8 ? "_fp8" : "");
+    ls.label = CublasLaunchLabel(g.kind, ls.member.family, ls.blas && IsFp8(ls.args.a.dtype));
     RecordOutcome(li, kernel + suffix);
     return;
   }
@@ -415,14 +367,8 @@ void Lane::EnqueueLaunch(size_t li) {
   }
   const std::string& kernel = ls.group ? ls.group->kernel_name() : ls.gemm->kernel_name();
   const gk::KernelKind kind = ls.group ? ls.group->kernel_kind() : ls.gemm->kernel_kind();
-  // FP8 launches count under their own kernel label, and so do bf16/fp16
-  // launches whose unaligned operands were copied first ("_padded"), so
-  // that operators see how much work that path takes.
-  const bool fp8 = !ls.group && IsFp8(ls.args.a.dtype);
-  const bool padded = !ls.group && !fp8 && ls.args.a.dtype != DType::kFp32 &&
-                      ls.gemm->copies_operands();
-  ls.label = absl::StrCat(LaunchKindName(g.kind), "/", KernelFamily(kind), fp8 ? "_fp8" : "",
-                          padded ? "_padded" : "");
+  ls.label = OursLaunchLabel(g.kind, kind, ls.group != nullptr, ls.args.a.dtype,
+                             !ls.group && ls.gemm->copies_operands());
   if (ls.status.ok() && g.deterministic) RecordDeterministic(li, kind, kernel + suffix);
   RecordOutcome(li, kernel + suffix);
 }

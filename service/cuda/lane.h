@@ -26,6 +26,7 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/tuning/candidate.h"
 #include "service/cuda/batch_layout.h"
+#include "service/cuda/launch_decisions.h"
 #include "service/cuda/partner_quantization.h"
 #include "service/cuda/portfolio_policy.h"
 #include "service/cuda/reducing_stream.h"
@@ -36,21 +37,9 @@
 namespace gemm {
 namespace gpu {
 
-struct LaneOptions {
+// The launch rules (launch_decisions.h) and the lane's own settings.
+struct LaneOptions : LaunchRules {
   int device = 0;
-  // Stream-K / split-K for single launches of at least reducing_min_flops
-  // (2MNK), when the kernel's heuristic prefers them; a workspace over
-  // max_reducing_workspace_bytes runs data-parallel instead.
-  bool reducing_schedules = true;
-  // CudaExecutor::Options::copy_unaligned_operands, for single and
-  // strided-batched launches.
-  bool copy_unaligned_operands = false;
-  // The measured rates a launch of these input types prices those copies at
-  // (gemm_kernels::GemmArguments::copy_pricing); asked per launch, as a
-  // calibration may measure them again. Empty: copies wherever they apply.
-  std::function<gemm_kernels::CopyPricing(DType in)> copy_pricing;
-  double reducing_min_flops = 0;
-  uint64_t max_reducing_workspace_bytes = 0;
   // Test seam (CudaExecutor::Options::before_launches): called with the
   // lane's stream after the H2D copy is enqueued, before the launches.
   std::function<void(void* stream)> before_launches;
@@ -141,12 +130,6 @@ class Lane {
   void PrepareLaunches();
   void PrepareGrouped(size_t launch);
   void PrepareGemm(size_t launch);
-  // The policy's member for a launch of `args` (the heuristic where the
-  // policy consults no classes or the launch is deterministic).
-  gemm_kernels::tuning::CandidateId ChooseSingle(const gemm_kernels::GemmArguments& args,
-                                                 bool deterministic) const;
-  gemm_kernels::tuning::CandidateId ChooseGrouped(
-      const std::vector<gemm_kernels::GemmArguments>& members, bool deterministic) const;
   // Sets up ls.blas (or ls.blas_group) for ls.member; on failure the caller
   // counts a fallback and plans the heuristic.
   absl::Status PrepareCublas(LaunchState& ls);
