@@ -22,11 +22,16 @@
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/observe/metrics.h"
 #include "service/testing/fake_executor.h"
+#include "service/testing/rpc_helpers.h"
 
 namespace gemm {
 namespace {
 
+using fake::AsyncGemm;
+using fake::Eventually;
 using fake::FakeExecutor;
+using fake::GaugeValue;
+using fake::OneProblemRequest;
 using ::testing::HasSubstr;
 
 ServerOptions Loopback() {
@@ -34,55 +39,6 @@ ServerOptions Loopback() {
   o.listen_address = "127.0.0.1:0";
   o.batcher.budget.max_requests = 1;  // one request per batch: A runs, B queues
   return o;
-}
-
-v1::GemmRequest OneProblem(const std::string& id) {
-  v1::GemmRequest r;
-  r.set_request_id(id);
-  v1::GemmProblem* p = r.add_problems();
-  p->set_m(2);
-  p->set_n(2);
-  p->set_k(2);
-  p->set_input_dtype(v1::DATA_TYPE_FP32);
-  p->mutable_a()->set_data(std::string(16, '\0'));
-  p->mutable_b()->set_data(std::string(16, '\0'));
-  return r;
-}
-
-struct AsyncGemm {
-  grpc::ClientContext ctx;
-  v1::GemmRequest request;
-  v1::GemmResponse response;
-  grpc::Status status;
-  absl::Notification done;
-  void Start(v1::GemmService::Stub* stub, const std::string& id) {
-    request = OneProblem(id);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    stub->async()->Gemm(&ctx, &request, &response, [this](grpc::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-  }
-};
-
-// Waits up to 30 s of real time for `condition`, checking every millisecond:
-// for server-internal state that signals nothing (a request reaching the
-// queue). Nothing is asserted about timing.
-template <typename F>
-bool Eventually(F condition) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!condition()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
-double QueueDepth(GemmServer* server) {
-  const std::string scrape = server->metrics()->Scrape();
-  const std::string name = "\ngemm_queue_depth ";
-  const size_t at = scrape.find(name);
-  return at == std::string::npos ? -1 : std::stod(scrape.substr(at + name.size()));
 }
 
 // grpc.health.v1 spoken as raw protobuf bytes (no generated code for it is
@@ -213,6 +169,7 @@ class RemeasurableExecutor final : public Executor {
 
 class ServerTest : public ::testing::Test {
  protected:
+  double QueueDepth() { return GaugeValue(server_->metrics()->Scrape(), "gemm_queue_depth"); }
   void StartServer(ServerOptions options = Loopback()) {
     auto executor = std::make_unique<FakeExecutor>();
     executor_ = executor.get();
@@ -266,7 +223,7 @@ TEST_F(ServerTest, StartsOnPortZeroReportsTheBoundPortAndServes) {
   EXPECT_EQ(Health("gemm.v1.GemmService"), kServing);
   // The batcher runs admitted work on the injected executor.
   AsyncGemm call;
-  call.Start(stub_.get(), "a");
+  call.Start(stub_.get(), OneProblemRequest("a"));
   call.done.WaitForNotification();
   EXPECT_TRUE(call.status.ok()) << call.status.error_message();
   EXPECT_EQ(call.response.backend(), FakeExecutor::kBackend);
@@ -314,7 +271,7 @@ TEST_F(ServerTest, ShutdownWithNoWorkReturnsAndRefusesLaterCalls) {
   server_->Shutdown(absl::Seconds(30));  // nothing to drain: returns without waiting
   server_->Shutdown(absl::Seconds(30));  // idempotent
   AsyncGemm call;
-  call.Start(stub_.get(), "late");
+  call.Start(stub_.get(), OneProblemRequest("late"));
   call.done.WaitForNotification();
   EXPECT_EQ(call.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(executor_->items_run(), 0);
@@ -324,10 +281,10 @@ TEST_F(ServerTest, ShutdownLetsRunningAndQueuedWorkFinishWithinTheDrain) {
   StartServer();
   executor_->Hold();
   AsyncGemm a, b;
-  a.Start(stub_.get(), "a");
+  a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));  // A is running (held)
-  b.Start(stub_.get(), "b");
-  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 1; }));  // B is queued
+  b.Start(stub_.get(), OneProblemRequest("b"));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));  // B is queued
   // Health turns NOT_SERVING first: a Watch started now hears it. (The
   // watch is itself a call the drain would wait for: it ends here.)
   std::thread shutdown;
@@ -352,10 +309,10 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   StartServer();
   executor_->Hold();
   AsyncGemm a, b;
-  a.Start(stub_.get(), "a");
+  a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));
-  b.Start(stub_.get(), "b");
-  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 1; }));
+  b.Start(stub_.get(), OneProblemRequest("b"));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));
   std::thread shutdown([&] { server_->Shutdown(absl::Milliseconds(100)); });
   // Past the drain both calls are ended without their results.
   a.done.WaitForNotification();
@@ -368,7 +325,7 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   // The server drops B from its queue (its OnCancel, or Abandon after the
   // drain) on its own time; only then does A's batch end, so that the
   // batcher, which Shutdown stops next, cannot take B first.
-  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 0; }));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 0; }));
   executor_->Open();
   shutdown.join();
   EXPECT_EQ(executor_->items_run(), 1) << "B never reached the executor";
@@ -395,7 +352,7 @@ TEST_F(ServerTest, LosingTheLastGpuTurnsHealthNotServingAndAnswersEveryRequest) 
   EXPECT_FALSE(server_->no_device_left().HasBeenNotified());
   {
     AsyncGemm call;
-    call.Start(stub_.get(), "before");
+    call.Start(stub_.get(), OneProblemRequest("before"));
     call.done.WaitForNotification();
     EXPECT_TRUE(call.status.ok()) << call.status.error_message();
   }
@@ -405,7 +362,7 @@ TEST_F(ServerTest, LosingTheLastGpuTurnsHealthNotServingAndAnswersEveryRequest) 
   EXPECT_EQ(DeviceHealthy(server_.get()), 0);
   EXPECT_TRUE(server_->no_device_left().HasBeenNotified());
   AsyncGemm call;
-  call.Start(stub_.get(), "after");
+  call.Start(stub_.get(), OneProblemRequest("after"));
   call.done.WaitForNotification();
   EXPECT_EQ(call.status.error_code(), grpc::StatusCode::UNAVAILABLE);
   server_->Shutdown(absl::Seconds(5));

@@ -33,25 +33,19 @@ constexpr char kToken[] = "alice-health-0123456789";
 class HealthListenerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = test::TestTempDir() + "/certs";
-    auto certs = test::MakeTestCerts(dir);
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new test::TestCerts(*certs);
-    tokens_file_ = new std::string(dir + "/tokens");
-    std::ofstream(*tokens_file_) << "alice " << kToken << "\n";
+    auto made = test::MakeTestCredentials({{"alice", kToken}});
+    ASSERT_TRUE(made.ok()) << made.status();
+    creds_ = new test::TestCredentials(*std::move(made));
   }
-  static void TearDownTestSuite() {
-    delete certs_;
-    delete tokens_file_;
-  }
+  static void TearDownTestSuite() { delete creds_; }
 
   // TLS and tokens on the main port, the CPU backend behind a gate that is
   // open unless `gate_shut`, a health-only port.
   void StartServer(bool gate_shut = false) {
     ServerOptions o = test::LoopbackCpuServerOptions(/*concurrent_requests=*/1);
-    o.security.tls_cert_file = certs_->server_cert;
-    o.security.tls_key_file = certs_->server_key;
-    o.security.auth_tokens_file = *tokens_file_;
+    o.security.tls_cert_file = creds_->certs.server_cert;
+    o.security.tls_key_file = creds_->certs.server_key;
+    o.security.auth_tokens_file = creds_->tokens_file;
     o.health_listen = "127.0.0.1:0";
     auto cpu = CpuExecutor::Create(o.cpu);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
@@ -82,7 +76,7 @@ class HealthListenerTest : public ::testing::Test {
     ClientOptions o;
     o.target = absl::StrCat("127.0.0.1:", server_->port());
     o.tls = tls;
-    if (tls) o.tls_root_certs_pem = test::ReadTestFile(certs_->ca_cert);
+    if (tls) o.tls_root_certs_pem = test::ReadTestFile(creds_->certs.ca_cert);
     if (token) o.bearer_token = kToken;
     o.default_timeout = absl::Seconds(10);
     o.retry.max_attempts = 1;
@@ -116,14 +110,12 @@ class HealthListenerTest : public ::testing::Test {
     return status;
   }
 
-  static test::TestCerts* certs_;
-  static std::string* tokens_file_;
+  static test::TestCredentials* creds_;
   test::GatedExecutor* gate_ = nullptr;  // owned by server_
   std::unique_ptr<GemmServer> server_;
 };
 
-test::TestCerts* HealthListenerTest::certs_ = nullptr;
-std::string* HealthListenerTest::tokens_file_ = nullptr;
+test::TestCredentials* HealthListenerTest::creds_ = nullptr;
 
 TEST_F(HealthListenerTest, AnswersPlaintextWhileTheMainPortNeedsTlsAndAToken) {
   StartServer();

@@ -33,18 +33,11 @@ constexpr char kBobToken[] = "bob-0123456789abcdef01";
 class SecurityTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = test::TestTempDir() + "/certs";
-    auto certs = test::MakeTestCerts(dir);
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = new test::TestCerts(*certs);
-    tokens_file_ = new std::string(dir + "/tokens");
-    std::ofstream(*tokens_file_) << "# caller token\nalice " << kAliceToken << "\nbob "
-                                 << kBobToken << "\n";
+    auto made = test::MakeTestCredentials({{"alice", kAliceToken}, {"bob", kBobToken}});
+    ASSERT_TRUE(made.ok()) << made.status();
+    creds_ = new test::TestCredentials(*std::move(made));
   }
-  static void TearDownTestSuite() {
-    delete certs_;
-    delete tokens_file_;
-  }
+  static void TearDownTestSuite() { delete creds_; }
 
   void TearDown() override {
     if (server_) server_->Shutdown(absl::ZeroDuration());
@@ -67,8 +60,8 @@ class SecurityTest : public ::testing::Test {
 
   SecurityOptions Tls() const {
     SecurityOptions s;
-    s.tls_cert_file = certs_->server_cert;
-    s.tls_key_file = certs_->server_key;
+    s.tls_cert_file = creds_->certs.server_cert;
+    s.tls_key_file = creds_->certs.server_key;
     return s;
   }
 
@@ -76,7 +69,7 @@ class SecurityTest : public ::testing::Test {
     ClientOptions o;
     o.target = absl::StrCat(host, ":", server_->port());
     o.tls = true;
-    o.tls_root_certs_pem = test::ReadTestFile(certs_->ca_cert);
+    o.tls_root_certs_pem = test::ReadTestFile(creds_->certs.ca_cert);
     o.default_timeout = absl::Seconds(10);
     o.retry.max_attempts = 1;
     return o;
@@ -117,13 +110,11 @@ class SecurityTest : public ::testing::Test {
     return total;
   }
 
-  static test::TestCerts* certs_;
-  static std::string* tokens_file_;
+  static test::TestCredentials* creds_;
   std::unique_ptr<GemmServer> server_;
 };
 
-test::TestCerts* SecurityTest::certs_ = nullptr;
-std::string* SecurityTest::tokens_file_ = nullptr;
+test::TestCredentials* SecurityTest::creds_ = nullptr;
 
 TEST_F(SecurityTest, TlsClientWorksAndPlaintextClientIsRefused) {
   StartServer(Tls());
@@ -137,29 +128,29 @@ TEST_F(SecurityTest, TlsClientWorksAndPlaintextClientIsRefused) {
 TEST_F(SecurityTest, ClientTrustingAnotherCaIsRefused) {
   StartServer(Tls());
   ClientOptions o = TlsClient();
-  o.tls_root_certs_pem = test::ReadTestFile(certs_->other_ca_cert);
+  o.tls_root_certs_pem = test::ReadTestFile(creds_->certs.other_ca_cert);
   EXPECT_EQ(CallGemm(o).code(), absl::StatusCode::kUnavailable);
 }
 
 TEST_F(SecurityTest, MutualTlsNeedsAClientCertificateFromTheTrustedCa) {
   SecurityOptions s = Tls();
-  s.tls_client_ca_file = certs_->ca_cert;
+  s.tls_client_ca_file = creds_->certs.ca_cert;
   StartServer(s);
   EXPECT_EQ(CallGemm(TlsClient()).code(), absl::StatusCode::kUnavailable);  // no certificate
   ClientOptions other = TlsClient();
-  other.tls_cert_chain_pem = test::ReadTestFile(certs_->other_client_cert);
-  other.tls_private_key_pem = test::ReadTestFile(certs_->other_client_key);
+  other.tls_cert_chain_pem = test::ReadTestFile(creds_->certs.other_client_cert);
+  other.tls_private_key_pem = test::ReadTestFile(creds_->certs.other_client_key);
   EXPECT_EQ(CallGemm(other).code(), absl::StatusCode::kUnavailable);
   ClientOptions good = TlsClient();
-  good.tls_cert_chain_pem = test::ReadTestFile(certs_->client_cert);
-  good.tls_private_key_pem = test::ReadTestFile(certs_->client_key);
+  good.tls_cert_chain_pem = test::ReadTestFile(creds_->certs.client_cert);
+  good.tls_private_key_pem = test::ReadTestFile(creds_->certs.client_key);
   EXPECT_TRUE(CallGemm(good).ok());
   EXPECT_EQ(GemmRequestsSeen(), 1);
 }
 
 TEST_F(SecurityTest, BearerTokenOverTls) {
   SecurityOptions s = Tls();
-  s.auth_tokens_file = *tokens_file_;
+  s.auth_tokens_file = creds_->tokens_file;
   StartServer(s);
   ClientOptions o = TlsClient();
   const absl::Status missing = CallGemm(o);
@@ -179,7 +170,7 @@ TEST_F(SecurityTest, BearerTokenOverTls) {
 
 TEST_F(SecurityTest, BearerTokenOnPlaintextLoopback) {
   SecurityOptions s;
-  s.auth_tokens_file = *tokens_file_;
+  s.auth_tokens_file = creds_->tokens_file;
   StartServer(s);
   ClientOptions o = PlainClient();
   EXPECT_EQ(CallGemm(o).code(), absl::StatusCode::kUnauthenticated);
@@ -192,7 +183,7 @@ TEST_F(SecurityTest, BearerTokenOnPlaintextLoopback) {
 // health service tells nothing but serving or not.
 TEST_F(SecurityTest, HealthChecksNeedNoToken) {
   SecurityOptions s;
-  s.auth_tokens_file = *tokens_file_;
+  s.auth_tokens_file = creds_->tokens_file;
   StartServer(s);
   auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
                                      grpc::InsecureChannelCredentials());
@@ -220,7 +211,7 @@ TEST_F(SecurityTest, HealthChecksNeedNoToken) {
 // caller's identity never applies to another's call.
 TEST_F(SecurityTest, OneCallerPerConnection) {
   SecurityOptions s;
-  s.auth_tokens_file = *tokens_file_;
+  s.auth_tokens_file = creds_->tokens_file;
   StartServer(s);
   ClientOptions alice = PlainClient();
   alice.bearer_token = kAliceToken;
@@ -248,15 +239,15 @@ TEST_F(SecurityTest, OneCallerPerConnection) {
 
 TEST_F(SecurityTest, BadSettingsStopTheStart) {
   ServerOptions o = Options();
-  o.security.tls_cert_file = certs_->server_cert;
+  o.security.tls_cert_file = creds_->certs.server_cert;
   EXPECT_EQ(GemmServer::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
-  o.security.tls_key_file = certs_->dir + "/missing.key";
+  o.security.tls_key_file = creds_->certs.dir + "/missing.key";
   EXPECT_FALSE(GemmServer::Start(o).ok());
   o = Options();
-  o.security.tls_client_ca_file = certs_->ca_cert;
+  o.security.tls_client_ca_file = creds_->certs.ca_cert;
   EXPECT_EQ(GemmServer::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Options();
-  o.security.auth_tokens_file = certs_->dir + "/missing_tokens";
+  o.security.auth_tokens_file = creds_->certs.dir + "/missing_tokens";
   EXPECT_FALSE(GemmServer::Start(o).ok());
 }
 

@@ -97,5 +97,18 @@ absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir) {
   return c;
 }
 
+absl::StatusOr<TestCredentials> MakeTestCredentials(
+    const std::vector<std::pair<std::string, std::string>>& callers) {
+  const std::string dir = TestTempDir() + "/certs";
+  absl::StatusOr<TestCerts> certs = MakeTestCerts(dir);
+  if (!certs.ok()) return certs.status();
+  TestCredentials made{*std::move(certs), dir + "/tokens"};
+  std::ofstream tokens(made.tokens_file);
+  tokens << "# caller token\n";
+  for (const auto& [caller, token] : callers) tokens << caller << " " << token << "\n";
+  if (!tokens.good()) return absl::InternalError("cannot write " + made.tokens_file);
+  return made;
+}
+
 }  // namespace test
 }  // namespace gemm

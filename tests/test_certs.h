@@ -6,6 +6,8 @@
 #define GEMM_TESTS_TEST_CERTS_H_
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -31,6 +33,16 @@ struct TestCerts {
 // Makes the files under `dir` (created if missing). Internal on failure, with
 // the openssl command that failed.
 absl::StatusOr<TestCerts> MakeTestCerts(const std::string& dir);
+
+// Certificates as MakeTestCerts makes them, under TestTempDir()/certs, and
+// beside them a tokens file (the server's --auth_tokens_file) with one
+// "caller token" line for each {caller, token} of `callers`.
+struct TestCredentials {
+  TestCerts certs;
+  std::string tokens_file;
+};
+absl::StatusOr<TestCredentials> MakeTestCredentials(
+    const std::vector<std::pair<std::string, std::string>>& callers);
 
 // The directory tests should write to: $TEST_TMPDIR, else a fresh /tmp one.
 std::string TestTempDir();

@@ -29,49 +29,19 @@
 #include "service/server.h"
 #include "service/testing/fake_executor.h"
 #include "service/testing/flat_json.h"
+#include "service/testing/rpc_helpers.h"
 
 namespace gemm {
 namespace {
 
+using fake::AsyncGemm;
+using fake::Eventually;
 using fake::FakeExecutor;
+using fake::GaugeValue;
+using fake::OneProblemRequest;
 using ::testing::HasSubstr;
 
 constexpr char kAliceToken[] = "alice-token-0123456789";
-
-v1::GemmRequest OneProblem(const std::string& id, uint64_t m = 2) {
-  v1::GemmRequest r;
-  r.set_request_id(id);
-  v1::GemmProblem* p = r.add_problems();
-  p->set_m(m);
-  p->set_n(2);
-  p->set_k(2);
-  p->set_input_dtype(v1::DATA_TYPE_FP32);
-  p->mutable_a()->set_data(std::string(m * 2 * 4, '\0'));
-  p->mutable_b()->set_data(std::string(16, '\0'));
-  return r;
-}
-
-struct AsyncGemm {
-  grpc::ClientContext ctx;
-  v1::GemmRequest request;
-  v1::GemmResponse response;
-  grpc::Status status;
-  absl::Notification done;
-  void Start(v1::GemmService::Stub* stub, v1::GemmRequest r,
-             absl::Duration deadline = absl::Seconds(60), const std::string& token = "") {
-    request = std::move(r);
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-    if (!token.empty()) ctx.AddMetadata("authorization", absl::StrCat("Bearer ", token));
-    stub->async()->Gemm(&ctx, &request, &response, [this](grpc::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-  }
-  grpc::Status Wait() {
-    done.WaitForNotification();
-    return status;
-  }
-};
 
 // Keeps what the logger writes, for the test to read while the server logs.
 class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -93,23 +63,6 @@ class CaptureSink final : public spdlog::sinks::base_sink<std::mutex> {
   std::string text_;
 };
 
-double QueueDepth(GemmServer* server) {
-  const std::string scrape = server->metrics()->Scrape();
-  const std::string name = "\ngemm_queue_depth ";
-  const size_t at = scrape.find(name);
-  return at == std::string::npos ? -1 : std::stod(scrape.substr(at + name.size()));
-}
-
-template <typename F>
-bool Eventually(F condition) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!condition()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
 class ServerLogTest : public ::testing::TestWithParam<LogFormat> {
  protected:
   ServerLogTest() : saved_(spdlog::default_logger()), sink_(std::make_shared<CaptureSink>()) {
@@ -118,6 +71,7 @@ class ServerLogTest : public ::testing::TestWithParam<LogFormat> {
     logger->set_level(spdlog::level::info);
     spdlog::set_default_logger(logger);
   }
+  double QueueDepth() { return GaugeValue(server_->metrics()->Scrape(), "gemm_queue_depth"); }
   ~ServerLogTest() override {
     if (server_) server_->Shutdown(absl::ZeroDuration());
     server_.reset();
@@ -229,7 +183,7 @@ TEST_P(ServerLogTest, EachRefusalIsLoggedWithCodeCallerMethodAndFieldOrLimit) {
   StartServer(o);
   // INVALID_ARGUMENT: a dimension of 0.
   AsyncGemm invalid;
-  invalid.Start(stub_.get(), OneProblem("bad", 0));
+  invalid.Start(stub_.get(), OneProblemRequest("bad", 0));
   EXPECT_EQ(invalid.Wait().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   auto line = Find({{"code", "INVALID_ARGUMENT"}, {"method", "Gemm"}});
   ASSERT_FALSE(line.empty()) << Text();
@@ -240,11 +194,11 @@ TEST_P(ServerLogTest, EachRefusalIsLoggedWithCodeCallerMethodAndFieldOrLimit) {
   // RESOURCE_EXHAUSTED: A runs (held), B fills the queue of one, C is refused.
   executor_->Hold();
   AsyncGemm a, b, c;
-  a.Start(stub_.get(), OneProblem("a"));
+  a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));
-  b.Start(stub_.get(), OneProblem("b"));
-  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_.get()) == 1; }));
-  c.Start(stub_.get(), OneProblem("c"));
+  b.Start(stub_.get(), OneProblemRequest("b"));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));
+  c.Start(stub_.get(), OneProblemRequest("c"));
   EXPECT_EQ(c.Wait().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   line = Find({{"code", "RESOURCE_EXHAUSTED"}, {"method", "Gemm"}});
   ASSERT_FALSE(line.empty()) << Text();
@@ -259,11 +213,11 @@ TEST_P(ServerLogTest, EachRefusalIsLoggedWithCodeCallerMethodAndFieldOrLimit) {
   // UNAVAILABLE while draining, and the drain summary.
   executor_->Hold();
   AsyncGemm d, e;
-  d.Start(stub_.get(), OneProblem("d"));
+  d.Start(stub_.get(), OneProblemRequest("d"));
   ASSERT_TRUE(executor_->WaitHeld(1));
   std::thread shutdown([&] { server_->Shutdown(absl::Seconds(60)); });
   ASSERT_TRUE(Eventually([&] { return absl::StrContains(Text(), "shutting down: draining"); }));
-  e.Start(stub_.get(), OneProblem("e"));
+  e.Start(stub_.get(), OneProblemRequest("e"));
   EXPECT_EQ(e.Wait().error_code(), grpc::StatusCode::UNAVAILABLE);
   line = Find({{"code", "UNAVAILABLE"}, {"method", "Gemm"}});
   ASSERT_FALSE(line.empty()) << Text();
@@ -334,14 +288,14 @@ TEST_P(ServerLogTest, AuthFailuresAreWarningsWithTheirReasonAndCounted) {
   o.security.auth_tokens_file = WriteTokens();
   StartServer(o);
   AsyncGemm missing, unknown, scheme, good;
-  missing.Start(stub_.get(), OneProblem("m"));
+  missing.Start(stub_.get(), OneProblemRequest("m"));
   EXPECT_EQ(missing.Wait().error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  unknown.Start(stub_.get(), OneProblem("u"), absl::Seconds(60), "not-a-known-token-at-all");
+  unknown.Start(stub_.get(), OneProblemRequest("u"), absl::Seconds(60), "not-a-known-token-at-all");
   EXPECT_EQ(unknown.Wait().error_code(), grpc::StatusCode::UNAUTHENTICATED);
   scheme.ctx.AddMetadata("authorization", "Basic YWxpY2U6cGFzc3dvcmQ=");
-  scheme.Start(stub_.get(), OneProblem("s"));
+  scheme.Start(stub_.get(), OneProblemRequest("s"));
   EXPECT_EQ(scheme.Wait().error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  good.Start(stub_.get(), OneProblem("g"), absl::Seconds(60), kAliceToken);
+  good.Start(stub_.get(), OneProblemRequest("g"), absl::Seconds(60), kAliceToken);
   EXPECT_TRUE(good.Wait().ok()) << good.status.error_message();
 
   for (const char* reason : {"missing_token", "unknown_token", "wrong_scheme"}) {

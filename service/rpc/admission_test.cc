@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "service/testing/fake_executor.h"
+#include "service/testing/rpc_helpers.h"
 
 namespace gemm {
 namespace {
@@ -23,22 +24,9 @@ using ::testing::HasSubstr;
 constexpr char kAlice[] = "alice";
 constexpr char kBob[] = "bob";
 
-// An fp32 m x k times k x n problem with its operand bytes inline.
-v1::GemmProblem Problem(uint64_t m, uint64_t n, uint64_t k) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_input_dtype(v1::DATA_TYPE_FP32);
-  p.set_alpha(1.0);
-  p.mutable_a()->set_data(std::string(m * k * 4, '\0'));
-  p.mutable_b()->set_data(std::string(k * n * 4, '\0'));
-  return p;
-}
-
 v1::GemmRequest OneProblem(uint64_t m, uint64_t n, uint64_t k) {
   v1::GemmRequest r;
-  *r.add_problems() = Problem(m, n, k);
+  *r.add_problems() = fake::ZeroProblem(m, n, k);
   return r;
 }
 

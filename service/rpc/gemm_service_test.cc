@@ -21,29 +21,19 @@
 #include "absl/time/clock.h"
 #include "service/rpc/transfer_service.h"
 #include "service/testing/fake_executor.h"
+#include "service/testing/rpc_helpers.h"
 #include "service/testing/service_harness.h"
 #include "service/version.h"
 
 namespace gemm {
 namespace {
 
+using fake::AsyncGemm;
+using fake::Eventually;
 using fake::FakeExecutor;
 using fake::ServiceHarness;
+using fake::ZeroProblem;
 using ::testing::HasSubstr;
-
-// An fp32 problem of m x k times k x n with operand bytes present (their
-// values do not matter to the fake executor).
-v1::GemmProblem Problem(uint64_t m, uint64_t n, uint64_t k, double alpha = 1.0) {
-  v1::GemmProblem p;
-  p.set_m(m);
-  p.set_n(n);
-  p.set_k(k);
-  p.set_input_dtype(v1::DATA_TYPE_FP32);
-  p.set_alpha(alpha);
-  p.mutable_a()->set_data(std::string(m * k * 4, '\0'));
-  p.mutable_b()->set_data(std::string(k * n * 4, '\0'));
-  return p;
-}
 
 // Checks `r` holds what FakeExecutor writes for an fp32 m x n result of `k`.
 void ExpectFakeResult(const v1::GemmResult& r, uint64_t m, uint64_t n, uint64_t k, double alpha) {
@@ -61,39 +51,6 @@ void ExpectFakeResult(const v1::GemmResult& r, uint64_t m, uint64_t n, uint64_t 
     std::memcpy(&v, r.data().data() + 4 * i, 4);
     ASSERT_EQ(v, FakeExecutor::ExpectedElement(ref, i)) << "element " << i;
   }
-}
-
-// One unary Gemm started on the callback API; Wait() returns its status.
-struct AsyncGemm {
-  std::unique_ptr<grpc::ClientContext> ctx = ServiceHarness::Context();
-  v1::GemmRequest request;
-  v1::GemmResponse response;
-  grpc::Status status;
-  absl::Notification done;
-
-  void Start(v1::GemmService::Stub* stub) {
-    stub->async()->Gemm(ctx.get(), &request, &response, [this](grpc::Status s) {
-      status = std::move(s);
-      done.Notify();
-    });
-  }
-  const grpc::Status& Wait() {
-    done.WaitForNotification();
-    return status;
-  }
-};
-
-// Waits up to 30 s of real time for `condition`, checking it every
-// millisecond: for server-side state that signals nothing the test could
-// wait on (an item reaching the queue). Nothing is asserted about timing.
-template <typename F>
-bool Eventually(F condition) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
-  while (!condition()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
 }
 
 class GemmServiceTest : public ::testing::Test {
@@ -121,8 +78,8 @@ class GemmServiceTest : public ::testing::Test {
 TEST_F(GemmServiceTest, GemmAnswersWithTheExecutorsResultsAndTiming) {
   AsyncGemm call;
   call.request.set_request_id("r1");
-  *call.request.add_problems() = Problem(2, 3, 4, /*alpha=*/2.0);
-  *call.request.add_problems() = Problem(1, 1, 5);
+  *call.request.add_problems() = ZeroProblem(2, 3, 4, /*alpha=*/2.0);
+  *call.request.add_problems() = ZeroProblem(1, 1, 5);
   call.Start(stub_.get());
   ASSERT_TRUE(Eventually([&] { return h_.queue_->queued() == 1; }));
   h_.clock_.Advance(absl::Milliseconds(7));  // the time it waits in the queue
@@ -154,25 +111,25 @@ TEST_F(GemmServiceTest, InvalidRequestsAreInvalidArgumentNamingTheField) {
   }
   {
     Case c{"m of 0", {}, "problems[0].m"};
-    *c.request.add_problems() = Problem(0, 2, 2);
+    *c.request.add_problems() = ZeroProblem(0, 2, 2);
     cases.push_back(c);
   }
   {
     Case c{"k over max_dimension", {}, "problems[1].k"};
-    *c.request.add_problems() = Problem(1, 1, 1);
-    *c.request.add_problems() = Problem(1, 1, h_.limits_.max_dimension + 1);
+    *c.request.add_problems() = ZeroProblem(1, 1, 1);
+    *c.request.add_problems() = ZeroProblem(1, 1, h_.limits_.max_dimension + 1);
     cases.push_back(c);
   }
   {
     Case c{"a short of bytes", {}, "problems[0].a"};
-    v1::GemmProblem p = Problem(2, 2, 2);
+    v1::GemmProblem p = ZeroProblem(2, 2, 2);
     p.mutable_a()->mutable_data()->resize(3);
     *c.request.add_problems() = p;
     cases.push_back(c);
   }
   {
     Case c{"no input dtype", {}, "problems[0].input_dtype"};
-    v1::GemmProblem p = Problem(2, 2, 2);
+    v1::GemmProblem p = ZeroProblem(2, 2, 2);
     p.clear_input_dtype();
     *c.request.add_problems() = p;
     cases.push_back(c);
@@ -197,7 +154,7 @@ TEST_F(GemmServiceTest, AFullQueueIsResourceExhaustedWithARetryPushback) {
     ASSERT_TRUE(h_.queue_->Push(item).ok());
   }
   v1::GemmRequest request;
-  *request.add_problems() = Problem(2, 2, 2);
+  *request.add_problems() = ZeroProblem(2, 2, 2);
   v1::GemmResponse response;
   auto ctx = ServiceHarness::Context();
   const grpc::Status st = Call(request, &response, ctx.get());
@@ -220,7 +177,7 @@ TEST(GemmServiceLimitsTest, AnOperandOverMaxMatrixBytesIsRefusedWithoutRetry) {
   ASSERT_TRUE(h.started());
   auto stub = v1::GemmService::NewStub(h.NewChannel());
   v1::GemmRequest request;
-  *request.add_problems() = Problem(4, 4, 4);
+  *request.add_problems() = ZeroProblem(4, 4, 4);
   v1::GemmResponse response;
   auto ctx = ServiceHarness::Context();
   const grpc::Status st = stub->Gemm(ctx.get(), request, &response);
@@ -239,7 +196,7 @@ TEST_F(GemmServiceTest, AnExecutorFailureIsTheCallsStatus) {
         absl::UnavailableError("device reset")}) {
     h_.executor_.FailWith(failure);
     AsyncGemm call;
-    *call.request.add_problems() = Problem(2, 2, 2);
+    *call.request.add_problems() = ZeroProblem(2, 2, 2);
     call.Start(stub_.get());
     EXPECT_EQ(h_.Dispatch(1), 1u);
     call.Wait();
@@ -256,13 +213,13 @@ TEST_F(GemmServiceTest, GemmStreamTagsEachAnswerAndABadRequestDoesNotEndTheStrea
   auto stream = stub_->GemmStream(ctx.get());
   std::vector<v1::GemmRequest> requests(4);
   requests[0].set_request_id("good-1");
-  *requests[0].add_problems() = Problem(2, 3, 4);
+  *requests[0].add_problems() = ZeroProblem(2, 3, 4);
   requests[1].set_request_id("bad-m");
-  *requests[1].add_problems() = Problem(0, 3, 4);
+  *requests[1].add_problems() = ZeroProblem(0, 3, 4);
   // requests[2]: no request_id, which a stream requires.
-  *requests[2].add_problems() = Problem(1, 1, 1);
+  *requests[2].add_problems() = ZeroProblem(1, 1, 1);
   requests[3].set_request_id("good-2");
-  *requests[3].add_problems() = Problem(3, 1, 2, 0.5);
+  *requests[3].add_problems() = ZeroProblem(3, 1, 2, 0.5);
   for (const auto& r : requests) ASSERT_TRUE(stream->Write(r));
   ASSERT_TRUE(stream->WritesDone());
   EXPECT_EQ(h_.Dispatch(2), 2u);  // the two good ones, and only they, reach the queue
@@ -290,7 +247,7 @@ TEST_F(GemmServiceTest, GemmStreamRefusesASecondRequestWithAnIdInFlight) {
   auto stream = stub_->GemmStream(ctx.get());
   v1::GemmRequest first;
   first.set_request_id("same");
-  *first.add_problems() = Problem(2, 3, 4);
+  *first.add_problems() = ZeroProblem(2, 3, 4);
   v1::GemmRequest second = first;
   second.mutable_problems(0)->set_alpha(2.0);
   ASSERT_TRUE(stream->Write(first));
@@ -367,7 +324,7 @@ TEST_F(GemmServiceTest, AGemmStreamMessageThatDoesNotParseEndsTheStreamAfterItsA
   ASSERT_TRUE(next());
   v1::GemmRequest good;
   good.set_request_id("before");
-  *good.add_problems() = Problem(2, 3, 4);
+  *good.add_problems() = ZeroProblem(2, 3, 4);
   call->Write(Bytes(good.SerializeAsString()), nullptr);
   ASSERT_TRUE(next());
   call->Write(Bytes(kUnparsable), nullptr);
@@ -398,11 +355,11 @@ TEST_F(GemmServiceTest, AGemmStreamMessageThatDoesNotParseEndsTheStreamAfterItsA
 
 TEST_F(GemmServiceTest, ACancelledCallLeavesNothingQueued) {
   AsyncGemm call;
-  *call.request.add_problems() = Problem(8, 8, 8);
+  *call.request.add_problems() = ZeroProblem(8, 8, 8);
   call.Start(stub_.get());
   ASSERT_TRUE(Eventually([&] { return h_.queue_->queued() == 1; }));
   EXPECT_GT(h_.queue_->inflight_bytes(), 0u);
-  call.ctx->TryCancel();
+  call.ctx.TryCancel();
   EXPECT_EQ(call.Wait().error_code(), grpc::StatusCode::CANCELLED);
   // The server hears of it on its own time: its OnCancel takes the item out.
   ASSERT_TRUE(Eventually([&] {
@@ -411,7 +368,7 @@ TEST_F(GemmServiceTest, ACancelledCallLeavesNothingQueued) {
   EXPECT_EQ(h_.executor_.items_run(), 0);
   // The service still serves.
   AsyncGemm next;
-  *next.request.add_problems() = Problem(1, 1, 1);
+  *next.request.add_problems() = ZeroProblem(1, 1, 1);
   next.Start(stub_.get());
   EXPECT_EQ(h_.Dispatch(1), 1u);
   EXPECT_TRUE(next.Wait().ok());

@@ -23,34 +23,18 @@
 #include "common/chunk_wire.h"
 #include "gemm/v1/gemm.grpc.pb.h"
 #include "service/testing/fake_executor.h"
+#include "service/testing/rpc_helpers.h"
 #include "service/testing/service_harness.h"
 
 namespace gemm {
 namespace {
 
+using fake::AsyncGemm;
+using fake::Eventually;
 using fake::ServiceHarness;
 using ::testing::HasSubstr;
 
 constexpr uint64_t kBytes = 4 * 4 * sizeof(float);  // every operand: 4 x 4 fp32
-
-// Polls `done` (a state the server reaches on another thread) for up to
-// 10 s. The state is the synchronization; the poll only looks.
-bool Eventually(const std::function<bool()>& done) {
-  const absl::Time give_up = absl::Now() + absl::Seconds(10);
-  while (!done()) {
-    if (absl::Now() > give_up) return false;
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  return true;
-}
-
-// A Gemm call in flight, answered on gRPC's thread.
-struct AsyncGemm {
-  grpc::ClientContext context;
-  v1::GemmResponse response;
-  grpc::Status status;
-  absl::Notification done;
-};
 
 // A Transfer.Upload stream the test writes chunks into and then closes
 // cleanly (Close) or breaks off (Cancel).
@@ -176,12 +160,7 @@ class PipelinedGemmTest : public ::testing::Test {
   std::unique_ptr<AsyncGemm> Send(const v1::GemmRequest& request,
                                   absl::Duration timeout = absl::Seconds(30)) {
     auto call = std::make_unique<AsyncGemm>();
-    call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-    AsyncGemm* raw = call.get();
-    stub_->async()->Gemm(&raw->context, &request, &raw->response, [raw](grpc::Status st) {
-      raw->status = std::move(st);
-      raw->done.Notify();
-    });
+    call->Start(stub_.get(), request, timeout);
     return call;
   }
 
@@ -264,7 +243,7 @@ TEST_F(PipelinedGemmTest, CancellingAWaitingRequestEndsItsHold) {
   const std::string b = Begin();
   auto call = Send(Request(a, b));
   ASSERT_TRUE(Eventually([&] { return OneHeld(/*uploads=*/2); }));
-  call->context.TryCancel();
+  call->ctx.TryCancel();
   call->done.WaitForNotification();
   EXPECT_EQ(call->status.error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(Eventually([&] { return waiting() == 0; }));
