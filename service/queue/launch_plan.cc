@@ -48,10 +48,22 @@ auto GroupKey(const GemmProblemRef& p, bool deterministic) {
                          deterministic, DeterministicTile(p, deterministic));
 }
 
+// Whether a 16-bit problem's A or B rows start off TMA's 16-byte grid. Alone,
+// such a problem has those operands copied aligned and runs on the Hopper
+// kernel (copy_unaligned_operands); in a grouped launch it could not: the
+// grouped kernel cannot read them, and its loop of single launches makes no
+// copies, so it would run the SIMT kernel, slower and, for a deterministic
+// problem, with other bits than alone.
+bool RowsOffGrid(const GemmProblemRef& p) {
+  const uint64_t elem = SizeOf(p.shape.input_dtype);
+  return elem == 2 && ((p.a.ld() * elem) % 16 != 0 || (p.b.ld() * elem) % 16 != 0);
+}
+
 // Whether a problem may join a grouped launch at all: the grouped kernel
-// reads no FP8, so FP8 problems that do not form a strided batch run alone.
+// reads no FP8, so FP8 problems that do not form a strided batch run alone;
+// nor do 16-bit problems with rows off the grid (RowsOffGrid).
 bool Groupable(const GemmProblemRef& p, bool deterministic, const LaunchPlanOptions& options) {
-  return options.grouped_supported && !p.shape.fp8() &&
+  return options.grouped_supported && !p.shape.fp8() && !RowsOffGrid(p) &&
          !(deterministic && p.shape.input_dtype == DType::kFp32);
 }
 

@@ -266,6 +266,41 @@ TEST(LaunchPlanTest, DeterministicFp32NeverGroups) {
   EXPECT_EQ(PlanLaunches(items, LaunchPlanOptions())[0].kind, LaunchGroup::Kind::kGrouped);
 }
 
+// A bf16 problem whose A or B rows are off the 16-byte grid runs alone
+// (copied aligned onto the Hopper kernel), deterministic or not: in a grouped
+// launch it would run the SIMT kernel, with other bits than alone.
+TEST(LaunchPlanTest, SixteenBitRowsOffTheGridNeverGroup) {
+  auto with_operands = [](uint64_t m, uint64_t n, uint64_t k) {
+    GemmProblemRef p = Problem(m, n, k);
+    p.a = MatrixA(p.shape, nullptr);
+    p.b = MatrixB(p.shape, nullptr);
+    return p;
+  };
+  for (bool deterministic : {false, true}) {
+    // 64 x 64 x 64 and 64 x 128 x 32: every row a multiple of 16 bytes;
+    // 77 x 64 x 33: A's rows are 33 elements (66 bytes); 64 x 75 x 64: B's
+    // rows are 75 elements.
+    std::vector<std::shared_ptr<WorkItem>> items = {
+        Item({with_operands(64, 64, 64), with_operands(77, 64, 33), with_operands(64, 128, 32),
+              with_operands(64, 75, 64)})};
+    items[0]->deterministic = deterministic;
+    const auto launches = PlanLaunches(items, LaunchPlanOptions());
+    ASSERT_EQ(CountProblems(launches), 4u);
+    int grouped = 0, single = 0;
+    for (const LaunchGroup& l : launches) {
+      if (l.kind == LaunchGroup::Kind::kGrouped) {
+        ++grouped;
+        for (const GemmProblemRef* p : l.problems) EXPECT_EQ(p->shape.n % 8, 0u);
+        for (const GemmProblemRef* p : l.problems) EXPECT_EQ(p->shape.k % 8, 0u);
+      } else {
+        ++single;
+      }
+    }
+    EXPECT_EQ(single, 2) << deterministic;
+    EXPECT_LE(grouped, 1) << deterministic;
+  }
+}
+
 // Thousands of random queues of deterministic and other requests: every
 // deterministic problem lands in a launch of deterministic problems only,
 // whose members all run its own plan: strided batches of identical problems,
