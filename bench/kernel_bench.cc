@@ -28,6 +28,7 @@
 
 namespace {
 
+using gemm_kernels::testing::DecodeElement;
 using gemm_kernels::DataType;
 using gemm_kernels::Gemm;
 using gemm_kernels::GemmArguments;
@@ -84,18 +85,6 @@ std::vector<uint8_t> RandomBytes(DataType t, size_t elems) {
     }
   }
   return out;
-}
-
-float DecodeAt(DataType t, const uint8_t* p) {
-  if (t == DataType::kFp32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return t == DataType::kBf16 ? gemm_kernels::testing::Bf16ToFloat(h)
-                              : gemm_kernels::testing::HalfToFloat(h);
 }
 
 using gemm_bench::Launcher;
@@ -202,7 +191,7 @@ bool RunCase(const BenchCase& bc, const gemm_bench::CublasBaseline& baseline, si
   double e2 = 0, r2 = 0;
   bool finite = true;
   for (size_t i = 0; i < x.size() / es; ++i) {
-    const double u = DecodeAt(out, &x[i * es]), v = DecodeAt(out, &y[i * es]);
+    const double u = DecodeElement(out, &x[i * es]), v = DecodeElement(out, &y[i * es]);
     if (!std::isfinite(u)) finite = false;
     e2 += (u - v) * (u - v);
     r2 += v * v;

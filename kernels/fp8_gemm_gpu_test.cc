@@ -26,6 +26,8 @@
 namespace gemm_kernels {
 namespace {
 
+using gemm_kernels::testing::DecodeElement;
+using gemm_kernels::testing::EncodeElement;
 using testing::Bf16ToFloat;
 using testing::FloatToBf16;
 using testing::FloatToFp8;
@@ -142,38 +144,6 @@ Operand Quantize(std::mt19937& rng, bool e4m3, ScaleMode mode, bool is_a, int64_
   return op;
 }
 
-float DecodeOut(DataType t, const uint8_t* p) {
-  uint16_t h;
-  float f;
-  switch (t) {
-    case DataType::kBf16:
-      std::memcpy(&h, p, 2);
-      return Bf16ToFloat(h);
-    case DataType::kFp16:
-      std::memcpy(&h, p, 2);
-      return HalfToFloat(h);
-    default:
-      std::memcpy(&f, p, 4);
-      return f;
-  }
-}
-
-void EncodeOut(DataType t, float v, uint8_t* p) {
-  uint16_t h;
-  switch (t) {
-    case DataType::kBf16:
-      h = FloatToBf16(v);
-      std::memcpy(p, &h, 2);
-      return;
-    case DataType::kFp16:
-      h = FloatToHalf(v);
-      std::memcpy(p, &h, 2);
-      return;
-    default:
-      std::memcpy(p, &v, 4);
-  }
-}
-
 double Tolerance(DataType out) {
   // The output's rounding (bf16 2^-9, fp16 2^-12 relative per element) over
   // fp32 accumulation of K products.
@@ -218,7 +188,7 @@ class Fp8GemmGpuTest : public ::testing::Test {
     const size_t d_bytes = static_cast<size_t>(c.batch * d_member) * os;
     std::vector<uint8_t> c_host(d_bytes);
     std::uniform_real_distribution<float> cu(-2.0f, 2.0f);
-    for (size_t i = 0; i < d_bytes / os; ++i) EncodeOut(c.out, cu(rng), &c_host[i * os]);
+    for (size_t i = 0; i < d_bytes / os; ++i) EncodeElement(c.out, cu(rng), &c_host[i * os]);
 
     // Codes in their stored layouts: K-major ones at row pitch ld, the
     // padding NaN (0x7f in both formats); the others with (r, kk) of member
@@ -310,8 +280,8 @@ class Fp8GemmGpuTest : public ::testing::Test {
           const size_t at =
               static_cast<size_t>(bb * d_member + (row_d ? i * ldd + j : j * ldd + i)) * os;
           double ref = c.alpha * acc;
-          if (c.beta != 0.0f) ref += c.beta * DecodeOut(c.out, &c_host[at]);
-          const float got = DecodeOut(c.out, &d_host[at]);
+          if (c.beta != 0.0f) ref += c.beta * DecodeElement(c.out, &c_host[at]);
+          const float got = DecodeElement(c.out, &d_host[at]);
           ASSERT_FALSE(std::isnan(got)) << "D(" << bb << ", " << i << ", " << j << ") not written";
           err2 += (got - ref) * (got - ref);
           ref2 += ref * ref;

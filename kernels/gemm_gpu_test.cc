@@ -29,6 +29,8 @@
 namespace gemm_kernels {
 namespace {
 
+using gemm_kernels::testing::DecodeElement;
+using gemm_kernels::testing::EncodeElement;
 using testing::Bf16ToFloat;
 using testing::FloatToBf16;
 using testing::FloatToHalf;
@@ -67,41 +69,6 @@ struct HostMatrix {
   }
 };
 
-float Decode(DataType t, const uint8_t* p) {
-  uint16_t h;
-  switch (t) {
-    case DataType::kBf16:
-      std::memcpy(&h, p, 2);
-      return Bf16ToFloat(h);
-    case DataType::kFp16:
-      std::memcpy(&h, p, 2);
-      return HalfToFloat(h);
-    case DataType::kFp32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-  }
-  return NAN;
-}
-
-void Encode(DataType t, float v, uint8_t* p) {
-  uint16_t h;
-  switch (t) {
-    case DataType::kBf16:
-      h = FloatToBf16(v);
-      std::memcpy(p, &h, 2);
-      break;
-    case DataType::kFp16:
-      h = FloatToHalf(v);
-      std::memcpy(p, &h, 2);
-      break;
-    case DataType::kFp32:
-      std::memcpy(p, &v, 4);
-      break;
-  }
-}
-
 // Allocation covering all batch members; `fill` random in [-1, 1] or 0xFF poison.
 HostMatrix MakeMatrix(DataType dtype, Layout layout, int64_t rows, int64_t cols, int64_t pad,
                       int64_t batch, bool broadcast, bool random, std::mt19937_64& rng,
@@ -130,8 +97,8 @@ HostMatrix MakeMatrix(DataType dtype, Layout layout, int64_t rows, int64_t cols,
   if (random) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (int64_t i = 0; i < elems; ++i) {
-      Encode(dtype, dist(rng), &m.bytes[i * es]);
-      m.values[i] = Decode(dtype, &m.bytes[i * es]);
+      EncodeElement(dtype, dist(rng), &m.bytes[i * es]);
+      m.values[i] = DecodeElement(dtype, &m.bytes[i * es]);
     }
   }
   return m;
@@ -292,7 +259,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
             for (int64_t kk = 0; kk < c.k; ++kk) acc += arow[kk] * b.values[b.Index(bb, kk, j)];
             double ref = double(c.alpha) * acc;
             if (c.beta != 0.0f) ref += double(c.beta) * cm.values[cm.Index(bb, i, j)];
-            const double got = Decode(c.out, &d.bytes[d.Index(bb, i, j) * es]);
+            const double got = DecodeElement(c.out, &d.bytes[d.Index(bb, i, j) * es]);
             if (!std::isfinite(got)) {
               ++nan_count;
               continue;

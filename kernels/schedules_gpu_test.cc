@@ -47,6 +47,7 @@
 namespace gemm_kernels {
 namespace {
 
+using gemm_kernels::testing::DecodeElement;
 constexpr double kWatchdogSeconds = 30;
 constexpr int64_t kPoolElems = int64_t(48) << 20;  // per input dtype
 constexpr size_t kWorkspaceBytes = size_t(96) << 20;
@@ -211,22 +212,6 @@ GemmArguments Args(const Shape& s, const Operands& o) {
   return g;
 }
 
-float DecodeOut(DataType t, const uint8_t* p) {
-  uint16_t h;
-  float f;
-  switch (t) {
-    case DataType::kBf16:
-      std::memcpy(&h, p, 2);
-      return testing::Bf16ToFloat(h);
-    case DataType::kFp16:
-      std::memcpy(&h, p, 2);
-      return testing::HalfToFloat(h);
-    default:
-      std::memcpy(&f, p, 4);
-      return f;
-  }
-}
-
 // fp32 outputs of two summation orders differ by roughly eps * sqrt(K).
 // fp32 outputs: two fp32 accumulations of K products in different orders
 // (data-parallel against split or stream-K) differ by ~eps * sqrt(K) * c;
@@ -245,7 +230,7 @@ double RelDiff(DataType t, const std::vector<uint8_t>& x, const std::vector<uint
   double e2 = 0, r2 = 0;
   *non_finite = 0;
   for (size_t i = 0; i < x.size() / es; ++i) {
-    const double u = DecodeOut(t, &x[i * es]), v = DecodeOut(t, &y[i * es]);
+    const double u = DecodeElement(t, &x[i * es]), v = DecodeElement(t, &y[i * es]);
     if (!std::isfinite(u)) {
       ++*non_finite;
       continue;
@@ -271,8 +256,8 @@ double ReferenceError(const Shape& s, const Operands& o, const std::vector<uint8
       double acc = 0;
       for (int64_t kk = 0; kk < s.k; ++kk) acc += double(pool[o.a.Index(i, kk)]) * pool[o.b.Index(kk, j)];
       double ref = s.alpha * acc;
-      if (s.beta != 0) ref += s.beta * double(DecodeOut(s.out, &o.c_host[at(i, j) * es]));
-      const double got = DecodeOut(s.out, &d[at(i, j) * es]);
+      if (s.beta != 0) ref += s.beta * double(DecodeElement(s.out, &o.c_host[at(i, j) * es]));
+      const double got = DecodeElement(s.out, &d[at(i, j) * es]);
       if (!std::isfinite(got)) return INFINITY;
       e2 += (got - ref) * (got - ref);
       r2 += ref * ref;

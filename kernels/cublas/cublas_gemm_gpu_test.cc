@@ -35,52 +35,14 @@ namespace gemm_kernels {
 namespace cublas {
 namespace {
 
+using gemm_kernels::testing::DecodeElement;
+using gemm_kernels::testing::EncodeElement;
 std::string NoGpuReason() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
   if (count == 0) return "no CUDA device on this machine";
   return "";
-}
-
-float Decode(DataType t, const uint8_t* p) {
-  uint16_t h = 0;
-  float f = 0;
-  switch (t) {
-    case DataType::kBf16:
-      std::memcpy(&h, p, 2);
-      return testing::Bf16ToFloat(h);
-    case DataType::kFp16:
-      std::memcpy(&h, p, 2);
-      return testing::HalfToFloat(h);
-    case DataType::kFp32:
-      std::memcpy(&f, p, 4);
-      return f;
-    case DataType::kFp8E4m3:
-    case DataType::kFp8E5m2:
-      break;  // no cuBLAS member takes FP8
-  }
-  return NAN;
-}
-
-void Encode(DataType t, float v, uint8_t* p) {
-  uint16_t h = 0;
-  switch (t) {
-    case DataType::kBf16:
-      h = testing::FloatToBf16(v);
-      std::memcpy(p, &h, 2);
-      return;
-    case DataType::kFp16:
-      h = testing::FloatToHalf(v);
-      std::memcpy(p, &h, 2);
-      return;
-    case DataType::kFp32:
-      std::memcpy(p, &v, 4);
-      return;
-    case DataType::kFp8E4m3:
-    case DataType::kFp8E5m2:
-      return;  // no cuBLAS member takes FP8
-  }
 }
 
 // One operand or output on the host (storage bytes and decoded values) and
@@ -126,8 +88,8 @@ std::unique_ptr<Operand> MakeOperand(DataType dtype, Layout layout, int64_t rows
   if (random) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (int64_t i = 0; i < elems; ++i) {
-      Encode(dtype, dist(rng), &m->bytes[i * es]);
-      m->values[i] = Decode(dtype, &m->bytes[i * es]);
+      EncodeElement(dtype, dist(rng), &m->bytes[i * es]);
+      m->values[i] = DecodeElement(dtype, &m->bytes[i * es]);
     }
   }
   if (cudaMalloc(&m->dev, m->bytes.size()) != cudaSuccess ||
@@ -239,7 +201,7 @@ struct Problem {
           }
           double ref = double(c.alpha) * acc;
           if (c.beta != 0) ref += double(c.beta) * cref.values[cref.Index(bb, i, j)];
-          const double v = Decode(c.out, &got[d->Index(bb, i, j) * es]);
+          const double v = DecodeElement(c.out, &got[d->Index(bb, i, j) * es]);
           if (!std::isfinite(v)) {
             ++nans;
             continue;
@@ -546,8 +508,8 @@ TEST_F(CublasGemmGpuTest, Fp8ThroughCublasLt) {
     std::vector<uint8_t> cbytes(c.m * c.n * es), poison(c.m * c.n * es, 0xFF);
     std::vector<double> cvals(c.m * c.n);
     for (int64_t e = 0; e < c.m * c.n; ++e) {
-      Encode(c.out, value(rng_), &cbytes[e * es]);
-      cvals[e] = Decode(c.out, &cbytes[e * es]);
+      EncodeElement(c.out, value(rng_), &cbytes[e * es]);
+      cvals[e] = DecodeElement(c.out, &cbytes[e * es]);
     }
     DeviceCopy a_dev(qa.data(), qa.size()), b_dev(qb.data(), qb.size());
     DeviceCopy sa_dev(sa.data(), sa.size() * 4), sb_dev(sb.data(), sb.size() * 4);
@@ -582,7 +544,7 @@ TEST_F(CublasGemmGpuTest, Fp8ThroughCublasLt) {
         double acc = 0;
         for (int64_t kk = 0; kk < c.k; ++kk) acc += da[i * c.k + kk] * db[j * c.k + kk];
         const double ref = c.alpha * acc + c.beta * cvals[at(i, j)];
-        const double v = Decode(c.out, &got[at(i, j) * es]);
+        const double v = DecodeElement(c.out, &got[at(i, j) * es]);
         if (!std::isfinite(v)) {
           ++bad;
           continue;

@@ -42,7 +42,8 @@ def cuda_library(name, srcs, hdrs = [], cuda_hdrs = [], deps = [], nvcc_flags = 
     Args:
       srcs: .cu files.
       hdrs: plain C++ headers that callers include.
-      cuda_hdrs: headers (.cuh/.h) the .cu files include, from any package.
+      cuda_hdrs: headers (.cuh/.h) the .cu files include, from any package,
+        or filegroups of them.
       deps: cc_library deps of the resulting library.
       nvcc_flags: extra nvcc flags.
       ptxas_allowed_spills: an extended regex of mangled function names whose
