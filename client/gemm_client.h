@@ -210,8 +210,8 @@ class Client {
   // dtype is quantize.format; problems name it without scales. Large
   // matrices go in chunks (BeginUpload with Quantization) as RegisterMatrix
   // sends them. Backends that do not quantize (a GPU older than Hopper, or
-  // a CUDA server without --cuda_quantize_fp8) answer UNIMPLEMENTED naming
-  // "quantize".
+  // a CUDA server started with --cuda_quantize_fp8=false) answer
+  // UNIMPLEMENTED naming "quantize".
   absl::StatusOr<ResidentHandle> RegisterQuantized(const MatrixView& matrix,
                                                    const Fp8Quantization& quantize,
                                                    absl::string_view label = "",

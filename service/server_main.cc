@@ -142,8 +142,8 @@ ABSL_FLAG(bool, cuda_copy_unaligned_operands, kDefaults.cuda.copy_unaligned_oper
           "all on the SIMT kernel");
 ABSL_FLAG(bool, cuda_quantize_fp8, kDefaults.cuda.quantize_fp8,
           "CUDA backend on Hopper: quantize to FP8 on the GPU (RegisterMatrix / BeginUpload "
-          "with quantize, and quantize_partner); false (the default until its GPU tests have "
-          "run on a Hopper GPU) refuses both UNIMPLEMENTED");
+          "with quantize, and quantize_partner), with the host rule's codes; false refuses "
+          "both UNIMPLEMENTED");
 ABSL_FLAG(bool, cuda_pin_shared_memory, kDefaults.cuda.pin_shared_memory,
           "CUDA backend: page-lock same-host clients' shared-memory regions and copy operands "
           "and results straight between them and the GPU (no staging copy)");

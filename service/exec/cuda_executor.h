@@ -97,8 +97,7 @@ class CudaExecutor : public Executor {
     // FP8 quantization on the GPU where FP8 runs (Hopper): RegisterMatrix /
     // BeginUpload with `quantize`, and quantize_partner (kernels/quantize).
     // Off, both are refused UNIMPLEMENTED by field, as on GPUs without FP8.
-    // Off by default until its GPU tests have run on a Hopper GPU.
-    bool quantize_fp8 = false;
+    bool quantize_fp8 = true;
     double reducing_min_flops = 2.0 * 2048 * 2048 * 2048;
     uint64_t max_reducing_workspace_bytes = uint64_t{256} << 20;  // 256 MiB
     // A batch still running `watchdog` after its predicted run time (or
