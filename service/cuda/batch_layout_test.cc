@@ -14,6 +14,7 @@
 
 #include "service/store/resident_matrix.h"
 #include "service/store/shared_memory_region.h"
+#include "service/testing/host_problems.h"
 
 namespace gemm {
 namespace gpu {
@@ -31,32 +32,13 @@ class FakeDeviceMatrix final : public ResidentMatrix {
 
 class BatchLayoutTest : public ::testing::Test {
  protected:
-  // Host bytes that live as long as the test, filled with `fill`.
   unsigned char* Buffer(uint64_t bytes, unsigned char fill = 0) {
-    buffers_.push_back(std::make_unique<std::vector<unsigned char>>(bytes, fill));
-    return buffers_.back()->data();
+    return host_.Buffer(bytes, fill);
   }
-
-  // D = A * B (+ C when with_c) with host operands.
+  // D = A * B (+ C when with_c) with host operands, output of the input type.
   GemmProblemRef Problem(uint64_t m, uint64_t n, uint64_t k, DType type = DType::kFp32,
                          bool with_c = false) {
-    GemmProblemRef p;
-    p.shape.m = m;
-    p.shape.n = n;
-    p.shape.k = k;
-    p.shape.input_dtype = type;
-    p.shape.output_dtype = type;
-    p.a = MatrixA(p.shape, nullptr);
-    p.a.data = Buffer(p.a.bytes(), 1);
-    p.b = MatrixB(p.shape, nullptr);
-    p.b.data = Buffer(p.b.bytes(), 2);
-    if (with_c) {
-      p.beta = 1.0;
-      p.c = MatrixC(p.shape, nullptr);
-      p.c.data = Buffer(p.c.bytes(), 3);
-    }
-    p.d = Buffer(p.d_bytes());
-    return p;
+    return host_.Make(m, n, k, type, type, with_c);
   }
 
   // Makes `m` resident (on the device, as far as the layout can tell).
@@ -85,7 +67,7 @@ class BatchLayoutTest : public ::testing::Test {
   }
 
  private:
-  std::vector<std::unique_ptr<std::vector<unsigned char>>> buffers_;
+  fake::HostProblems host_;
   std::vector<std::unique_ptr<FakeDeviceMatrix>> residents_;
 };
 

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "service/testing/host_problems.h"
+
 namespace gemm {
 namespace gpu {
 namespace {
@@ -32,18 +34,7 @@ class LaunchDecisionsTest : public ::testing::Test {
   // D = A * B, all row-major, host operands that live as long as the test.
   GemmProblemRef Problem(uint64_t m, uint64_t n, uint64_t k, DType in = DType::kBf16,
                          DType out = DType::kFp32) {
-    GemmProblemRef p;
-    p.shape.m = m;
-    p.shape.n = n;
-    p.shape.k = k;
-    p.shape.input_dtype = in;
-    p.shape.output_dtype = out;
-    p.a = MatrixA(p.shape, nullptr);
-    p.a.data = Buffer(p.a.bytes());
-    p.b = MatrixB(p.shape, nullptr);
-    p.b.data = Buffer(p.b.bytes());
-    p.d = Buffer(p.d_bytes());
-    return p;
+    return host_.Make(m, n, k, in, out);
   }
 
   // One item holding `problems`, planned as `kind` launches (one launch of
@@ -70,16 +61,11 @@ class LaunchDecisionsTest : public ::testing::Test {
     layout_ = *std::move(layout);
   }
 
-  unsigned char* Buffer(uint64_t bytes) {
-    buffers_.push_back(std::make_unique<std::vector<unsigned char>>(bytes));
-    return buffers_.back()->data();
-  }
-
   Batch batch_;
   BatchLayout layout_;
 
  private:
-  std::vector<std::unique_ptr<std::vector<unsigned char>>> buffers_;
+  fake::HostProblems host_;
 };
 
 TEST_F(LaunchDecisionsTest, ASingleLaunchReadsItsOperandsFromItsSlotsAndWritesTheOutputRegion) {
