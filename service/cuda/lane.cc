@@ -7,7 +7,6 @@
 #include "absl/time/time.h"
 #include "common/status_macros.h"
 #include "kernels/deterministic_hints.h"
-#include "kernels/tuning/shape_class.h"
 #include "service/cuda/cuda_status.h"
 #include "service/cuda/kernel_arguments.h"
 
