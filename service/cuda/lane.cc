@@ -266,10 +266,9 @@ void Lane::PrepareGemm(size_t li) {
   unsigned char* dev = device_.bytes();
   const ProblemLayout& first = layout_.problem(li, 0);
   const GemmProblemRef& p = *first.problem;
-  const bool strided = g.kind == LaunchGroup::Kind::kStridedBatched;
-  const int64_t count = strided ? static_cast<int64_t>(g.problems.size()) : 1;
-  const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   ls.args = GemmLaunchArguments(g, layout_, li, dev, options_);
+  const int64_t count = ls.args.batch_count;  // the members of a strided launch
+  const Placement& pl2 = count > 1 ? layout_.problem(li, 1).placement : first.placement;
   if (p.quantize != GemmProblemRef::Quantize::kNone) {
     // The launch reads the partner's codes, made from its staged (or
     // resident) values.

@@ -120,14 +120,14 @@ void GemmServiceImpl::ReleaseAfterUse(absl::string_view caller, const v1::GemmRe
 }
 
 absl::Status GemmServiceImpl::Admit(const grpc::CallbackServerContext& context,
-                                    const v1::GemmRequest& request, v1::GemmResponse* response,
+                                    absl::string_view caller, const v1::GemmRequest& request, v1::GemmResponse* response,
                                     absl::Time deadline, absl::Time received,
                                     std::function<void(const absl::Status&)> on_done,
                                     std::shared_ptr<WorkItem>* item, absl::Duration* pushback,
                                     const std::function<void(const std::shared_ptr<WorkItem>&)>&
                                         on_item) {
   Admission::Call call;
-  call.caller = CallerIdentity(context);
+  call.caller = std::string(caller);
   if (call.caller.empty()) call.peer = context.peer();
   call.deadline = deadline;
   call.received = received;

@@ -126,10 +126,11 @@ class GemmServiceImpl final : public GemmServiceBase {
                                         v1::RegisterMatrixResponse* response) override;
 
   // Implementation details follow.
-  // Admission::Admit (admission.h) of `request` from the caller of
-  // `context`. Called from a reaction of `context`'s call, or from the end
-  // of its wait for uploads.
-  absl::Status Admit(const grpc::CallbackServerContext& context,
+  // Admission::Admit (admission.h) of `request` from `caller`, the caller
+  // identity of `context` (the reactor's, looked up once per call). Called
+  // from a reaction of `context`'s call, or from the end of its wait for
+  // uploads.
+  absl::Status Admit(const grpc::CallbackServerContext& context, absl::string_view caller,
                      const v1::GemmRequest& request, v1::GemmResponse* response,
                      absl::Time deadline, absl::Time received,
                      std::function<void(const absl::Status&)> on_done,

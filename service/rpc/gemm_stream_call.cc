@@ -138,7 +138,7 @@ class StreamCall final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::
     absl::Duration pushback;  // a stream has no per-request trailers to carry it
     std::shared_ptr<WorkItem> item;
     absl::Status st = service_->Admit(
-        *context_, p->request, &p->response, DeadlineOf(*context_), received,
+        *context_, caller_, p->request, &p->response, DeadlineOf(*context_), received,
         [this, id, p, received](const absl::Status& s) { OnRequestDone(id, p, s, received); },
         &item, &pushback, [this, p, since](const std::shared_ptr<WorkItem>& queued) {
           service_->metrics()->RecordRequestStage("admit", absl::Now() - since);

@@ -100,7 +100,7 @@ class UnaryCall final : public grpc::ServerUnaryReactor {
     // Published before the queue has it: once queued, the item may complete
     // and end this call at any moment, so nothing here runs after Admit.
     absl::Status st = service_->Admit(
-        *context_, request_, &response_, DeadlineOf(*context_), received,
+        *context_, caller_, request_, &response_, DeadlineOf(*context_), received,
         [this, received](const absl::Status& s) { Done(s, received); }, &item, pushback,
         [this, since](const std::shared_ptr<WorkItem>& queued) {
           service_->metrics()->RecordRequestStage("admit", absl::Now() - since);
