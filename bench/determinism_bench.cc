@@ -155,7 +155,7 @@ Totals Run(gemm::CudaExecutor* ex, const Case& c, const std::vector<Operands>& o
         for (auto& item : items) {
           item->done = [&, t](const absl::Status& s, const gemm::ExecutionReport& r) {
             if (!s.ok()) errors.fetch_add(1);
-            for (const auto& launch : r.launches) compute[t] += absl::ToDoubleSeconds(launch.second);
+            for (const auto& launch : r.launches) compute[t] += absl::ToDoubleSeconds(launch.time);
             done.DecrementCount();
           };
         }

@@ -9,6 +9,11 @@
 //   "grouped ..."  random M_i (seed printed): our grouped kernel (its own tile
 //                  and each tile forced), cublasGemmGroupedBatchedEx, a loop
 //                  of cublasGemmEx calls.
+//   "ragged grouped ..."  a list whose rows are off TMA's 16-byte grid (odd K):
+//                  such members never join a grouped launch in the service
+//                  (launch_plan.cc), so ours is what the lane runs, one
+//                  single launch per member with its operands copied aligned
+//                  (GemmArguments::copy_unaligned_operands), copies timed in.
 // Method as in kernel_bench: bf16 random inputs (never zeros), A row-major,
 // B column-major, D row-major, rotating buffer sets so each case's working set
 // is >= 4x the L2, warm-up, samples of kRunsPerSample launches timed with CUDA
@@ -210,6 +215,87 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   return true;
 }
 
+// A grouped list with odd K (A's and B's rows off the 16-byte grid): ours as
+// the service runs it (one launch per member, operands copied aligned) beside
+// cublasGemmGroupedBatchedEx and a loop of cublasGemmEx on the same members.
+bool RunRaggedGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
+                      uint64_t seed) {
+  std::vector<int> rows = gemm_bench::GroupedRows(gc.count, gc.m_lo, gc.m_hi, seed);
+  gemm_bench::GroupedSetsOptions options;
+  options.sets = SetsFor(gemm_bench::GroupedSetBytes(rows, gc.n, gc.k));
+  options.poison_outputs = true;
+  gemm_bench::GroupedSets sets(std::move(rows), gc.n, gc.k, options);
+  if (!sets.Allocate()) return false;
+  const std::vector<int>& ms = sets.rows();
+  std::vector<std::vector<Gemm>> ours(sets.sets());
+  for (std::vector<Gemm>& set : ours) set = std::vector<Gemm>(gc.count);
+  std::vector<void*> copies;
+  struct Free {
+    std::vector<void*>* p;
+    ~Free() {
+      for (void* q : *p) cudaFree(q);
+    }
+  } free_copies{&copies};
+  std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
+  for (int s = 0; s < sets.sets(); ++s) {
+    for (int i = 0; i < gc.count; ++i) {
+      GemmArguments args = sets.MemberArguments(s, i);
+      args.copy_unaligned_operands = true;
+      void* copy = nullptr;
+      if (const size_t bytes = Gemm::OperandCopyBytes(args); bytes > 0) {
+        CHECK_CUDA(cudaMalloc(&copy, bytes));
+        copies.push_back(copy);
+      }
+      const absl::Status st =
+          ours[s][i].Initialize(args, nullptr, TileHint::kAuto, ScheduleHint::kAuto, copy);
+      if (!st.ok()) {
+        std::fprintf(stderr, "%s: member %d: %s\n", gc.name, i, st.ToString().c_str());
+        return false;
+      }
+    }
+    theirs.push_back(
+        std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBf16, sets.CublasMembers(s)));
+  }
+  auto run_ours = [&](int s) {
+    for (const Gemm& g : ours[s])
+      if (!g.Run(nullptr).ok()) return false;
+    return true;
+  };
+  std::vector<Launcher> impls = {
+      run_ours,
+      [&](int s) {
+        const std::string e = theirs[s]->Run();
+        if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
+        return e.empty();
+      },
+      [&](int s) {
+        for (int i = 0; i < gc.count; ++i) {
+          const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
+          if (!cublas.Gemm(DataType::kBf16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
+                   .empty()) {
+            return false;
+          }
+        }
+        return true;
+      }};
+  std::vector<double> t;
+  if (!TimeInterleaved(impls, sets.sets(), &t)) return false;
+  if (!run_ours(0)) return false;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  double worst = 0;
+  for (int i = 0; i < gc.count; ++i) {
+    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
+    worst = std::max(worst, gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(ms[i]) * gc.n));
+  }
+  const double flops = sets.Flops();
+  auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
+  std::printf("| %s (seed %llu) | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", gc.name,
+              static_cast<unsigned long long>(seed), ours[0][0].kernel_name().c_str(), tf(t[0]),
+              tf(t[1]), tf(t[2]), t[1] / t[0], std::min(t[1], t[2]) / t[0], worst);
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -293,6 +379,26 @@ int main(int argc, char** argv) {
       header = true;
     }
     if (!RunGrouped(gc, cublas, seed)) {
+      std::printf("| %s | FAILED |\n", gc.name);
+      ++failures;
+    }
+  }
+
+  const GroupedCase ragged[] = {
+      {"ragged grouped 64 x M~U[16,512] N=4096 K=1023", 64, 16, 512, 4096, 1023, 0, 0},
+      {"ragged grouped 64 x M~U[32,256] N=1024 K=255", 64, 32, 256, 1024, 255, 0, 0},
+  };
+  header = false;
+  for (const GroupedCase& gc : ragged) {
+    ++seed;
+    if (!gemm_bench::CaseSelected(gc.name, argc, argv)) continue;
+    if (!header) {
+      std::printf("\n| case | our kernel (member 0; one launch a member, operands copied) | ours "
+                  "TFLOP/s | cublasGemmGroupedBatchedEx | loop of cublasGemmEx | ours/grouped "
+                  "cuBLAS | ours/best cuBLAS | max rel diff |\n|---|---|---|---|---|---|---|---|\n");
+      header = true;
+    }
+    if (!RunRaggedGrouped(gc, cublas, seed)) {
       std::printf("| %s | FAILED |\n", gc.name);
       ++failures;
     }

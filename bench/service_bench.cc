@@ -2,7 +2,9 @@
 // beside a plain gRPC echo service carrying the same bytes each way, in one
 // run. The ratio service/echo says how much of the transport's own rate the
 // service keeps; on the CPU backend large sizes are bound by the CPU's GEMM
-// rate instead, which the GFLOP/s column shows.
+// rate instead, which the GFLOP/s column shows. With --mix_problems it then
+// sends a mixed random workload of ragged shapes and prints where its work
+// ran (launches and FLOPs by kernel kind, from the server's metrics).
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "bench/kernel_path_mix.h"
 #include "common/dtype.h"
 #include "echo/echo_server.h"
 #include "echo/v1/echo.grpc.pb.h"
@@ -48,6 +51,16 @@ ABSL_FLAG(bool, dispatch_on_arrival, gemm::BatcherOptions().dispatch_on_arrival,
 ABSL_FLAG(bool, stages, true,
           "in-process: after each case, the mean time per server-side stage of its Gemm "
           "requests (gemm_request_stage_seconds)");
+ABSL_FLAG(int, mix_problems, 0,
+          "after the size cases: this many random problems (requests of 1-4 problems, M, N, K "
+          "in [1, --mix_max_size], every --mix_dtypes type, random transposes and layouts), "
+          "then the launches and FLOPs of each kernel kind they made (in-process server only)");
+ABSL_FLAG(int, mix_max_size, 300, "--mix_problems: largest M, N and K");
+ABSL_FLAG(std::string, mix_dtypes, "bf16,fp16,tf32,fp32",
+          "--mix_problems: input types drawn from (tf32 is fp32 with allow_tf32)");
+ABSL_FLAG(int, mix_concurrency, 16, "--mix_problems: requests in flight");
+ABSL_FLAG(bool, copy_unaligned_operands, gemm::CudaExecutor::Options().copy_unaligned_operands,
+          "in-process CUDA server: gemm_server --cuda_copy_unaligned_operands");
 ABSL_FLAG(std::string, target, "",
           "benchmark a running server at host:port instead of an in-process one "
           "(the echo server still runs in-process)");
@@ -171,9 +184,57 @@ std::string RandomBytes(size_t elements, v1::DataType t, std::mt19937* rng) {
   return out;
 }
 
+// Sends the mixed workload with --mix_concurrency requests in flight, each
+// completion starting the next, and prints the work of each kernel kind it
+// made. Returns the number of failed requests.
+int RunMix(v1::GemmService::Stub* stub, const ServiceMetrics& metrics) {
+  bench::MixOptions options;
+  options.problems = absl::GetFlag(FLAGS_mix_problems);
+  options.max_size = absl::GetFlag(FLAGS_mix_max_size);
+  options.dtypes = absl::StrSplit(absl::GetFlag(FLAGS_mix_dtypes), ',', absl::SkipEmpty());
+  if (options.dtypes.empty()) options.dtypes = {"fp32"};
+  const std::vector<v1::GemmRequest> requests = bench::RandomMixRequests(options);
+  const auto before = bench::LaunchTotalsByKind(metrics.Scrape());
+
+  std::atomic<size_t> next{0};
+  std::atomic<int> errors{0}, in_flight{0};
+  absl::Notification all_done;
+  std::function<void()> send = [&] {
+    const size_t i = next.fetch_add(1);
+    if (i >= requests.size()) {
+      if (in_flight.fetch_sub(1) == 1) all_done.Notify();
+      return;
+    }
+    auto ctx = std::make_shared<grpc::ClientContext>();
+    auto reply = std::make_shared<v1::GemmResponse>();
+    stub->async()->Gemm(ctx.get(), &requests[i], reply.get(),
+                        [ctx, reply, &errors, &send](grpc::Status st) {
+                          if (!st.ok()) errors.fetch_add(1);
+                          send();
+                        });
+  };
+  const int concurrency = std::max(1, absl::GetFlag(FLAGS_mix_concurrency));
+  in_flight.store(concurrency);
+  const absl::Time t0 = absl::Now();
+  for (int i = 0; i < concurrency; ++i) send();
+  all_done.WaitForNotification();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+
+  std::printf("\nmixed workload: %d problems in %zu requests (M, N, K in [1, %d]; %s), %d in "
+              "flight, %.2f s, %d failed; copy_unaligned_operands=%s\n",
+              options.problems, requests.size(), options.max_size,
+              absl::GetFlag(FLAGS_mix_dtypes).c_str(), concurrency, seconds, errors.load(),
+              absl::GetFlag(FLAGS_copy_unaligned_operands) ? "true" : "false");
+  std::printf("%s", bench::PathTable(bench::Difference(bench::LaunchTotalsByKind(metrics.Scrape()),
+                                                       before))
+                        .c_str());
+  std::fflush(stdout);
+  return errors.load();
+}
+
 int Main() {
   std::vector<int> sizes, concurrencies;
-  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ','))
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty()))
     sizes.push_back(std::stoi(std::string(s)));
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ','))
     concurrencies.push_back(std::stoi(std::string(s)));
@@ -188,6 +249,7 @@ int Main() {
     options.cpu.blas_threads = absl::GetFlag(FLAGS_blas_threads);
     if (!batching) options.batcher.budget.max_requests = 1;
     options.batcher.dispatch_on_arrival = absl::GetFlag(FLAGS_dispatch_on_arrival);
+    options.cuda.copy_unaligned_operands = absl::GetFlag(FLAGS_copy_unaligned_operands);
     return GemmServer::Start(options);
   };
   std::unique_ptr<GemmServer> gemm_server, unbatched_server;
@@ -300,6 +362,14 @@ int Main() {
       if (!stage_line.empty()) std::printf("%s\n", stage_line.c_str());
       std::fflush(stdout);
       failures += g.errors + e.errors;
+    }
+  }
+  if (absl::GetFlag(FLAGS_mix_problems) > 0) {
+    if (gemm_server == nullptr) {
+      std::fprintf(stderr, "--mix_problems reads the in-process server's metrics: no --target\n");
+      ++failures;
+    } else {
+      failures += RunMix(gemm_stub.get(), *gemm_server->metrics());
     }
   }
   if (gemm_server) gemm_server->Shutdown(absl::Seconds(5));

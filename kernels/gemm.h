@@ -90,9 +90,14 @@ constexpr int64_t kFp8ScaleBlock = 128;
 // copies would move the problem onto the Hopper kernel.
 struct CopyPricing {
   double tensor_flops_per_s = 0;       // the Hopper kernel at this input type
-  double simt_flops_per_s = 0;         // the portable SIMT kernel
+  double simt_flops_per_s = 0;         // the portable SIMT kernel, its grid filling the GPU
   double device_copy_bytes_per_s = 0;  // bytes read plus written by a device copy
   double launch_seconds = 0;           // one small kernel launch, back to back on a stream
+  // One output tile of the SIMT kernel, seconds per unit of K: its critical
+  // path, which sets the kernel's time wherever its grid leaves the GPU
+  // partly idle (a 383^3 problem has 36 tiles for 132 SMs, and runs about
+  // 10x below simt_flops_per_s). 0: not measured, the rate alone prices it.
+  double simt_tile_seconds_per_k = 0;
   bool measured() const {
     return tensor_flops_per_s > 0 && simt_flops_per_s > 0 && device_copy_bytes_per_s > 0 &&
            launch_seconds > 0;

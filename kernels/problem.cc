@@ -1,5 +1,6 @@
 #include "kernels/problem.h"
 
+#include <algorithm>
 #include <cstdint>
 
 namespace gemm_kernels {
@@ -94,7 +95,10 @@ bool OperandCopiesPayOff(const NormalizedProblem& p, const KMajorCopyPlan& copie
   const double copied_sm90 = copy_launches * pricing.launch_seconds +
                              copy_bytes / pricing.device_copy_bytes_per_s +
                              flops / pricing.tensor_flops_per_s + pricing.launch_seconds;
-  const double simt = flops / pricing.simt_flops_per_s + pricing.launch_seconds;
+  // The SIMT kernel takes at least one tile's K loop, however few its tiles.
+  const double simt = std::max(flops / pricing.simt_flops_per_s,
+                               double(p.k) * pricing.simt_tile_seconds_per_k) +
+                      pricing.launch_seconds;
   return copied_sm90 < simt;
 }
 

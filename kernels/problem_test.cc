@@ -337,6 +337,23 @@ TEST(OperandCopiesPayOff, LargeRaggedProblemsTakeTheCopies) {
       PaysOff(Bf16(4095, 4097, 1023, Layout::kRowMajor, Layout::kColMajor), HopperLikePricing()));
 }
 
+TEST(OperandCopiesPayOff, ASimtGridThatLeavesTheGpuIdleIsPricedByItsTilesKLoop) {
+  // An H100 measured (copy_pricing_bench, 2026-12-07): a bf16 ragged n^3 on
+  // the SIMT kernel took 15.5 us at n = 95 and 56.8 us at 383, where copies
+  // and the Hopper kernel took 14.5 and 18.6 us; one SIMT tile ran about
+  // 130 ns per unit of K. By the rate alone (25 TFLOP/s) the SIMT kernel
+  // looked faster up to n = 511.
+  CopyPricing rates = HopperLikePricing();
+  const GemmArguments n383 = Bf16(383, 383, 383, Layout::kRowMajor, Layout::kColMajor);
+  const GemmArguments n255 = Bf16(255, 255, 255, Layout::kRowMajor, Layout::kColMajor);
+  const GemmArguments n31 = Bf16(31, 31, 31, Layout::kRowMajor, Layout::kColMajor);
+  EXPECT_FALSE(PaysOff(n383, rates)) << "the rate alone";
+  rates.simt_tile_seconds_per_k = 130e-9;
+  EXPECT_TRUE(PaysOff(n383, rates));
+  EXPECT_TRUE(PaysOff(n255, rates));
+  EXPECT_FALSE(PaysOff(n31, rates)) << "31 x 130 ns beats two copy launches";
+}
+
 TEST(OperandCopiesPayOff, UnmeasuredRatesAlwaysCopy) {
   const GemmArguments tiny = Bf16(3, 5, 7, Layout::kRowMajor, Layout::kColMajor);
   EXPECT_TRUE(PaysOff(tiny, CopyPricing{}));

@@ -211,6 +211,29 @@ CopyRates MeasureCopies(int device, cudaStream_t stream) {
   return rates;
 }
 
+// Seconds per unit of K of a strict-fp32 64 x 64 x 16384 GEMM, one tile of
+// the SIMT kernel alone on the GPU, less one launch: the median of 4 after a
+// warm-up.
+double MeasureSimtTile(int device, double launch_seconds) {
+  constexpr int64_t kSide = 64, kDepth = 16384;
+  constexpr size_t kOperandBytes = kSide * kDepth * sizeof(float);
+  auto memory = DeviceMemory::Allocate(2 * kOperandBytes + kSide * kSide * sizeof(float), device);
+  if (!memory.ok() || cudaMemset(memory->get(), 0, 2 * kOperandBytes) != cudaSuccess) return 0;
+  const auto* base = static_cast<const unsigned char*>(memory->get());
+  gk::GemmArguments args;
+  args.m = args.n = kSide;
+  args.k = kDepth;
+  args.a = {base, gk::DataType::kFp32, gk::Layout::kRowMajor, kDepth, 0};
+  args.b = {base + kOperandBytes, gk::DataType::kFp32, gk::Layout::kColMajor, kDepth, 0};
+  args.d = {base + 2 * kOperandBytes, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
+  gk::Gemm gemm;
+  if (!gemm.Initialize(args).ok()) return 0;
+  auto ms = TimeOnDefaultStream(5, [&gemm] { return gemm.Run(nullptr).ok(); });
+  if (!ms) return 0;
+  ms->erase(ms->begin());  // the first run is warm-up
+  return std::max(0.0, Median(*ms) / 1e3 - launch_seconds) / kDepth;
+}
+
 }  // namespace
 
 Calibration Calibrate(int device, cudaStream_t copy_stream) {
@@ -231,6 +254,8 @@ Calibration Calibrate(int device, cudaStream_t copy_stream) {
   out.copies = MeasureCopies(device, copy_stream);
   cudaGetLastError();
   out.launch_seconds = MeasureLaunch(device);
+  cudaGetLastError();
+  out.simt_tile_seconds_per_k = MeasureSimtTile(device, out.launch_seconds);
   cudaGetLastError();
   return out;
 }

@@ -30,6 +30,9 @@ struct Calibration {
   // (the launch and the kernel's shortest run); 0 when not measured. What
   // the launch API prices each extra launch at (gemm_kernels::CopyPricing).
   double launch_seconds = 0;
+  // Seconds per unit of K of one output tile of the SIMT kernel (a grid of
+  // one tile: its critical path); 0 when not measured.
+  double simt_tile_seconds_per_k = 0;
 };
 
 // Measures `device`, which must be current. The kernels and the device copy

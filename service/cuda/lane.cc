@@ -453,9 +453,12 @@ void Lane::FillReports(const Timings& t) {
       r.h2d_bytes = layout_.input_bytes;
       r.d2h_bytes = layout_.output_bytes;
     }
-    for (size_t li = 0; li < launches_.size(); ++li)
-      if (layout_.launches[li].owner == i)
-        r.launches.emplace_back(launches_[li].label, absl::Milliseconds(t.launch_ms[li]));
+    for (size_t li = 0; li < launches_.size(); ++li) {
+      if (layout_.launches[li].owner != i) continue;
+      double flops = 0;
+      for (const GemmProblemRef* p : batch_.launches[li].problems) flops += p->shape.flops();
+      r.launches.push_back({launches_[li].label, absl::Milliseconds(t.launch_ms[li]), flops});
+    }
   }
 }
 

@@ -333,7 +333,7 @@ void CpuExecutor::RunBatch(Batch& batch) const {
         break;
       }
       const absl::Duration c = absl::Now() - start - *s;
-      item->report.launches.emplace_back(CpuKernelName(p.shape), c);
+      item->report.launches.push_back({CpuKernelName(p.shape), c, p.shape.flops()});
       any_fp8 = any_fp8 || p.shape.fp8();
       staging += *s;
       compute += c;

@@ -137,6 +137,11 @@ ServiceMetrics::ServiceMetrics()
                            .Name("gemm_compute_seconds_total")
                            .Help("Time spent computing (kernel time from CUDA events on a GPU).")
                            .Register(*registry_)),
+      launch_flops_(BuildCounter()
+                        .Name("gemm_launch_floating_point_operations_total")
+                        .Help("Floating-point operations of kernel launches by backend and kernel "
+                              "kind: the work each path ran (2*M*N*K per problem).")
+                        .Register(*registry_)),
       flops_(BuildCounter()
                  .Name("gemm_floating_point_operations_total")
                  .Help("Floating-point operations done, 2*M*N*K per problem.")
@@ -348,12 +353,13 @@ void ServiceMetrics::RecordProblem(const GemmProblemRef& p, const std::string& b
       .Increment(static_cast<double>(p.algorithmic_bytes()));
 }
 
-void ServiceMetrics::RecordLaunch(const std::string& backend, const std::string& kernel_kind,
-                                  absl::Duration compute, int gpu) {
-  prometheus::Labels labels{{"backend", backend}, {"kernel_kind", kernel_kind}};
+void ServiceMetrics::RecordLaunch(const std::string& backend, const LaunchRecord& launch,
+                                  int gpu) {
+  prometheus::Labels labels{{"backend", backend}, {"kernel_kind", launch.kernel_kind}};
   if (gpu >= 0) labels["gpu"] = std::to_string(gpu);
   launches_.Add(labels).Increment();
-  compute_seconds_.Add(labels).Increment(absl::ToDoubleSeconds(compute));
+  compute_seconds_.Add(labels).Increment(absl::ToDoubleSeconds(launch.time));
+  launch_flops_.Add(labels).Increment(launch.flops);
 }
 
 void ServiceMetrics::AddTransferBytes(const std::string& direction, double bytes, int gpu) {

@@ -96,10 +96,9 @@ class ServiceMetrics {
   void RecordDeterministicRequest(const std::string& backend);
   // One finished problem's work.
   void RecordProblem(const GemmProblemRef& problem, const std::string& backend);
-  // One kernel launch (or BLAS call) and the time it took.
-  // `gpu` is the device index, or -1 (no gpu label) on the CPU.
-  void RecordLaunch(const std::string& backend, const std::string& kernel_kind,
-                    absl::Duration compute, int gpu = -1);
+  // One kernel launch (or BLAS call): its count, time and FLOPs under its
+  // kernel kind. `gpu` is the device index, or -1 (no gpu label) on the CPU.
+  void RecordLaunch(const std::string& backend, const LaunchRecord& launch, int gpu = -1);
   void AddTransferBytes(const std::string& direction, double bytes, int gpu = -1);
   // Bytes of resident matrices moved in chunks by gemm.v1.Transfer,
   // direction "upload" or "download".
@@ -147,6 +146,7 @@ class ServiceMetrics {
   prometheus::Histogram& batch_problems_;
   prometheus::Family<prometheus::Counter>& launches_;
   prometheus::Family<prometheus::Counter>& compute_seconds_;
+  prometheus::Family<prometheus::Counter>& launch_flops_;
   prometheus::Family<prometheus::Counter>& flops_;
   prometheus::Family<prometheus::Counter>& algorithmic_bytes_;
   prometheus::Family<prometheus::Counter>& transfer_bytes_;

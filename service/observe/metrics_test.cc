@@ -63,7 +63,7 @@ TEST(MetricsTest, RecordsRequestsWorkAndRoofline) {
   p.a = MatrixA(p.shape, nullptr);
   p.b = MatrixB(p.shape, nullptr);
   m.RecordProblem(p, "cpu");
-  m.RecordLaunch("cpu", "openblas_sgemm", absl::Milliseconds(2));
+  m.RecordLaunch("cpu", {"openblas_sgemm", absl::Milliseconds(2), 48});
   double queued = 7, bytes = 1024;
   m.SetQueueProbe([&] { return queued; }, [&] { return bytes; });
 
@@ -79,6 +79,8 @@ TEST(MetricsTest, RecordsRequestsWorkAndRoofline) {
       R"(gemm_floating_point_operations_total{backend="cpu",dtype="fp32",shape_class="tiny"} 48)"));
   EXPECT_THAT(text, HasSubstr(R"(gemm_algorithmic_bytes_total{backend="cpu",dtype="fp32"} 104)"));
   EXPECT_THAT(text, HasSubstr(R"(gemm_launches_total{backend="cpu",kernel_kind="openblas_sgemm"} 1)"));
+  EXPECT_THAT(text, HasSubstr(
+      R"(gemm_launch_floating_point_operations_total{backend="cpu",kernel_kind="openblas_sgemm"} 48)"));
   EXPECT_THAT(text, HasSubstr(R"(gemm_peak_flops_per_second{dtype="fp32",method="measured"})"));
   EXPECT_THAT(text, HasSubstr(R"(gemm_peak_memory_bytes_per_second{method="measured"})"));
   EXPECT_THAT(text, HasSubstr("gemm_queue_depth 7"));

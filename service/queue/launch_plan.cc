@@ -48,22 +48,31 @@ auto GroupKey(const GemmProblemRef& p, bool deterministic) {
                          deterministic, DeterministicTile(p, deterministic));
 }
 
-// Whether a 16-bit problem's A or B rows start off TMA's 16-byte grid. Alone,
-// such a problem has those operands copied aligned and runs on the Hopper
-// kernel (copy_unaligned_operands); in a grouped launch it could not: the
-// grouped kernel cannot read them, and its loop of single launches makes no
-// copies, so it would run the SIMT kernel, slower and, for a deterministic
-// problem, with other bits than alone.
-bool RowsOffGrid(const GemmProblemRef& p) {
-  const uint64_t elem = SizeOf(p.shape.input_dtype);
+// Whether the Hopper kernel reads an operand of this problem only after the
+// kernels copy it aligned and K-major (kernels/problem.cc, PlanKMajorCopies):
+// a 16-bit operand whose rows start off TMA's 16-byte grid, or a TF32
+// operand that is not K-major. Alone, such a problem has those operands
+// copied and runs on the Hopper kernel; in a grouped launch it could not:
+// the grouped kernel cannot read them, and its loop of single launches makes
+// no copies, so it would run the SIMT kernel, slower and, for a
+// deterministic problem, with other bits than alone.
+bool NeedsOperandCopies(const GemmProblemRef& p) {
+  const GemmShape& s = p.shape;
+  if (s.input_dtype == DType::kFp32) {
+    if (!s.allow_tf32) return false;  // strict fp32 runs on the SIMT kernel anyway
+    const bool a_k_major = (s.layout_a == Layout::kRowMajor) != s.transpose_a;
+    const bool b_k_major = (s.layout_b == Layout::kColMajor) != s.transpose_b;
+    return !a_k_major || !b_k_major;
+  }
+  const uint64_t elem = SizeOf(s.input_dtype);
   return elem == 2 && ((p.a.ld() * elem) % 16 != 0 || (p.b.ld() * elem) % 16 != 0);
 }
 
 // Whether a problem may join a grouped launch at all: the grouped kernel
 // reads no FP8, so FP8 problems that do not form a strided batch run alone;
-// nor do 16-bit problems with rows off the grid (RowsOffGrid).
+// nor do problems whose operands the kernels copy (NeedsOperandCopies).
 bool Groupable(const GemmProblemRef& p, bool deterministic, const LaunchPlanOptions& options) {
-  return options.grouped_supported && !p.shape.fp8() && !RowsOffGrid(p) &&
+  return options.grouped_supported && !p.shape.fp8() && !NeedsOperandCopies(p) &&
          !(deterministic && p.shape.input_dtype == DType::kFp32);
 }
 

@@ -254,7 +254,10 @@ TEST(LaunchPlanTest, DeterministicProblemsShareLaunchesOnlyWithEachOther) {
 TEST(LaunchPlanTest, DeterministicFp32NeverGroups) {
   std::vector<std::shared_ptr<WorkItem>> items = {
       Item({Problem(100, 64, 32, DType::kFp32), Problem(7, 9, 11, DType::kFp32)})};
-  items[0]->problems[0].shape.allow_tf32 = items[0]->problems[1].shape.allow_tf32 = true;
+  for (GemmProblemRef& p : items[0]->problems) {
+    p.shape.allow_tf32 = true;
+    p.shape.layout_b = Layout::kColMajor;  // both operands K-major: groupable when not deterministic
+  }
   items[0]->deterministic = true;
   const auto launches = PlanLaunches(items, LaunchPlanOptions());
   ASSERT_EQ(launches.size(), 2u);
@@ -299,6 +302,49 @@ TEST(LaunchPlanTest, SixteenBitRowsOffTheGridNeverGroup) {
     EXPECT_EQ(single, 2) << deterministic;
     EXPECT_LE(grouped, 1) << deterministic;
   }
+}
+
+TEST(LaunchPlanTest, Tf32ProblemsWithOperandsNotKMajorNeverGroup) {
+  auto tf32 = [](uint64_t m, Layout la, bool ta, Layout lb, bool tb, bool allow_tf32 = true) {
+    GemmProblemRef p = Problem(m, 64, 64, DType::kFp32);
+    p.shape.allow_tf32 = allow_tf32;
+    p.shape.layout_a = la;
+    p.shape.transpose_a = ta;
+    p.shape.layout_b = lb;
+    p.shape.transpose_b = tb;
+    p.a = MatrixA(p.shape, nullptr);
+    p.b = MatrixB(p.shape, nullptr);
+    return p;
+  };
+  const Layout kRow = Layout::kRowMajor, kCol = Layout::kColMajor;
+  // K-major: A row-major (or col-major transposed), B col-major (or
+  // row-major transposed). The last three each have one operand that is not.
+  std::vector<std::shared_ptr<WorkItem>> items = {
+      Item({tf32(64, kRow, false, kCol, false), tf32(96, kCol, true, kRow, true),
+            tf32(128, kCol, false, kCol, false), tf32(160, kRow, false, kRow, false),
+            tf32(192, kRow, true, kCol, false)})};
+  const auto launches = PlanLaunches(items, LaunchPlanOptions());
+  ASSERT_EQ(CountProblems(launches), 5u);
+  int grouped = 0, single = 0;
+  for (const LaunchGroup& l : launches) {
+    if (l.kind == LaunchGroup::Kind::kGrouped) {
+      ++grouped;
+      ASSERT_EQ(l.problems.size(), 2u);
+      EXPECT_EQ(l.problems[0]->shape.m, 64u);
+      EXPECT_EQ(l.problems[1]->shape.m, 96u);
+    } else {
+      ++single;
+    }
+  }
+  EXPECT_EQ(grouped, 1);
+  EXPECT_EQ(single, 3);
+
+  // Strict fp32 runs on the SIMT kernel alone too: it still groups.
+  std::vector<std::shared_ptr<WorkItem>> strict = {Item(
+      {tf32(64, kCol, false, kRow, false, false), tf32(96, kCol, false, kRow, false, false)})};
+  const auto strict_launches = PlanLaunches(strict, LaunchPlanOptions());
+  ASSERT_EQ(strict_launches.size(), 1u);
+  EXPECT_EQ(strict_launches[0].kind, LaunchGroup::Kind::kGrouped);
 }
 
 // Thousands of random queues of deterministic and other requests: every

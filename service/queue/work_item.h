@@ -28,6 +28,13 @@ struct ProblemReproducibility {
   std::string reduction_order;  // how each element's k-sum is ordered
 };
 
+// One kernel launch (BLAS call on the CPU) as the metrics count it.
+struct LaunchRecord {
+  std::string kernel_kind;  // the metrics' label: which path ran it
+  absl::Duration time;
+  double flops = 0;  // 2*M*N*K over the launch's problems
+};
+
 // What an executor reports about how it ran a request.
 struct ExecutionReport {
   absl::Duration queue_wait;
@@ -42,7 +49,7 @@ struct ExecutionReport {
   int device = -1;
   // Kernel launches (BLAS calls on the CPU) attributed to this request, by
   // kernel kind. A launch shared by several requests is listed on one.
-  std::vector<std::pair<std::string, absl::Duration>> launches;
+  std::vector<LaunchRecord> launches;
   // This request's part of the device time (BLAS time on the CPU): each
   // launch's time split among the requests whose problems it ran, by their
   // FLOPs in it. What the per-tenant device seconds count, so a launch

@@ -63,8 +63,8 @@ void RecordExecution(ServiceMetrics* metrics, const WorkItem& item, const Execut
                      bool ok) {
   RecordStages(metrics, item, report);
   metrics->RecordQueueWait(report.queue_wait);
-  for (const auto& [kind, seconds] : report.launches)
-    metrics->RecordLaunch(report.backend, kind, seconds, report.device);
+  for (const LaunchRecord& launch : report.launches)
+    metrics->RecordLaunch(report.backend, launch, report.device);
   metrics->RecordTenantWork(item.tenant, ok ? item.flops() : 0, report.device_share,
                             report.queue_wait);
   if (report.h2d_bytes) metrics->AddTransferBytes("h2d", report.h2d_bytes, report.device);
