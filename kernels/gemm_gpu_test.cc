@@ -413,6 +413,32 @@ TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
   }
 }
 
+// fp32 (TF32 and strict) with every leading dimension (A, B, C and D) at
+// each residue modulo 4 elements, in every layout, against the float64
+// reference. TF32 operands that are not K-major are copied K-major (and
+// aligned) onto the Hopper kernel; a K-major TF32 operand off the grid, and
+// strict fp32, run on the SIMT kernel (RunCase checks which).
+TEST_F(GemmGpuTest, Fp32AnyLeadingDimension) {
+  for (bool tf32 : {true, false}) {
+    for (int64_t residue = 0; residue < 4; ++residue) {
+      for (Layout la : kLayouts) {
+        for (Layout lb : kLayouts) {
+          Case c{77, 130, 93};
+          c.in = c.out = DataType::kFp32;
+          c.allow_tf32 = tf32;
+          c.operand_copies = true;
+          c.ld_residue = residue;
+          c.la = la;
+          c.lb = lb;
+          c.ld = (residue % 2 == 0) ? Layout::kRowMajor : Layout::kColMajor;
+          c.beta = residue % 3 == 0 ? 0.5f : 0.0f;
+          RunCase(c, rng_);
+        }
+      }
+    }
+  }
+}
+
 // bf16/fp16 with every leading dimension (A, B, C and D) at each residue
 // modulo 8 elements, in every layout: operands off TMA's 16-byte grid are
 // copied aligned and K-major (copy_unaligned_operands) and the problem runs
