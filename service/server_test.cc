@@ -30,7 +30,7 @@ namespace {
 using fake::AsyncGemm;
 using fake::Eventually;
 using fake::FakeExecutor;
-using fake::GaugeValue;
+using fake::QueueDepth;
 using fake::OneProblemRequest;
 using ::testing::HasSubstr;
 
@@ -169,7 +169,6 @@ class RemeasurableExecutor final : public Executor {
 
 class ServerTest : public ::testing::Test {
  protected:
-  double QueueDepth() { return GaugeValue(server_->metrics()->Scrape(), "gemm_queue_depth"); }
   void StartServer(ServerOptions options = Loopback()) {
     auto executor = std::make_unique<FakeExecutor>();
     executor_ = executor.get();
@@ -284,7 +283,7 @@ TEST_F(ServerTest, ShutdownLetsRunningAndQueuedWorkFinishWithinTheDrain) {
   a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));  // A is running (held)
   b.Start(stub_.get(), OneProblemRequest("b"));
-  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));  // B is queued
+  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_->metrics()->Scrape()) == 1; }));  // B is queued
   // Health turns NOT_SERVING first: a Watch started now hears it. (The
   // watch is itself a call the drain would wait for: it ends here.)
   std::thread shutdown;
@@ -312,7 +311,7 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));
   b.Start(stub_.get(), OneProblemRequest("b"));
-  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_->metrics()->Scrape()) == 1; }));
   std::thread shutdown([&] { server_->Shutdown(absl::Milliseconds(100)); });
   // Past the drain both calls are ended without their results.
   a.done.WaitForNotification();
@@ -325,7 +324,7 @@ TEST_F(ServerTest, WorkLeftAtTheDrainDeadlineIsAnsweredAndNeverRuns) {
   // The server drops B from its queue (its OnCancel, or Abandon after the
   // drain) on its own time; only then does A's batch end, so that the
   // batcher, which Shutdown stops next, cannot take B first.
-  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 0; }));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_->metrics()->Scrape()) == 0; }));
   executor_->Open();
   shutdown.join();
   EXPECT_EQ(executor_->items_run(), 1) << "B never reached the executor";

@@ -37,7 +37,7 @@ namespace {
 using fake::AsyncGemm;
 using fake::Eventually;
 using fake::FakeExecutor;
-using fake::GaugeValue;
+using fake::QueueDepth;
 using fake::OneProblemRequest;
 using ::testing::HasSubstr;
 
@@ -71,7 +71,6 @@ class ServerLogTest : public ::testing::TestWithParam<LogFormat> {
     logger->set_level(spdlog::level::info);
     spdlog::set_default_logger(logger);
   }
-  double QueueDepth() { return GaugeValue(server_->metrics()->Scrape(), "gemm_queue_depth"); }
   ~ServerLogTest() override {
     if (server_) server_->Shutdown(absl::ZeroDuration());
     server_.reset();
@@ -197,7 +196,7 @@ TEST_P(ServerLogTest, EachRefusalIsLoggedWithCodeCallerMethodAndFieldOrLimit) {
   a.Start(stub_.get(), OneProblemRequest("a"));
   ASSERT_TRUE(executor_->WaitHeld(1));
   b.Start(stub_.get(), OneProblemRequest("b"));
-  ASSERT_TRUE(Eventually([&] { return QueueDepth() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return QueueDepth(server_->metrics()->Scrape()) == 1; }));
   c.Start(stub_.get(), OneProblemRequest("c"));
   EXPECT_EQ(c.Wait().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   line = Find({{"code", "RESOURCE_EXHAUSTED"}, {"method", "Gemm"}});

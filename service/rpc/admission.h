@@ -44,6 +44,7 @@ class Admission {
     BackendFeatures features;
   };
   explicit Admission(Parts parts);
+  const Parts& parts() const { return parts_; }
 
   // Set before requests arrive.
   void set_shared_memory(SharedMemoryStore* store) { parts_.shared_memory = store; }

@@ -34,15 +34,14 @@ GemmServiceImpl::GemmServiceImpl(const ServiceLimits& limits, RequestQueue* queu
                                  const Executor* executor, ServiceMetrics* metrics,
                                  const Clock* clock, ResidentStore* residents,
                                  std::string instance_id)
-    : limits_(limits),
-      queue_(queue),
+    : queue_(queue),
       executor_(executor),
       metrics_(metrics),
       clock_(clock),
       residents_(residents),
-      features_(FeaturesOf(*executor)),
       instance_id_(std::move(instance_id)),
-      admission_(Admission::Parts{limits, queue, metrics, clock, residents, nullptr, features_}) {}
+      admission_(Admission::Parts{limits, queue, metrics, clock, residents, nullptr,
+                                  FeaturesOf(*executor)}) {}
 
 absl::Status GemmServiceImpl::RefuseDraining(absl::string_view what) {
   return admission_.RefuseDraining(what);
@@ -88,14 +87,14 @@ void GemmServiceImpl::Answered(absl::string_view method, absl::string_view calle
 
 std::vector<UploadWait::Operand> GemmServiceImpl::UnfinishedUploads(
     absl::string_view caller, const v1::GemmRequest& request) const {
-  if (residents_ == nullptr || limits_.max_waiting_requests == 0) return {};
+  if (residents_ == nullptr || limits().max_waiting_requests == 0) return {};
   return UploadWait::Unfinished(*residents_, caller, request);
 }
 
 absl::StatusOr<std::shared_ptr<UploadWait>> GemmServiceImpl::NewWait(
     absl::string_view caller, std::vector<UploadWait::Operand> unfinished,
     UploadWait::Done done, absl::Duration* pushback) {
-  const int limit = static_cast<int>(limits_.max_waiting_requests);
+  const int limit = static_cast<int>(limits().max_waiting_requests);
   int now = waiting_.load();
   do {
     if (now >= limit) {

@@ -62,10 +62,7 @@ class GemmServiceImpl final : public GemmServiceBase {
   // Where same-host clients' shared memory is kept (may be null: the
   // shared-memory calls are UNIMPLEMENTED and Matrix.shared is refused).
   // Set before serving; `store` must outlive the service.
-  void set_shared_memory(SharedMemoryStore* store) {
-    shared_memory_ = store;
-    admission_.set_shared_memory(store);
-  }
+  void set_shared_memory(SharedMemoryStore* store) { admission_.set_shared_memory(store); }
   // Called on the receiving thread right after each request is queued (the
   // server's Batcher::DispatchIfIdle); it may run and answer the request
   // before it returns. Unset: nothing is called. Set before serving.
@@ -166,21 +163,22 @@ class GemmServiceImpl final : public GemmServiceBase {
   void Answered(absl::string_view method, absl::string_view caller, const absl::Status& status,
                 absl::Time received);
 
-  const ServiceLimits& limits() const { return limits_; }
+  const ServiceLimits& limits() const { return admission_.parts().limits; }
   RequestQueue* queue() const { return queue_; }
   const Clock* clock() const { return clock_; }
   ServiceMetrics* metrics() const { return metrics_; }
 
  private:
-  const ServiceLimits limits_;
+  // The limits, shared memory and backend features live in the admission.
+  SharedMemoryStore* shared_memory() const { return admission_.parts().shared_memory; }
+  // What validation needs to know of the executor, fixed for its life.
+  const BackendFeatures& features() const { return admission_.parts().features; }
+
   RequestQueue* const queue_;
   const Executor* const executor_;
   ServiceMetrics* const metrics_;
   const Clock* const clock_;
   ResidentStore* const residents_;
-  SharedMemoryStore* shared_memory_ = nullptr;
-  // What validation needs to know of the executor, fixed for its life.
-  const BackendFeatures features_;
   const std::string instance_id_;
   CallLog* call_log_ = nullptr;
   std::atomic<int> waiting_{0};

@@ -20,10 +20,10 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterMatrix(
     st = absl::UnimplementedError("this server keeps no resident matrices");
   } else if (draining()) {
     st = RefuseDraining("RegisterMatrix");
-  } else if (auto source = ValidateRegisterMatrix(*request, limits_); !source.ok()) {
+  } else if (auto source = ValidateRegisterMatrix(*request, limits()); !source.ok()) {
     st = source.status();
   } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
-                                                  *source, features_);
+                                                  *source, features());
              !quantize.ok()) {
     st = quantize.status();
   } else {
@@ -53,10 +53,10 @@ grpc::ServerUnaryReactor* GemmServiceImpl::BeginUpload(grpc::CallbackServerConte
     st = absl::UnimplementedError("this server keeps no resident matrices");
   } else if (draining()) {
     st = RefuseDraining("BeginUpload");
-  } else if (auto shape = ValidateBeginUpload(*request, limits_); !shape.ok()) {
+  } else if (auto shape = ValidateBeginUpload(*request, limits()); !shape.ok()) {
     st = shape.status();
   } else if (auto quantize = ValidateQuantization(request->has_quantize(), request->quantize(),
-                                                  *shape, features_);
+                                                  *shape, features());
              !quantize.ok()) {
     st = quantize.status();
   } else {

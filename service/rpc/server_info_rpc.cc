@@ -31,22 +31,22 @@ grpc::ServerUnaryReactor* GemmServiceImpl::GetServerInfo(grpc::CallbackServerCon
     pr->set_method(r.method);
   }
   v1::Limits* l = out->mutable_limits();
-  l->set_max_message_bytes(limits_.max_message_bytes);
-  l->set_max_dimension(limits_.max_dimension);
-  l->set_max_problem_bytes(limits_.max_matrix_bytes);
-  l->set_max_problems_per_request(limits_.max_problems_per_request);
-  l->set_max_queued_requests(limits_.max_queued_requests);
-  l->set_max_queued_bytes(limits_.max_inflight_bytes);
-  l->set_max_resident_bytes(residents_ != nullptr ? limits_.max_resident_bytes : 0);
-  l->set_max_chunk_bytes(MaxChunkBytes(limits_));
-  l->set_max_waiting_requests(residents_ != nullptr ? limits_.max_waiting_requests : 0);
-  l->set_max_shared_memory_regions(shared_memory_ != nullptr ? limits_.max_shared_memory_regions
+  l->set_max_message_bytes(limits().max_message_bytes);
+  l->set_max_dimension(limits().max_dimension);
+  l->set_max_problem_bytes(limits().max_matrix_bytes);
+  l->set_max_problems_per_request(limits().max_problems_per_request);
+  l->set_max_queued_requests(limits().max_queued_requests);
+  l->set_max_queued_bytes(limits().max_inflight_bytes);
+  l->set_max_resident_bytes(residents_ != nullptr ? limits().max_resident_bytes : 0);
+  l->set_max_chunk_bytes(MaxChunkBytes(limits()));
+  l->set_max_waiting_requests(residents_ != nullptr ? limits().max_waiting_requests : 0);
+  l->set_max_shared_memory_regions(shared_memory() != nullptr ? limits().max_shared_memory_regions
                                                              : 0);
-  l->set_max_shared_memory_bytes(shared_memory_ != nullptr ? limits_.max_shared_memory_bytes : 0);
+  l->set_max_shared_memory_bytes(shared_memory() != nullptr ? limits().max_shared_memory_bytes : 0);
   for (const std::string& k : info.kernels) out->add_kernels(k);
   for (auto t : {v1::DATA_TYPE_FP32, v1::DATA_TYPE_FP16, v1::DATA_TYPE_BF16})
     out->add_input_dtypes(t);
-  if (features_.fp8)
+  if (features().fp8)
     for (auto t : {v1::DATA_TYPE_FP8_E4M3, v1::DATA_TYPE_FP8_E5M2}) out->add_input_dtypes(t);
   // The time it took, like every other RPC (it was recorded as zero).
   metrics_->RecordRequest("GetServerInfo", 0, clock_->Now() - received);

@@ -15,7 +15,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterSharedMemory(
     v1::RegisterSharedMemoryResponse* response) {
   const absl::Time received = clock_->Now();
   absl::Status st;
-  if (shared_memory_ == nullptr) {
+  if (shared_memory() == nullptr) {
     st = absl::UnimplementedError("this server keeps no shared memory");
   } else if (draining()) {
     st = RefuseDraining("RegisterSharedMemory");
@@ -27,7 +27,7 @@ grpc::ServerUnaryReactor* GemmServiceImpl::RegisterSharedMemory(
     st = absl::InvalidArgumentError("label: longer than 256 bytes");
   } else {
     const std::string caller = CallerIdentity(*context);
-    auto registered = shared_memory_->Register(caller, request->pid(), request->fd(),
+    auto registered = shared_memory()->Register(caller, request->pid(), request->fd(),
                                                request->bytes(), request->token());
     if (registered.ok()) {
       response->set_region(registered->region);
@@ -45,8 +45,8 @@ grpc::ServerUnaryReactor* GemmServiceImpl::UnregisterSharedMemory(
     v1::UnregisterSharedMemoryResponse*) {
   const absl::Time received = clock_->Now();
   absl::Status st = absl::UnimplementedError("this server keeps no shared memory");
-  if (shared_memory_ != nullptr) {
-    st = shared_memory_->Unregister(CallerIdentity(*context), request->region());
+  if (shared_memory() != nullptr) {
+    st = shared_memory()->Unregister(CallerIdentity(*context), request->region());
     if (!st.ok()) st = absl::Status(st.code(), absl::StrCat("region: ", st.message()));
   }
   return FinishUnary(context, "UnregisterSharedMemory", st, received);

@@ -94,6 +94,11 @@ inline double GaugeValue(const std::string& scrape, const std::string& name) {
   return at == std::string::npos ? -1 : std::stod(scrape.substr(at + line.size()));
 }
 
+// Requests queued, from a scrape (gemm_queue_depth).
+inline double QueueDepth(const std::string& scrape) {
+  return GaugeValue(scrape, "gemm_queue_depth");
+}
+
 }  // namespace fake
 }  // namespace gemm
 
