@@ -44,6 +44,13 @@ bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operan
   return (in == DataType::kBf16 || in == DataType::kFp16) && copy_unaligned_operands;
 }
 
+bool OperandNeedsCopy(DataType in, bool k_major, bool on_grid) {
+  // TF32 operands off the grid take the portable kernel (not copied); a
+  // 16-bit operand on the grid runs as it is in either layout.
+  if (in == DataType::kBf16 || in == DataType::kFp16) return !on_grid;
+  return !k_major || (::gemm::IsFp8(in) && !on_grid);
+}
+
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
   KMajorCopyPlan plan;
   if (!OperandCopiesApply(p.in_dtype, p.allow_tf32, p.copy_unaligned_operands)) return plan;
@@ -56,9 +63,7 @@ KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {
            reinterpret_cast<uintptr_t>(op.ptr) % 16 != 0;
   };
   auto place = [&](const NormalizedOperand& op, int64_t rows, KMajorCopy* copy) {
-    // TF32 operands off the grid take the portable kernel (not copied); a
-    // 16-bit operand on the grid runs as it is in either layout.
-    if (half ? !off_grid(op) : (op.k_major && !(fp8 && off_grid(op)))) return;
+    if (!OperandNeedsCopy(p.in_dtype, op.k_major, !off_grid(op))) return;
     copy->needed = true;
     copy->repitch = op.k_major;
     copy->element_bytes = es;

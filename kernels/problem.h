@@ -69,6 +69,13 @@ struct KMajorCopyPlan {
 // allow_tf32; bf16/fp16 with copy_unaligned_operands.
 bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operands);
 
+// Where copies apply (OperandCopiesApply): whether one operand of input type
+// `in` is copied, given whether K is its contiguous dimension and whether
+// its rows (and batch members, and its pointer) are on TMA's 16-byte grid.
+// PlanKMajorCopies's rule for each operand; the service's launch plan keeps
+// such problems out of grouped launches, whose loop makes no copies.
+bool OperandNeedsCopy(DataType in, bool k_major, bool on_grid);
+
 // The copies `p` needs: fp32 inputs with allow_tf32 and an operand that is
 // not K-major; FP8 inputs and an operand that is not K-major or not on the
 // 16-byte grid; bf16/fp16 inputs with copy_unaligned_operands and an operand

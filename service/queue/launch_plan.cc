@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "kernels/config/deterministic_plan.h"
+#include "kernels/problem.h"
 
 namespace gemm {
 namespace {
@@ -49,23 +50,24 @@ auto GroupKey(const GemmProblemRef& p, bool deterministic) {
 }
 
 // Whether the Hopper kernel reads an operand of this problem only after the
-// kernels copy it aligned and K-major (kernels/problem.cc, PlanKMajorCopies):
-// a 16-bit operand whose rows start off TMA's 16-byte grid, or a TF32
-// operand that is not K-major. Alone, such a problem has those operands
-// copied and runs on the Hopper kernel; in a grouped launch it could not:
-// the grouped kernel cannot read them, and its loop of single launches makes
-// no copies, so it would run the SIMT kernel, slower and, for a
-// deterministic problem, with other bits than alone.
+// kernels copy it aligned and K-major (gemm_kernels::OperandNeedsCopy): a
+// 16-bit operand whose rows start off TMA's 16-byte grid, or a TF32 operand
+// that is not K-major. Alone, such a problem has those operands copied and
+// runs on the Hopper kernel; in a grouped launch it could not: the grouped
+// kernel cannot read them, and its loop of single launches makes no copies,
+// so it would run the SIMT kernel, slower and, for a deterministic problem,
+// with other bits than alone. Staged operands start on the grid and grouped
+// members are single problems, so each operand's rows decide.
 bool NeedsOperandCopies(const GemmProblemRef& p) {
   const GemmShape& s = p.shape;
-  if (s.input_dtype == DType::kFp32) {
-    if (!s.allow_tf32) return false;  // strict fp32 runs on the SIMT kernel anyway
-    const bool a_k_major = (s.layout_a == Layout::kRowMajor) != s.transpose_a;
-    const bool b_k_major = (s.layout_b == Layout::kColMajor) != s.transpose_b;
-    return !a_k_major || !b_k_major;
-  }
+  if (!gemm_kernels::OperandCopiesApply(s.input_dtype, s.allow_tf32,
+                                        /*copy_unaligned_operands=*/true))
+    return false;
   const uint64_t elem = SizeOf(s.input_dtype);
-  return elem == 2 && ((p.a.ld() * elem) % 16 != 0 || (p.b.ld() * elem) % 16 != 0);
+  const bool a_k_major = (s.layout_a == Layout::kRowMajor) != s.transpose_a;
+  const bool b_k_major = (s.layout_b == Layout::kColMajor) != s.transpose_b;
+  return gemm_kernels::OperandNeedsCopy(s.input_dtype, a_k_major, (p.a.ld() * elem) % 16 == 0) ||
+         gemm_kernels::OperandNeedsCopy(s.input_dtype, b_k_major, (p.b.ld() * elem) % 16 == 0);
 }
 
 // Whether a problem may join a grouped launch at all: the grouped kernel
