@@ -147,6 +147,41 @@ struct GroupedCase {
   double cublas_grouped_ref, cublas_loop_ref;
 };
 
+// The two cuBLAS baselines of a grouped list, writing the reference D of
+// each member: cublasGemmGroupedBatchedEx (`theirs`, one per set) and a loop
+// of cublasGemmEx calls.
+std::pair<Launcher, Launcher> CublasLaunchers(
+    const gemm_bench::GroupedSets& sets, const gemm_bench::CublasBaseline& cublas,
+    const std::vector<std::unique_ptr<gemm_bench::CublasGrouped>>& theirs) {
+  Launcher grouped = [&theirs](int s) {
+    const std::string e = theirs[s]->Run();
+    if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
+    return e.empty();
+  };
+  Launcher loop = [&sets, &cublas](int s) {
+    for (size_t i = 0; i < sets.rows().size(); ++i) {
+      const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
+      if (!cublas.Gemm(DataType::kBf16, false, 1, sets.rows()[i], sets.n(), sets.k(), mb.a, mb.b,
+                       mb.dref)
+               .empty())
+        return false;
+    }
+    return true;
+  };
+  return {grouped, loop};
+}
+
+// The largest relative difference of our D from cuBLAS's on set 0.
+double WorstRelDiff(const gemm_bench::GroupedSets& sets) {
+  double worst = 0;
+  for (size_t i = 0; i < sets.rows().size(); ++i) {
+    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
+    worst = std::max(worst, gemm_bench::RelDiffBf16(mb.d, mb.dref,
+                                                    int64_t(sets.rows()[i]) * sets.n()));
+  }
+  return worst;
+}
+
 bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas, uint64_t seed) {
   std::vector<int> rows = gemm_bench::GroupedRows(gc.count, gc.m_lo, gc.m_hi, seed);
   gemm_bench::GroupedSetsOptions options;
@@ -156,7 +191,6 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   options.workspace_bytes = std::max<size_t>(256, GroupedGemm::WorkspaceSize(rows.size()));
   gemm_bench::GroupedSets sets(std::move(rows), gc.n, gc.k, options);
   if (!sets.Allocate()) return false;
-  const std::vector<int>& ms = sets.rows();
   // Ours with the tile the grouped heuristic picks, and with each tile forced.
   std::vector<GroupedGemm> ours(sets.sets()), wide(sets.sets()), square(sets.sets());
   std::vector<std::unique_ptr<gemm_bench::CublasGrouped>> theirs;
@@ -174,23 +208,10 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
     theirs.push_back(
         std::make_unique<gemm_bench::CublasGrouped>(cublas, DataType::kBf16, sets.CublasMembers(s)));
   }
+  const auto [cublas_grouped, cublas_loop] = CublasLaunchers(sets, cublas, theirs);
   std::vector<Launcher> impls = {
       [&](int s) { return ours[s].Run(nullptr).ok(); },
-      [&](int s) {
-        const std::string e = theirs[s]->Run();
-        if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
-        return e.empty();
-      },
-      [&](int s) {
-        for (int i = 0; i < gc.count; ++i) {
-          const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
-          if (!cublas.Gemm(DataType::kBf16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
-                   .empty()) {
-            return false;
-          }
-        }
-        return true;
-      },
+      cublas_grouped, cublas_loop,
       [&](int s) { return wide[s].Run(nullptr).ok(); },
       [&](int s) { return square[s].Run(nullptr).ok(); }};
   std::vector<double> t;
@@ -198,11 +219,7 @@ bool RunGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& cublas,
   // Agreement on set 0 with cuBLAS (the loop wrote dref last).
   if (!ours[0].Run(nullptr).ok()) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  double worst = 0;
-  for (int i = 0; i < gc.count; ++i) {
-    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
-    worst = std::max(worst, gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(ms[i]) * gc.n));
-  }
+  const double worst = WorstRelDiff(sets);
   const double flops = sets.Flops();
   auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
   const double best_cublas = std::min(t[1], t[2]);
@@ -226,7 +243,6 @@ bool RunRaggedGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& c
   options.poison_outputs = true;
   gemm_bench::GroupedSets sets(std::move(rows), gc.n, gc.k, options);
   if (!sets.Allocate()) return false;
-  const std::vector<int>& ms = sets.rows();
   std::vector<std::vector<Gemm>> ours(sets.sets());
   for (std::vector<Gemm>& set : ours) set = std::vector<Gemm>(gc.count);
   std::vector<void*> copies;
@@ -261,32 +277,13 @@ bool RunRaggedGrouped(const GroupedCase& gc, const gemm_bench::CublasBaseline& c
       if (!g.Run(nullptr).ok()) return false;
     return true;
   };
-  std::vector<Launcher> impls = {
-      run_ours,
-      [&](int s) {
-        const std::string e = theirs[s]->Run();
-        if (!e.empty()) std::fprintf(stderr, "%s\n", e.c_str());
-        return e.empty();
-      },
-      [&](int s) {
-        for (int i = 0; i < gc.count; ++i) {
-          const gemm_bench::GroupedSets::Member& mb = sets.member(s, i);
-          if (!cublas.Gemm(DataType::kBf16, false, 1, ms[i], gc.n, gc.k, mb.a, mb.b, mb.dref)
-                   .empty()) {
-            return false;
-          }
-        }
-        return true;
-      }};
+  const auto [cublas_grouped, cublas_loop] = CublasLaunchers(sets, cublas, theirs);
+  std::vector<Launcher> impls = {run_ours, cublas_grouped, cublas_loop};
   std::vector<double> t;
   if (!TimeInterleaved(impls, sets.sets(), &t)) return false;
   if (!run_ours(0)) return false;
   CHECK_CUDA(cudaDeviceSynchronize());
-  double worst = 0;
-  for (int i = 0; i < gc.count; ++i) {
-    const gemm_bench::GroupedSets::Member& mb = sets.member(0, i);
-    worst = std::max(worst, gemm_bench::RelDiffBf16(mb.d, mb.dref, int64_t(ms[i]) * gc.n));
-  }
+  const double worst = WorstRelDiff(sets);
   const double flops = sets.Flops();
   auto tf = [&](double ms_) { return flops / (ms_ * 1e-3) / 1e12; };
   std::printf("| %s (seed %llu) | %s | %.1f | %.1f | %.1f | %.2f | %.2f | %.1e |\n", gc.name,
