@@ -22,6 +22,7 @@
 #include "kernels/gemm.h"
 #include "kernels/testing/fp8_host.h"
 #include "kernels/testing/host_types.h"
+#include "kernels/testing/gpu_skip.h"
 
 namespace gemm_kernels {
 namespace {
@@ -36,17 +37,6 @@ using testing::Fp8Max;
 using testing::Fp8Scale;
 using testing::Fp8ToFloat;
 using testing::HalfToFloat;
-
-std::string NoHopperReason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (count == 0) return "no CUDA device on this machine";
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cudaGetDeviceProperties failed";
-  if (prop.major != 9 || prop.minor != 0) return "the FP8 kernel needs a Hopper (sm_90) GPU";
-  return "";
-}
 
 #define CUDA_OK(expr)                                                      \
   do {                                                                     \
@@ -153,7 +143,7 @@ double Tolerance(DataType out) {
 class Fp8GemmGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string why = NoHopperReason();
+    const std::string why = testing::NoHopperReason("the FP8 kernel");
     if (!why.empty()) GTEST_SKIP() << why;
   }
 

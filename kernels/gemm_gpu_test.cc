@@ -25,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "kernels/gemm.h"
 #include "kernels/testing/host_types.h"
+#include "kernels/testing/gpu_skip.h"
 
 namespace gemm_kernels {
 namespace {
@@ -35,14 +36,6 @@ using testing::Bf16ToFloat;
 using testing::FloatToBf16;
 using testing::FloatToHalf;
 using testing::HalfToFloat;
-
-std::string NoGpuReason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (count == 0) return "no CUDA device on this machine";
-  return "";
-}
 
 bool IsHopper() {
   cudaDeviceProp prop;
@@ -287,7 +280,7 @@ void RunCase(const Case& c, std::mt19937_64& rng) {
 class GemmGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string reason = NoGpuReason();
+    const std::string reason = testing::NoGpuReason();
     if (!reason.empty()) GTEST_SKIP() << reason;
   }
   std::mt19937_64 rng_{std::random_device{}()};

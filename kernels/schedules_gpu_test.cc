@@ -43,6 +43,7 @@
 #include "kernels/problem.h"
 #include "kernels/sm90/sm90_gemm.h"
 #include "kernels/testing/host_types.h"
+#include "kernels/testing/gpu_skip.h"
 
 namespace gemm_kernels {
 namespace {
@@ -51,19 +52,6 @@ using gemm_kernels::testing::DecodeElement;
 constexpr double kWatchdogSeconds = 30;
 constexpr int64_t kPoolElems = int64_t(48) << 20;  // per input dtype
 constexpr size_t kWorkspaceBytes = size_t(96) << 20;
-
-std::string SkipReason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (count == 0) return "no CUDA device on this machine";
-  cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "cudaGetDeviceProperties failed";
-  if (prop.major != 9 || prop.minor != 0) {
-    return "stream-K, split-K and grouped kernels exist for compute capability 9.0 only";
-  }
-  return "";
-}
 
 // Waits for the device; a kernel still running after the deadline is a hang.
 void SyncWithWatchdog(const std::string& what) {
@@ -125,7 +113,7 @@ Pools* GetPools() {
 }
 
 // Multiprocessors of the current device (0 when it cannot be read; the
-// tests that ask have passed SkipReason).
+// tests that ask have passed NoHopperReason).
 int SmCount() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -351,7 +339,7 @@ void RunAgainstDataParallel(const Shape& s, std::mt19937_64& rng, bool check_ref
 class SchedulesGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string reason = SkipReason();
+    const std::string reason = testing::NoHopperReason("the stream-K, split-K and grouped kernels");
     if (!reason.empty()) GTEST_SKIP() << reason;
     ASSERT_NE(GetPools()->dev[0], nullptr);
     ASSERT_NE(GetPools()->dev[1], nullptr);

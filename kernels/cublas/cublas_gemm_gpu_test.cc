@@ -30,6 +30,7 @@
 #include "kernels/testing/fp8_host.h"
 #include "kernels/testing/host_types.h"
 #include "kernels/tuning/candidate.h"
+#include "kernels/testing/gpu_skip.h"
 
 namespace gemm_kernels {
 namespace cublas {
@@ -37,14 +38,6 @@ namespace {
 
 using gemm_kernels::testing::DecodeElement;
 using gemm_kernels::testing::EncodeElement;
-std::string NoGpuReason() {
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) return std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-  if (count == 0) return "no CUDA device on this machine";
-  return "";
-}
-
 // One operand or output on the host (storage bytes and decoded values) and
 // on the device.
 struct Operand {
@@ -221,7 +214,7 @@ struct Problem {
 class CublasGemmGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string reason = NoGpuReason();
+    const std::string reason = testing::NoGpuReason();
     if (!reason.empty()) GTEST_SKIP() << reason;
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
     absl::StatusOr<std::unique_ptr<CublasContext>> ctx =

@@ -17,6 +17,7 @@
 #include "common/dtype.h"
 #include "common/fp8.h"
 #include "gtest/gtest.h"
+#include "kernels/testing/gpu_skip.h"
 
 namespace gemm_kernels {
 namespace {
@@ -26,15 +27,6 @@ using gemm::Fp8Operand;
 using gemm::Layout;
 using gemm::OperandRole;
 using gemm::ScaleMode;
-
-std::string NoGpuReason() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return "no CUDA GPU on this machine";
-  }
-  return "";
-}
 
 // Device memory freed at scope exit.
 struct DeviceBuffer {
@@ -113,7 +105,7 @@ std::vector<float> RandomValues(uint64_t n, std::mt19937* rng) {
 class Fp8QuantizeGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const std::string reason = NoGpuReason();
+    const std::string reason = testing::NoGpuReason();
     if (!reason.empty()) GTEST_SKIP() << reason;
   }
 };
