@@ -527,9 +527,12 @@ absl::Status Gemm::Run(void* stream) const {
                             : LaunchKMajorCopyU16(src, from->ld, from->batch_stride, copy->rows,
                                                   o.k, copy->members, dst, copy->ld_copy, stream);
     } else {
-      error = LaunchKMajorCopyF32(static_cast<const float*>(from->ptr), from->ld,
-                                  from->batch_stride, copy->rows, o.k, copy->members,
-                                  reinterpret_cast<float*>(to), copy->ld_copy, stream);
+      const auto* src = static_cast<const float*>(from->ptr);
+      auto* dst = reinterpret_cast<float*>(to);
+      error = copy->repitch ? LaunchRepitchCopyF32(src, from->ld, from->batch_stride, copy->rows,
+                                                   o.k, copy->members, dst, copy->ld_copy, stream)
+                            : LaunchKMajorCopyF32(src, from->ld, from->batch_stride, copy->rows,
+                                                  o.k, copy->members, dst, copy->ld_copy, stream);
     }
     if (!error.empty()) return absl::InternalError(absl::StrCat("K-major copy: ", error));
   }

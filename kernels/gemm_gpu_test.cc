@@ -156,10 +156,11 @@ bool ExpectSm90(const Case& c, const HostMatrix& a, const HostMatrix& b) {
     return copied ||
            ((m.ld * es) % 16 == 0 && (c.batch == 1 || (m.batch_stride * es) % 16 == 0));
   };
+  // TF32 operands that are not K-major or off the grid, and bf16/fp16
+  // operands off the grid, are copied K-major and aligned.
   const bool copies = c.in == DataType::kFp32 && c.operand_copies;
-  // bf16/fp16 operands off the grid are copied whatever their layout.
   const bool half_copies = c.in != DataType::kFp32 && c.copy_unaligned && c.operand_copies;
-  return aligned(a, (copies && !a_k) || half_copies) && aligned(b, (copies && !b_k) || half_copies);
+  return aligned(a, copies || half_copies) && aligned(b, copies || half_copies);
 }
 
 void RunCase(const Case& c, std::mt19937_64& rng) {
@@ -408,9 +409,9 @@ TEST_F(GemmGpuTest, Tf32AnyLayoutThroughOperandCopies) {
 
 // fp32 (TF32 and strict) with every leading dimension (A, B, C and D) at
 // each residue modulo 4 elements, in every layout, against the float64
-// reference. TF32 operands that are not K-major are copied K-major (and
-// aligned) onto the Hopper kernel; a K-major TF32 operand off the grid, and
-// strict fp32, run on the SIMT kernel (RunCase checks which).
+// reference. TF32 operands that are not K-major or off the grid are copied
+// K-major and aligned onto the Hopper kernel; strict fp32 runs on the SIMT
+// kernel (RunCase checks which).
 TEST_F(GemmGpuTest, Fp32AnyLeadingDimension) {
   for (bool tf32 : {true, false}) {
     for (int64_t residue = 0; residue < 4; ++residue) {

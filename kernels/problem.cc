@@ -45,10 +45,10 @@ bool OperandCopiesApply(DataType in, bool allow_tf32, bool copy_unaligned_operan
 }
 
 bool OperandNeedsCopy(DataType in, bool k_major, bool on_grid) {
-  // TF32 operands off the grid take the portable kernel (not copied); a
-  // 16-bit operand on the grid runs as it is in either layout.
+  // A 16-bit operand on the grid runs as it is in either layout; TF32 and
+  // FP8 ones must be K-major as well.
   if (in == DataType::kBf16 || in == DataType::kFp16) return !on_grid;
-  return !k_major || (::gemm::IsFp8(in) && !on_grid);
+  return !k_major || !on_grid;
 }
 
 KMajorCopyPlan PlanKMajorCopies(const NormalizedProblem& p) {

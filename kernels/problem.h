@@ -40,9 +40,9 @@ NormalizedProblem Normalize(const GemmArguments& args);
 // TF32 and FP8 wgmma read only K-major operands. An fp32 operand that is M-
 // or N-major is copied into K-major order first (one transposing pass, a few
 // percent of a large GEMM's time) instead of falling back to the strict-fp32
-// SIMT kernel, which is ~20x slower; an FP8 operand has no other kernel at
-// all, so it is copied both when it is not K-major and when its rows or
-// batch members start off TMA's 16-byte grid (K not a multiple of 16). A
+// SIMT kernel, which is ~20x slower; a TF32 or FP8 operand is copied both
+// when it is not K-major and when its rows or batch members start off TMA's
+// 16-byte grid (K not a multiple of 4 or 16 elements: a repitch). A
 // bf16/fp16 operand off that grid (copy_unaligned_operands) is copied the
 // same way, K-major whatever its layout was, instead of running the SIMT
 // kernel. One operand's copy: the source holds, per batch member, `rows` x k elements,

@@ -127,6 +127,22 @@ TEST(KMajorCopies, NoneForSixteenBitOrStrictOrKMajorOperands) {
   EXPECT_EQ(PlanKMajorCopies(Normalize(a)).total_bytes, 0u) << "both K-major already";
 }
 
+TEST(KMajorCopies, Tf32OperandsOffTheGridAreRepitched) {
+  GemmArguments a = Valid();
+  a.a.dtype = a.b.dtype = DataType::kFp32;
+  a.allow_tf32 = true;
+  a.a.ld = a.k + 1;  // A row-major, K-major: rows of (k + 1) * 4 bytes, off the grid
+  const KMajorCopyPlan plan = PlanKMajorCopies(Normalize(a));
+  EXPECT_TRUE(plan.a.needed);
+  EXPECT_TRUE(plan.a.repitch);
+  EXPECT_EQ(plan.a.element_bytes, 4);
+  EXPECT_EQ(plan.a.ld_copy % 4, 0);
+  EXPECT_FALSE(plan.b.needed) << "B is K-major on the grid";
+  EXPECT_TRUE(OperandNeedsCopy(DataType::kFp32, /*k_major=*/true, /*on_grid=*/false));
+  EXPECT_FALSE(OperandNeedsCopy(DataType::kFp32, /*k_major=*/true, /*on_grid=*/true));
+  EXPECT_TRUE(OperandNeedsCopy(DataType::kFp32, /*k_major=*/false, /*on_grid=*/true));
+}
+
 TEST(KMajorCopies, SixteenBitOperandsOffTheGridAreCopiedWhenAsked) {
   for (DataType t : {DataType::kBf16, DataType::kFp16}) {
     GemmArguments a = Valid();  // m 100, n 200, k 300
@@ -189,7 +205,7 @@ TEST(KMajorCopies, RowMajorBIsCopiedWithPaddedStride) {
   a.a.dtype = a.b.dtype = DataType::kFp32;
   a.allow_tf32 = true;
   a.k = 301;  // ld of the copy rounds up to 304 elements (16 bytes)
-  a.a.ld = 301;
+  a.a.ld = 304;  // K-major on the grid: stays in place (at ld 301 it would be repitched)
   a.b.layout = Layout::kRowMajor;
   a.b.ld = 200;
   const NormalizedProblem p = Normalize(a);

@@ -98,6 +98,12 @@ std::string LaunchKMajorCopyF32(const float* src, int64_t ld, int64_t batch_stri
   return LaunchKMajorCopy(src, ld, batch_stride, rows, k, members, dst, ld_copy, stream);
 }
 
+std::string LaunchRepitchCopyF32(const float* src, int64_t ld, int64_t batch_stride, int64_t rows,
+                                 int64_t k, int64_t members, float* dst, int64_t ld_copy,
+                                 void* stream) {
+  return LaunchRepitchCopy(src, ld, batch_stride, rows, k, members, dst, ld_copy, stream);
+}
+
 std::string LaunchKMajorCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
                                void* stream) {

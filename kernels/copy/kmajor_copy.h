@@ -18,6 +18,9 @@ namespace gemm_kernels {
 std::string LaunchKMajorCopyF32(const float* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                 int64_t k, int64_t members, float* dst, int64_t ld_copy,
                                 void* stream);
+std::string LaunchRepitchCopyF32(const float* src, int64_t ld, int64_t batch_stride, int64_t rows,
+                                 int64_t k, int64_t members, float* dst, int64_t ld_copy,
+                                 void* stream);
 // 1-byte elements (FP8 codes).
 std::string LaunchKMajorCopyU8(const uint8_t* src, int64_t ld, int64_t batch_stride, int64_t rows,
                                int64_t k, int64_t members, uint8_t* dst, int64_t ld_copy,
