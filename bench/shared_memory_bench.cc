@@ -30,7 +30,7 @@
 ABSL_FLAG(std::string, sizes_mib, "1,16,64,256", "sizes of operand A, MiB");
 ABSL_FLAG(int, repeats, 7, "requests per measurement (after one warm-up); medians");
 ABSL_FLAG(std::string, backend, "auto", "in-process server: auto, cuda or cpu");
-ABSL_FLAG(bool, cuda_pin_shared_memory, false,
+ABSL_FLAG(bool, cuda_pin_shared_memory, gemm::CudaExecutor::Options().pin_shared_memory,
           "CUDA backend: regions page-locked and copied by DMA in place "
           "(gemm_server --cuda_pin_shared_memory)");
 

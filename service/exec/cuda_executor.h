@@ -93,7 +93,7 @@ class CudaExecutor : public Executor {
     // Same-host clients' shared-memory regions are page-locked when
     // registered, and operands and outputs in them are copied by DMA
     // straight between the region and the device (no staging copy).
-    bool pin_shared_memory = false;
+    bool pin_shared_memory = true;
     // FP8 quantization on the GPU where FP8 runs (Hopper): RegisterMatrix /
     // BeginUpload with `quantize`, and quantize_partner (kernels/quantize).
     // Off, both are refused UNIMPLEMENTED by field, as on GPUs without FP8.
