@@ -192,6 +192,13 @@ int RunMix(v1::GemmService::Stub* stub, const ServiceMetrics& metrics) {
   options.problems = absl::GetFlag(FLAGS_mix_problems);
   options.max_size = absl::GetFlag(FLAGS_mix_max_size);
   options.dtypes = absl::StrSplit(absl::GetFlag(FLAGS_mix_dtypes), ',', absl::SkipEmpty());
+  for (const std::string& d : options.dtypes) {
+    if (d != "bf16" && d != "fp16" && d != "tf32" && d != "fp32") {
+      std::fprintf(stderr, "--mix_dtypes: unknown type \"%s\" (bf16, fp16, tf32 or fp32)\n",
+                   d.c_str());
+      return 1;
+    }
+  }
   if (options.dtypes.empty()) options.dtypes = {"fp32"};
   const std::vector<v1::GemmRequest> requests = bench::RandomMixRequests(options);
   const auto before = bench::LaunchTotalsByKind(metrics.Scrape());

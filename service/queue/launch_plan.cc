@@ -52,7 +52,7 @@ auto GroupKey(const GemmProblemRef& p, bool deterministic) {
 // Whether the Hopper kernel reads an operand of this problem only after the
 // kernels copy it aligned and K-major (gemm_kernels::OperandNeedsCopy): a
 // 16-bit operand whose rows start off TMA's 16-byte grid, or a TF32 operand
-// that is not K-major. Alone, such a problem has those operands copied and
+// that is not K-major or off that grid. Alone, such a problem has those operands copied and
 // runs on the Hopper kernel; in a grouped launch it could not: the grouped
 // kernel cannot read them, and its loop of single launches makes no copies,
 // so it would run the SIMT kernel, slower and, for a deterministic problem,
