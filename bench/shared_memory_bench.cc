@@ -5,8 +5,10 @@
 // A, B and D on the wire (chunked above the client's threshold, as by
 // default) beside the same problem with A, B in a registered region and D
 // written into it. Prints medians of wall time, operand bytes/s, the
-// server's compute time, and the ratio shared/wire. Results are checked:
-// the shared-memory D must equal the wire's bitwise.
+// server's compute time, and the ratio shared/wire; on the CUDA backend also
+// one pinned cudaMemcpy of the operand bytes alone (bench/device_alone) and
+// the shared-memory path's operand bytes/s over that copy's. Results are
+// checked: the shared-memory D must equal the wire's bitwise.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +27,7 @@
 #include "client/shared_memory.h"
 #include "common/dtype.h"
 #include "common/proto_enums.h"
+#include "bench/device_alone.h"
 #include "service/server.h"
 
 ABSL_FLAG(std::string, sizes_mib, "1,16,64,256", "sizes of operand A, MiB");
@@ -116,9 +119,12 @@ int Run() {
               static_cast<unsigned long>(kK), static_cast<unsigned long>(kK),
               static_cast<unsigned long>(kN), static_cast<unsigned long>(kN),
               absl::GetFlag(FLAGS_repeats));
-  std::printf("%7s %8s | %9s %9s %9s %9s | %9s %9s %9s %9s | %8s\n", "A_MiB", "M", "wire_ms",
+  const bool cuda = (*server)->backend().backend == "cuda";
+  std::printf("%7s %8s | %9s %9s %9s %9s | %9s %9s %9s %9s | %8s", "A_MiB", "M", "wire_ms",
               "wire_GB/s", "server_ms", "comp_ms", "shm_ms", "shm_GB/s", "server_ms", "comp_ms",
               "shm/wire");
+  if (cuda) std::printf(" | %9s %9s %8s", "h2d_ms", "h2d_GB/s", "shm/h2d");
+  std::printf("\n");
   std::mt19937 rng(1);
   const int repeats = absl::GetFlag(FLAGS_repeats);
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_sizes_mib), ',')) {
@@ -177,11 +183,20 @@ int Run() {
       return 1;
     }
     (*client)->UnregisterSharedMemory(*region).IgnoreError();
-    std::printf("%7d %8lu | %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8.3f\n", mib,
+    std::printf("%7d %8lu | %9.2f %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8.3f", mib,
                 static_cast<unsigned long>(m), w->wall_s * 1e3, operand_bytes / w->wall_s / 1e9,
                 w->server_s * 1e3, w->compute_s * 1e3, s->wall_s * 1e3,
                 operand_bytes / s->wall_s / 1e9, s->server_s * 1e3, s->compute_s * 1e3,
                 s->wall_s / w->wall_s);
+    // The operand bytes alone in one pinned copy to the device: the floor.
+    double h2d_ms = 0;
+    if (cuda && gemm_bench::CopyAloneMs(static_cast<size_t>(operand_bytes), true,
+                                        gemm_bench::TimingPlan{2, 5, 1}, &h2d_ms)) {
+      const double h2d_rate = operand_bytes / (h2d_ms * 1e-3);
+      std::printf(" | %9.2f %9.2f %8.3f", h2d_ms, h2d_rate / 1e9,
+                  (operand_bytes / s->wall_s) / h2d_rate);
+    }
+    std::printf("\n");
   }
   (*server)->Shutdown(absl::Seconds(10));
   return 0;
