@@ -25,6 +25,7 @@
 #include "bench/cuda_check.h"
 #include "bench/interleaved_timing.h"
 #include "kernels/gemm.h"
+#include "service/cuda/calibration.h"
 
 namespace {
 
@@ -35,15 +36,6 @@ using gemm_kernels::GemmArguments;
 using gemm_kernels::Layout;
 
 constexpr gemm_bench::TimingPlan kPlan{5, 15, 8};
-
-// Milliseconds per launch of `gemm` (median of interleaved samples, alone).
-bool TimeOne(const Gemm& gemm, double* ms) {
-  std::vector<double> t;
-  if (!gemm_bench::TimeInterleaved({[&](int) { return gemm.Run(nullptr).ok(); }}, 1, kPlan, &t))
-    return false;
-  *ms = t[0];
-  return true;
-}
 
 // Square m = n = k, A row-major and B column-major (both K-major, leading
 // dimension k), D row-major: with k odd every operand row is off the grid.
@@ -66,87 +58,19 @@ struct Buffers {
   }
 };
 
-// A device buffer of `bytes` holding small finite values (0x3c bytes: bf16
-// 0.0115, fp32 0.0115) where random data is not needed for a rate.
-void* Filled(size_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) return nullptr;
-  cudaMemset(p, 0x3c, bytes);
-  return p;
-}
-
-bool MeasurePricing(CopyPricing* pricing) {
-  {  // The Hopper kernel's bf16 rate on an aligned 4096^3.
-    const int64_t n = 4096;
-    Buffers buf;
-    buf.a = gemm_bench::RandomBf16Buffer(n * n, 1);
-    buf.b = gemm_bench::RandomBf16Buffer(n * n, 2);
-    CHECK_CUDA(cudaMalloc(&buf.d, n * n * 2));
-    Gemm g;
-    if (!g.Initialize(Square(n, DataType::kBf16, buf.a, buf.b, buf.d)).ok()) return false;
-    double ms;
-    if (!TimeOne(g, &ms)) return false;
-    pricing->tensor_flops_per_s = 2.0 * n * n * n / (ms * 1e-3);
-  }
-  {  // The SIMT kernel's strict fp32 rate on 2048^3.
-    const int64_t n = 2048;
-    Buffers buf;
-    buf.a = Filled(n * n * 4);
-    buf.b = Filled(n * n * 4);
-    CHECK_CUDA(cudaMalloc(&buf.d, n * n * 4));
-    Gemm g;
-    if (!g.Initialize(Square(n, DataType::kFp32, buf.a, buf.b, buf.d)).ok()) return false;
-    double ms;
-    if (!TimeOne(g, &ms)) return false;
-    pricing->simt_flops_per_s = 2.0 * n * n * n / (ms * 1e-3);
-  }
-  {  // A device-to-device copy of 256 MiB: bytes read plus written.
-    const size_t bytes = size_t(256) << 20;
-    Buffers buf;
-    CHECK_CUDA(cudaMalloc(&buf.a, bytes));
-    CHECK_CUDA(cudaMalloc(&buf.b, bytes));
-    std::vector<double> t;
-    if (!gemm_bench::TimeInterleaved(
-            {[&](int) {
-              return cudaMemcpyAsync(buf.b, buf.a, bytes, cudaMemcpyDeviceToDevice) == cudaSuccess;
-            }},
-            1, kPlan, &t))
-      return false;
-    pricing->device_copy_bytes_per_s = 2.0 * bytes / (t[0] * 1e-3);
-  }
-  {  // One small launch back to back: a 1 x 1 x 1 GEMM.
-    Buffers buf;
-    buf.a = Filled(256);
-    buf.b = Filled(256);
-    buf.d = Filled(256);
-    Gemm g;
-    if (!g.Initialize(Square(1, DataType::kBf16, buf.a, buf.b, buf.d)).ok()) return false;
-    double ms;
-    if (!TimeOne(g, &ms)) return false;
-    pricing->launch_seconds = ms * 1e-3;
-  }
-  {  // One SIMT tile alone: strict fp32 64 x 64 x 16384, less one launch.
-    const int64_t side = 64, depth = 16384;
-    Buffers buf;
-    buf.a = Filled(side * depth * 4);
-    buf.b = Filled(side * depth * 4);
-    CHECK_CUDA(cudaMalloc(&buf.d, side * side * 4));
-    GemmArguments args = Square(side, DataType::kFp32, buf.a, buf.b, buf.d);
-    args.k = depth;
-    args.a.ld = depth;
-    args.b.ld = depth;
-    Gemm g;
-    if (!g.Initialize(args).ok()) return false;
-    double ms;
-    if (!TimeOne(g, &ms)) return false;
-    pricing->simt_tile_seconds_per_k = std::max(0.0, ms * 1e-3 - pricing->launch_seconds) / depth;
-  }
-  return true;
-}
-
 int Run(const std::vector<int64_t>& sizes) {
-  CopyPricing pricing;
-  if (!MeasurePricing(&pricing)) return 1;
+  cudaStream_t stream = nullptr;
+  if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreate(&stream) != cudaSuccess) {
+    std::fprintf(stderr, "cannot set up device 0\n");
+    return 1;
+  }
+  const gemm::gpu::Calibration measured = gemm::gpu::Calibrate(0, stream);
+  cudaStreamDestroy(stream);
+  const CopyPricing pricing = gemm::gpu::CopyPricingOf(measured.peak_rates, "bf16", measured);
+  if (!pricing.measured() || pricing.simt_tile_seconds_per_k <= 0) {
+    std::fprintf(stderr, "the calibration measured no copy price\n");
+    return 1;
+  }
   std::printf("rates: Hopper bf16 %.1f TFLOP/s, SIMT fp32 %.2f TFLOP/s, device copy %.0f GB/s "
               "(read + written), small launch %.2f us, SIMT tile %.1f ns per unit of K\n",
               pricing.tensor_flops_per_s / 1e12, pricing.simt_flops_per_s / 1e12,

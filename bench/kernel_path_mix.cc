@@ -14,8 +14,6 @@
 
 namespace gemm {
 namespace bench {
-namespace {
-
 std::string RandomBytes(size_t elements, DType type, std::mt19937* rng) {
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> values(elements);
@@ -24,6 +22,8 @@ std::string RandomBytes(size_t elements, DType type, std::mt19937* rng) {
   FromFloat(type, values.data(), out.data(), elements);
   return out;
 }
+
+namespace {
 
 v1::Layout RandomLayout(std::mt19937* rng) {
   return (*rng)() % 2 ? v1::LAYOUT_ROW_MAJOR : v1::LAYOUT_COL_MAJOR;

@@ -7,13 +7,18 @@
 
 #include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "gemm/v1/gemm.pb.h"
 
 namespace gemm {
 namespace bench {
+
+// `elements` values uniform in [-1, 1) encoded as `type`, little-endian.
+std::string RandomBytes(size_t elements, DType type, std::mt19937* rng);
 
 struct MixOptions {
   int problems = 1000;

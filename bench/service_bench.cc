@@ -172,18 +172,6 @@ v1::DataType ParseDType(const std::string& s) {
   return v1::DATA_TYPE_FP32;
 }
 
-std::string RandomBytes(size_t elements, v1::DataType t, std::mt19937* rng) {
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> values(elements);
-  for (float& v : values) v = dist(*rng);
-  const DType type = t == v1::DATA_TYPE_FP16   ? DType::kFp16
-                     : t == v1::DATA_TYPE_BF16 ? DType::kBf16
-                                               : DType::kFp32;
-  std::string out(elements * SizeOf(type), '\0');
-  FromFloat(type, values.data(), out.data(), elements);
-  return out;
-}
-
 // Sends the mixed workload with --mix_concurrency requests in flight, each
 // completion starting the next, and prints the work of each kernel kind it
 // made. Returns the number of failed requests.
@@ -247,6 +235,9 @@ int Main() {
     concurrencies.push_back(std::stoi(std::string(s)));
   const double seconds = absl::GetFlag(FLAGS_seconds);
   const v1::DataType dtype = ParseDType(absl::GetFlag(FLAGS_dtype));
+  const DType in_type = dtype == v1::DATA_TYPE_FP16   ? DType::kFp16
+                        : dtype == v1::DATA_TYPE_BF16 ? DType::kBf16
+                                                      : DType::kFp32;
 
   auto start_server = [](bool batching) -> absl::StatusOr<std::unique_ptr<GemmServer>> {
     ServerOptions options;
@@ -322,13 +313,13 @@ int Main() {
     p->set_n(n);
     p->set_k(n);
     p->set_input_dtype(dtype);
-    *p->mutable_a()->mutable_data() = RandomBytes(size_t(n) * n, dtype, &rng);
-    *p->mutable_b()->mutable_data() = RandomBytes(size_t(n) * n, dtype, &rng);
+    *p->mutable_a()->mutable_data() = bench::RandomBytes(size_t(n) * n, in_type, &rng);
+    *p->mutable_b()->mutable_data() = bench::RandomBytes(size_t(n) * n, in_type, &rng);
     const size_t elem = dtype == v1::DATA_TYPE_FP32 ? 4 : 2;
     const size_t reply_bytes = size_t(n) * n * elem;
     const double bytes_per_call = 2.0 * n * n * elem + reply_bytes;
     EchoRequest echo_request;
-    echo_request.set_payload(RandomBytes(2 * size_t(n) * n, dtype, &rng));
+    echo_request.set_payload(bench::RandomBytes(2 * size_t(n) * n, in_type, &rng));
     echo_request.set_reply_bytes(reply_bytes);
 
     for (int conc : concurrencies) {

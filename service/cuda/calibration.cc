@@ -236,6 +236,17 @@ double MeasureSimtTile(int device, double launch_seconds) {
 
 }  // namespace
 
+gemm_kernels::CopyPricing CopyPricingOf(const std::vector<PeakRate>& peaks, absl::string_view kind,
+                                        const Calibration& measured) {
+  gemm_kernels::CopyPricing pricing;
+  pricing.tensor_flops_per_s = RateOf(peaks, kind);
+  pricing.simt_flops_per_s = RateOf(peaks, "fp32");
+  pricing.device_copy_bytes_per_s = RateOf(peaks, "memory");
+  pricing.launch_seconds = measured.launch_seconds;
+  pricing.simt_tile_seconds_per_k = measured.simt_tile_seconds_per_k;
+  return pricing;
+}
+
 Calibration Calibrate(int device, cudaStream_t copy_stream) {
   const GemmCase cases[] = {{"bf16", DType::kBf16, false, 4096},
                             {"fp16", DType::kFp16, false, 4096},

@@ -10,6 +10,8 @@
 
 #include <vector>
 
+#include "absl/strings/string_view.h"
+#include "kernels/gemm.h"
 #include "service/exec/executor.h"
 
 namespace gemm {
@@ -34,6 +36,14 @@ struct Calibration {
   // one tile: its critical path); 0 when not measured.
   double simt_tile_seconds_per_k = 0;
 };
+
+// The rates launches of `kind` ("bf16", "fp16") operands price their operand
+// copies at (gemm_kernels::CopyPricing): the Hopper kernel's peak at that
+// type in `peaks`, the strict-fp32 peak (the SIMT kernel runs it), the
+// device memory's, and `measured`'s launch and SIMT tile times. `peaks` are
+// `measured.peak_rates` after any overrides.
+gemm_kernels::CopyPricing CopyPricingOf(const std::vector<PeakRate>& peaks, absl::string_view kind,
+                                        const Calibration& measured);
 
 // Measures `device`, which must be current. The kernels and the device copy
 // run on the legacy default stream; the host<->device copies on

@@ -151,31 +151,12 @@ absl::Status CudaExecutor::InitPortfolio(const std::string& gpu_name) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// The rates launches of `kind` ("bf16", "fp16") operands price copies at:
-// the Hopper kernel's peak at that type, the strict-fp32 peak (the SIMT
-// kernel runs it), the device memory's, the launch time and the SIMT tile's
-// time per unit of K.
-gemm_kernels::CopyPricing CopyPricingOf(const std::vector<PeakRate>& peaks, absl::string_view kind,
-                                        const gpu::Calibration& measured) {
-  gemm_kernels::CopyPricing pricing;
-  pricing.tensor_flops_per_s = RateOf(peaks, kind);
-  pricing.simt_flops_per_s = RateOf(peaks, "fp32");
-  pricing.device_copy_bytes_per_s = RateOf(peaks, "memory");
-  pricing.launch_seconds = measured.launch_seconds;
-  pricing.simt_tile_seconds_per_k = measured.simt_tile_seconds_per_k;
-  return pricing;
-}
-
-}  // namespace
-
 void CudaExecutor::Calibrate(void* stream) {
   gpu::Calibration measured = gpu::Calibrate(options_.device, static_cast<cudaStream_t>(stream));
   ApplyPeakOverrides(options_.peak_overrides, &measured.peak_rates);
   const CopyPricingByType pricing{
-      CopyPricingOf(measured.peak_rates, "bf16", measured),
-      CopyPricingOf(measured.peak_rates, "fp16", measured)};
+      gpu::CopyPricingOf(measured.peak_rates, "bf16", measured),
+      gpu::CopyPricingOf(measured.peak_rates, "fp16", measured)};
   peaks_.Set(std::move(measured.peak_rates));
   spdlog::info("GPU {}: one small launch takes {:.2f} us back to back, a SIMT tile {:.1f} ns per "
                "unit of K (0: not measured); unaligned bf16/fp16 operands are copied where that "
