@@ -131,23 +131,38 @@ std::optional<PeakRate> MeasureMemory(int device) {
   return PeakRate{"memory", 2.0 * bytes / (Median(times) / 1e3), kPeakMethodMeasured};
 }
 
+// A strict-fp32 m x n x k GEMM (the SIMT kernel) in zeroed device memory:
+// A (row-major) at the start, B (column-major) after it, then D; `memory`
+// holds an error when the device memory cannot be had.
+struct StrictFp32Gemm {
+  absl::StatusOr<DeviceMemory> memory;
+  gk::GemmArguments args;
+};
+StrictFp32Gemm MakeStrictFp32Gemm(int64_t m, int64_t n, int64_t k, int device) {
+  const size_t a_bytes = m * k * sizeof(float), b_bytes = k * n * sizeof(float);
+  StrictFp32Gemm g{DeviceMemory::Allocate(a_bytes + b_bytes + m * n * sizeof(float), device), {}};
+  if (!g.memory.ok() || cudaMemset(g.memory->get(), 0, a_bytes + b_bytes) != cudaSuccess) {
+    g.memory = absl::InternalError("no device memory");
+    return g;
+  }
+  const auto* base = static_cast<const unsigned char*>(g.memory->get());
+  g.args.m = m;
+  g.args.n = n;
+  g.args.k = k;
+  g.args.a = {base, gk::DataType::kFp32, gk::Layout::kRowMajor, k, 0};
+  g.args.b = {base + a_bytes, gk::DataType::kFp32, gk::Layout::kColMajor, k, 0};
+  g.args.d = {base + a_bytes + b_bytes, gk::DataType::kFp32, gk::Layout::kRowMajor, n, 0};
+  return g;
+}
+
 // Seconds per launch of an 8x8x8 strict-fp32 GEMM (the SIMT kernel, a
 // single small block), 64 back to back on the legacy default stream between
 // two events: the median of 5 such rounds after a warm-up round.
 double MeasureLaunch(int device) {
-  constexpr int kSide = 8;
   constexpr int kLaunches = 64;
-  constexpr size_t kMatrixBytes = kSide * kSide * sizeof(float);
-  auto memory = DeviceMemory::Allocate(3 * kMatrixBytes, device);
-  if (!memory.ok() || cudaMemset(memory->get(), 0, 3 * kMatrixBytes) != cudaSuccess) return 0;
-  const auto* base = static_cast<const unsigned char*>(memory->get());
-  gk::GemmArguments args;
-  args.m = args.n = args.k = kSide;
-  args.a = {base, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
-  args.b = {base + kMatrixBytes, gk::DataType::kFp32, gk::Layout::kColMajor, kSide, 0};
-  args.d = {base + 2 * kMatrixBytes, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
+  const StrictFp32Gemm g = MakeStrictFp32Gemm(8, 8, 8, device);
   gk::Gemm gemm;
-  if (!gemm.Initialize(args).ok()) return 0;
+  if (!g.memory.ok() || !gemm.Initialize(g.args).ok()) return 0;
   auto ms = TimeOnDefaultStream(6, [&gemm] {
     for (int i = 0; i < kLaunches; ++i)
       if (!gemm.Run(nullptr).ok()) return false;
@@ -215,19 +230,10 @@ CopyRates MeasureCopies(int device, cudaStream_t stream) {
 // the SIMT kernel alone on the GPU, less one launch: the median of 4 after a
 // warm-up.
 double MeasureSimtTile(int device, double launch_seconds) {
-  constexpr int64_t kSide = 64, kDepth = 16384;
-  constexpr size_t kOperandBytes = kSide * kDepth * sizeof(float);
-  auto memory = DeviceMemory::Allocate(2 * kOperandBytes + kSide * kSide * sizeof(float), device);
-  if (!memory.ok() || cudaMemset(memory->get(), 0, 2 * kOperandBytes) != cudaSuccess) return 0;
-  const auto* base = static_cast<const unsigned char*>(memory->get());
-  gk::GemmArguments args;
-  args.m = args.n = kSide;
-  args.k = kDepth;
-  args.a = {base, gk::DataType::kFp32, gk::Layout::kRowMajor, kDepth, 0};
-  args.b = {base + kOperandBytes, gk::DataType::kFp32, gk::Layout::kColMajor, kDepth, 0};
-  args.d = {base + 2 * kOperandBytes, gk::DataType::kFp32, gk::Layout::kRowMajor, kSide, 0};
+  constexpr int64_t kDepth = 16384;
+  const StrictFp32Gemm g = MakeStrictFp32Gemm(64, 64, kDepth, device);
   gk::Gemm gemm;
-  if (!gemm.Initialize(args).ok()) return 0;
+  if (!g.memory.ok() || !gemm.Initialize(g.args).ok()) return 0;
   auto ms = TimeOnDefaultStream(5, [&gemm] { return gemm.Run(nullptr).ok(); });
   if (!ms) return 0;
   ms->erase(ms->begin());  // the first run is warm-up
